@@ -1,0 +1,55 @@
+# loom's two commands (see README.md):
+#   make run   installs what loom needs, builds it, and runs loom's main job
+#   make test  installs what loom needs, builds it, and runs every test
+# Other targets: build, asan, tsan, fuzz, bench, format, clean.
+
+JOBS    ?= $(shell nproc)
+BUILD   ?= build
+# Warnings are errors in CI (CI=true) and when asked (WERROR=ON).
+WERROR  ?= $(if $(CI),ON,OFF)
+FUZZ_SECONDS ?= 60
+
+CMAKE_CONFIGURE = cmake -S . -DLOOM_WERROR=$(WERROR) -Wno-dev
+
+.PHONY: all deps build run test asan tsan fuzz bench format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	$(CMAKE_CONFIGURE) -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j$(JOBS)
+
+# The main job. Until training lands, it replays the bundled allocation log of a training
+# run against two pool configurations and prints what each would need.
+run: build
+	./$(BUILD)/loom memreplay data/mlp_training.alloc.csv --pool growing
+	./$(BUILD)/loom memreplay data/mlp_training.alloc.csv --pool fixed --initial-size 64MiB
+
+# Every test: the Release build, ASan+UBSan, TSan, and a bounded libFuzzer run.
+test: deps
+	WERROR=$(WERROR) JOBS=$(JOBS) FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/test.sh
+
+asan: deps
+	$(CMAKE_CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOOM_BUILD_TOOLS=OFF
+	cmake --build build-asan -j$(JOBS)
+
+tsan: deps
+	$(CMAKE_CONFIGURE) -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_BUILD_TOOLS=OFF
+	cmake --build build-tsan -j$(JOBS)
+
+fuzz: deps
+	CC=clang CXX=clang++ $(CMAKE_CONFIGURE) -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DLOOM_SANITIZE=address -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_TOOLS=OFF
+	cmake --build build-fuzz -j$(JOBS)
+
+bench: build
+	./$(BUILD)/loom bench memory
+
+format:
+	clang-format -i $$(git ls-files '*.hpp' '*.cpp' '*.h' '*.c')
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

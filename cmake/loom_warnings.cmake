@@ -1,0 +1,10 @@
+# loom_set_warnings(target): the warning set every loom target builds with.
+function(loom_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+      -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough>
+    $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic>)
+  if(LOOM_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()

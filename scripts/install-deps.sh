@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages loom needs, once: packages already installed are skipped,
+# and nothing runs when all are present. Uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake make pkg-config
+  libfmt-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

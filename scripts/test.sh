@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# make test: every test loom has, in four builds.
+#   1. Release: all tests.
+#   2. ASan+UBSan: all tests.
+#   3. TSan: the memory tests (the pools and adaptors are built to be thread-safe).
+#   4. libFuzzer over the BFC pool's alloc/free/trim sequences, for FUZZ_SECONDS.
+# Prints one closing line with the totals; exits non-zero when anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+JOBS=${JOBS:-$(nproc)}
+WERROR=${WERROR:-OFF}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+passed=0
+failed=0
+status=0
+
+step() { printf '\n== %s ==\n' "$*"; }
+
+# run_ctest DIR [ctest args...]: runs ctest, adds its counts to the totals.
+run_ctest() {
+  local dir=$1; shift
+  local log
+  log=$(mktemp)
+  ${CTEST_WRAP:-} ctest --test-dir "$dir" --output-on-failure -j"$JOBS" --timeout 900 "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n1)
+  if [ -n "$line" ]; then
+    local f t
+    f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    t=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    passed=$((passed + t - f))
+    failed=$((failed + f))
+  fi
+  rm -f "$log"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+build() {
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DLOOM_WERROR="$WERROR" -Wno-dev "$@" >/dev/null &&
+    cmake --build "$dir" -j"$JOBS"
+}
+
+step "Release build"
+build build -DCMAKE_BUILD_TYPE=Release || { echo "Release build failed"; exit 1; }
+run_ctest build
+
+step "ASan+UBSan build"
+build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOOM_BUILD_TOOLS=OFF ||
+  { echo "ASan build failed"; exit 1; }
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_ctest build-asan
+
+step "TSan build (memory tests)"
+build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_BUILD_TOOLS=OFF ||
+  { echo "TSan build failed"; exit 1; }
+# TSan cannot map its shadow memory under the high ASLR entropy of some kernels;
+# CTEST_WRAP runs ctest (and so the tests) without address randomisation there.
+CTEST_WRAP="setarch $(uname -m) -R" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  run_ctest build-tsan -L memory
+
+step "libFuzzer: bfc_pool_fuzz for ${FUZZ_SECONDS}s"
+if CC=clang CXX=clang++ build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address \
+     -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_TOOLS=OFF; then
+  for target in build-fuzz/fuzz/*_fuzz; do
+    corpus="fuzz/corpus/$(basename "$target")"
+    work=$(mktemp -d)
+    if "$target" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 "$work" "$corpus" \
+         >"$work.log" 2>&1; then
+      passed=$((passed + 1))
+      echo "$(basename "$target"): ok ($(grep -E 'stat::number_of_executed_units' "$work.log" | awk '{print $2}') runs)"
+    else
+      failed=$((failed + 1)); status=1
+      tail -n 60 "$work.log"
+    fi
+    rm -rf "$work" "$work.log"
+  done
+else
+  echo "fuzz build failed"; failed=$((failed + 1)); status=1
+fi
+
+printf '\ntests: %d passed, %d failed\n' "$passed" "$failed"
+exit "$status"
