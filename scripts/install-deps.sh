@@ -5,8 +5,8 @@ set -euo pipefail
 
 packages=(
   build-essential cmake make pkg-config
-  libfmt-dev nlohmann-json3-dev libcli11-dev libspdlog-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev
+  libgtest-dev libgmock-dev
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
   python3
 )

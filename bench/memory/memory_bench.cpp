@@ -1,0 +1,212 @@
+#include "memory/memory_bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "loom/memory/bfc_pool.hpp"
+#include "loom/memory/host_resource.hpp"
+#include "loom/memory/limiting_adaptor.hpp"
+#include "loom/memory/statistics_adaptor.hpp"
+
+namespace loom::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A precomputed sequence of (slot, size) steps, so that random numbers are not timed and
+// every peer sees exactly the same requests.
+struct workload {
+  std::vector<std::size_t> initial_sizes;  // one per live slot
+  std::vector<std::uint32_t> slots;        // the slot replaced at each step
+  std::vector<std::size_t> sizes;          // the new size at each step
+};
+
+std::size_t log_uniform(std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> u(std::log(lo), std::log(hi));
+  return static_cast<std::size_t>(std::exp(u(rng)));
+}
+
+workload make_workload(std::size_t live, std::size_t steps, double lo, double hi, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  workload w;
+  w.initial_sizes.resize(live);
+  for (auto& s : w.initial_sizes) s = log_uniform(rng, lo, hi);
+  std::uniform_int_distribution<std::uint32_t> slot(0, static_cast<std::uint32_t>(live - 1));
+  w.slots.resize(steps);
+  w.sizes.resize(steps);
+  for (std::size_t i = 0; i < steps; ++i) {
+    w.slots[i] = slot(rng);
+    w.sizes[i] = log_uniform(rng, lo, hi);
+  }
+  return w;
+}
+
+// The two ways of getting memory that the workloads compare.
+struct malloc_peer {
+  void* allocate(std::size_t n) {
+    void* p = std::malloc(n);  // NOLINT(cppcoreguidelines-no-malloc): the peer
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* p, std::size_t /*n*/) { std::free(p); }  // NOLINT
+};
+
+struct resource_peer {
+  memory::memory_resource& r;
+  void* allocate(std::size_t n) { return r.allocate(n); }
+  void deallocate(void* p, std::size_t n) { r.deallocate(p, n); }
+};
+
+// Mixed workload: returns ns per allocate+deallocate pair.
+template <typename Peer>
+double run_mixed(Peer& peer, const workload& w) {
+  std::vector<void*> live(w.initial_sizes.size());
+  std::vector<std::size_t> live_size = w.initial_sizes;
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    live[i] = peer.allocate(live_size[i]);
+    static_cast<volatile char*>(live[i])[0] = 1;
+  }
+  const auto t0 = clock_type::now();
+  for (std::size_t i = 0; i < w.slots.size(); ++i) {
+    const std::uint32_t k = w.slots[i];
+    peer.deallocate(live[k], live_size[k]);
+    live_size[k] = w.sizes[i];
+    live[k] = peer.allocate(live_size[k]);
+    static_cast<volatile char*>(live[k])[0] = static_cast<char>(i);
+  }
+  const auto t1 = clock_type::now();
+  for (std::size_t i = 0; i < live.size(); ++i) peer.deallocate(live[i], live_size[i]);
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() /
+         static_cast<double>(w.slots.size());
+}
+
+// Large workload: allocate, write every page, free. Returns ns per pair.
+template <typename Peer>
+double run_large(Peer& peer, const workload& w) {
+  constexpr std::size_t page = 4096;
+  const auto t0 = clock_type::now();
+  for (std::size_t n : w.sizes) {
+    auto* p = static_cast<volatile char*>(peer.allocate(n));
+    for (std::size_t off = 0; off < n; off += page) p[off] = 1;
+    peer.deallocate(const_cast<char*>(p), n);
+  }
+  const auto t1 = clock_type::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() /
+         static_cast<double>(w.sizes.size());
+}
+
+template <typename Fn>
+measurement measure(std::string name, std::string unit, int reps, Fn&& fn) {
+  measurement m{std::move(name), std::move(unit), 0, {}};
+  fn();  // warm-up: pools grow, pages fault in, caches fill
+  for (int r = 0; r < reps; ++r) m.samples.push_back(fn());
+  m.median = median(m.samples);
+  return m;
+}
+
+memory::bfc_pool_options pool_options(std::string name) {
+  memory::bfc_pool_options o;
+  o.name = std::move(name);
+  o.growth_step = std::size_t{64} << 20;
+  return o;
+}
+
+}  // namespace
+
+memory_bench_result run_memory_bench(const memory_bench_options& options) {
+  memory_bench_result result;
+  auto& host = memory::host_resource::instance();
+  const int reps = options.repetitions;
+
+  // --- mixed sizes ---
+  const workload mixed =
+      make_workload(options.live_blocks, options.mixed_steps, 64.0, 1024.0 * 1024.0, options.seed);
+  malloc_peer glibc;
+  memory::bfc_pool mixed_pool(host, pool_options("bench mixed"));
+  resource_peer pool_peer{mixed_pool};
+  memory::statistics_adaptor stats(mixed_pool);
+  memory::limiting_adaptor limit(stats, std::size_t{64} << 30, "bench budget");
+  resource_peer adapted_peer{limit};
+
+  // Interleave the peers within each repetition so that drifts in machine load hit all
+  // of them alike.
+  measurement m_glibc{"mixed: glibc malloc+free", "ns/pair", 0, {}};
+  measurement m_pool{"mixed: bfc_pool allocate+deallocate", "ns/pair", 0, {}};
+  measurement m_adapted{"mixed: statistics+limiting over bfc_pool", "ns/pair", 0, {}};
+  std::vector<double> adaptor_cost;
+  run_mixed(glibc, mixed);  // warm-up
+  run_mixed(pool_peer, mixed);
+  run_mixed(adapted_peer, mixed);
+  for (int r = 0; r < reps; ++r) {
+    m_glibc.samples.push_back(run_mixed(glibc, mixed));
+    m_pool.samples.push_back(run_mixed(pool_peer, mixed));
+    m_adapted.samples.push_back(run_mixed(adapted_peer, mixed));
+    adaptor_cost.push_back(m_adapted.samples.back() - m_pool.samples.back());
+  }
+  for (auto* m : {&m_glibc, &m_pool, &m_adapted}) m->median = median(m->samples);
+  measurement m_cost{"adaptors: statistics+limiting added per pair", "ns/pair", median(adaptor_cost),
+                     adaptor_cost};
+
+  // --- large tensors ---
+  const workload large = make_workload(1, options.large_steps, 1024.0 * 1024.0,
+                                       64.0 * 1024.0 * 1024.0, options.seed + 1);
+  memory::bfc_pool large_pool(host, pool_options("bench large"));
+  resource_peer large_peer{large_pool};
+  measurement l_glibc =
+      measure("large: glibc malloc+touch+free", "ns/pair", reps, [&] { return run_large(glibc, large); });
+  measurement l_pool = measure("large: bfc_pool allocate+touch+deallocate", "ns/pair", reps,
+                               [&] { return run_large(large_peer, large); });
+
+  result.measurements = {m_glibc, m_pool, m_adapted, m_cost, l_glibc, l_pool};
+  result.targets = {
+      {"mixed: glibc time / pool time", m_glibc.median / m_pool.median, ">=", 1.0},
+      {"large: glibc time / pool time", l_glibc.median / l_pool.median, ">=", 10.0},
+      {"adaptors: ns added per pair", m_cost.median, "<=", 20.0},
+  };
+  return result;
+}
+
+std::string to_text(const memory_bench_result& r) {
+  std::string out = fmt::format("{:<48} {:>12} {:>8}   samples\n", "measurement", "median", "unit");
+  for (const auto& m : r.measurements) {
+    std::string samples;
+    for (double s : m.samples) samples += fmt::format(" {:.1f}", s);
+    out += fmt::format("{:<48} {:>12.1f} {:>8}  {}\n", m.name, m.median, m.unit, samples);
+  }
+  out += "\ntargets\n";
+  for (const auto& t : r.targets) {
+    out += fmt::format("  [{}] {:<40} {:>8.2f} (target {} {})\n", t.met() ? "met" : "MISSED",
+                       t.name, t.value, t.op, t.target);
+  }
+  return out;
+}
+
+nlohmann::json to_json(const memory_bench_result& r) {
+  nlohmann::json j;
+  j["suite"] = "memory";
+  for (const auto& m : r.measurements) {
+    j["measurements"].push_back(
+        {{"name", m.name}, {"unit", m.unit}, {"median", m.median}, {"samples", m.samples}});
+  }
+  for (const auto& t : r.targets) {
+    j["targets"].push_back({{"name", t.name},
+                            {"value", t.value},
+                            {"op", t.op},
+                            {"target", t.target},
+                            {"met", t.met()}});
+  }
+  return j;
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,45 @@
+// `loom bench <suite>`: benchmarks that measure loom and its peer in the same run.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "commands.hpp"
+#include "memory/memory_bench.hpp"
+
+namespace loom::tools {
+
+void add_bench_command(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks against a peer measured in the same run");
+  bench->require_subcommand(1);
+
+  auto* memory = bench->add_subcommand(
+      "memory", "Pools against glibc malloc/free: mixed sizes, large tensors, adaptors, replay");
+  struct memory_flags {
+    bench::memory_bench_options options;
+    bool json = false;
+    bool quick = false;
+  };
+  auto flags = std::make_shared<memory_flags>();
+  memory->add_flag("--json", flags->json, "Print the results as JSON");
+  memory->add_flag("--quick", flags->quick, "Fewer repetitions and steps (a smoke run)");
+  memory->add_option("--repetitions", flags->options.repetitions, "Timed repetitions per workload")
+      ->check(CLI::Range(1, 1000));
+  memory->add_option("--seed", flags->options.seed, "Seed of the workloads");
+  memory->callback([flags] {
+    bench::memory_bench_options o = flags->options;
+    if (flags->quick) {
+      o.repetitions = 3;
+      o.mixed_steps /= 10;
+      o.large_steps /= 4;
+      o.replay_events /= 10;
+    }
+    const bench::memory_bench_result r = bench::run_memory_bench(o);
+    if (flags->json) {
+      fmt::print("{}\n", bench::to_json(r).dump(2));
+    } else {
+      fmt::print("{}", bench::to_text(r));
+    }
+  });
+}
+
+}  // namespace loom::tools
