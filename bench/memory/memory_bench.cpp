@@ -7,10 +7,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <sstream>
 
+#include "loom/core/error.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/limiting_adaptor.hpp"
+#include "loom/memory/logging_adaptor.hpp"
+#include "loom/memory/replay.hpp"
 #include "loom/memory/statistics_adaptor.hpp"
 
 namespace loom::bench {
@@ -122,6 +126,27 @@ memory::bfc_pool_options pool_options(std::string name) {
   return o;
 }
 
+// Records `w` through the logging adaptor and parses the log back.
+memory::allocation_log record_log(const workload& w) {
+  std::stringstream csv;
+  {
+    memory::bfc_pool pool(memory::host_resource::instance(), pool_options("bench recording"));
+    memory::logging_adaptor logger(pool, csv);
+    resource_peer peer{logger};
+    run_mixed(peer, w);
+  }
+  return memory::parse_allocation_log(csv);
+}
+
+// Replays `log` against a fresh growing pool; returns events per second.
+double run_replay(const memory::allocation_log& log) {
+  memory::bfc_pool pool(memory::host_resource::instance(), pool_options("bench replay"));
+  const memory::replay_report r = memory::replay(log, pool);
+  if (!r.ok()) throw error("bench replay: " + r.first_failure->describe());
+  return 1e9 / r.timing.ns_per_event;
+}
+
+
 }  // namespace
 
 memory_bench_result run_memory_bench(const memory_bench_options& options) {
@@ -168,11 +193,22 @@ memory_bench_result run_memory_bench(const memory_bench_options& options) {
   measurement l_pool = measure("large: bfc_pool allocate+touch+deallocate", "ns/pair", reps,
                                [&] { return run_large(large_peer, large); });
 
-  result.measurements = {m_glibc, m_pool, m_adapted, m_cost, l_glibc, l_pool};
+  // --- replay ---
+  // The mixed workload again, steps/2 replacements (each two events, plus the initial
+  // allocations and the final frees), recorded, parsed, then replayed.
+  const workload recorded = make_workload(options.live_blocks, options.replay_events / 2, 64.0,
+                                          1024.0 * 1024.0, options.seed + 2);
+  const memory::allocation_log log = record_log(recorded);
+  measurement r_rate =
+      measure(fmt::format("replay: {} events against a growing pool", log.size()), "events/s",
+              reps, [&] { return run_replay(log); });
+
+  result.measurements = {m_glibc, m_pool, m_adapted, m_cost, l_glibc, l_pool, r_rate};
   result.targets = {
       {"mixed: glibc time / pool time", m_glibc.median / m_pool.median, ">=", 1.0},
       {"large: glibc time / pool time", l_glibc.median / l_pool.median, ">=", 10.0},
       {"adaptors: ns added per pair", m_cost.median, "<=", 20.0},
+      {"replay: million events/s", r_rate.median / 1e6, ">=", 5.0},
   };
   return result;
 }

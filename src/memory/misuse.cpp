@@ -17,6 +17,7 @@ const char* to_string(misuse_kind k) noexcept {
     case misuse_kind::size_mismatch: return "size_mismatch";
     case misuse_kind::alignment_mismatch: return "alignment_mismatch";
     case misuse_kind::invalid_alignment: return "invalid_alignment";
+    case misuse_kind::leak: return "leak";
   }
   return "unknown";
 }

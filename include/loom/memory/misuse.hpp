@@ -21,6 +21,7 @@ enum class misuse_kind {
   size_mismatch,    // given back with a size other than the one allocated
   alignment_mismatch,
   invalid_alignment,
+  leak,             // the resource was destroyed with blocks still in use (bytes: their sum)
 };
 
 /// "unknown_pointer", "double_free", ...
