@@ -150,7 +150,8 @@ struct bfc_pool::impl {
   std::vector<region_ref> by_address_;
   detail::free_bins ready_;  // free chunks usable on any stream (bins id 0)
   std::vector<std::unique_ptr<pending_bins>> pending_;  // bins id i + 1
-  memory_stats stats_;  // the counters; stats_locked() derives the rest
+  memory_stats stats_;  // the counters; stats_locked() derives the rest (allocations_in_use
+                        // too: num_allocs - num_deallocs)
   std::size_t in_use_chunk_bytes_ = 0;
   std::size_t held_ = 0;        // bytes held from the upstream, taken or being taken/returned
   std::size_t growing_ = 0;     // growths between reserving bytes and attaching the region

@@ -45,20 +45,15 @@ void limiting_adaptor::budget::release(std::size_t bytes) noexcept {
   charged.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-limiting_adaptor::limiting_adaptor(memory_resource& upstream, std::size_t limit,
-                                   std::string name)
+limiting_adaptor::limiting_adaptor(memory_resource& upstream, std::size_t limit, std::string name)
     : limiting_adaptor(upstream, nullptr, limit, std::move(name)) {}
 
-limiting_adaptor::limiting_adaptor(limiting_adaptor& parent, std::size_t limit,
-                                   std::string name)
+limiting_adaptor::limiting_adaptor(limiting_adaptor& parent, std::size_t limit, std::string name)
     : limiting_adaptor(parent, &parent, limit, std::move(name)) {}
 
 limiting_adaptor::limiting_adaptor(memory_resource& upstream, limiting_adaptor* parent,
                                    std::size_t limit, std::string name)
-    : upstream_(upstream),
-      parent_(parent),
-      name_(std::move(name)),
-      leases_(budget_) {
+    : upstream_(upstream), parent_(parent), name_(std::move(name)), leases_(budget_) {
   set_limit(limit);  // checks the limit against the parent's
 }
 

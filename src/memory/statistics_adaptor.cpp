@@ -10,7 +10,9 @@ using counter = std::atomic<std::uint64_t>;
 constexpr std::size_t num_classes = statistics_adaptor::num_size_classes;
 
 // a - b, or 0 when a snapshot taken during concurrent calls saw b's event before a's.
-std::uint64_t difference(std::uint64_t a, std::uint64_t b) noexcept { return a > b ? a - b : 0; }
+std::uint64_t difference(std::uint64_t a, std::uint64_t b) noexcept {
+  return a > b ? a - b : 0;
+}
 
 }  // namespace
 
@@ -72,8 +74,7 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, std::size_t alignment, 
   }
   const std::size_t now = figures_.in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   std::size_t peak = figures_.peak.load(std::memory_order_relaxed);
-  while (now > peak &&
-         !figures_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  while (now > peak && !figures_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
   shard* own = shards_.local();
   shard& c = own != nullptr ? *own : *spill_;
@@ -103,8 +104,7 @@ memory_stats statistics_adaptor::get_stats() const {
   memory_stats out;
   out.bytes_in_use = figures_.in_use.load(std::memory_order_relaxed);
   // The peak is raised just after the bytes in use, so it may lag them for a moment.
-  out.peak_bytes_in_use =
-      std::max(figures_.peak.load(std::memory_order_relaxed), out.bytes_in_use);
+  out.peak_bytes_in_use = std::max(figures_.peak.load(std::memory_order_relaxed), out.bytes_in_use);
 
   const count_sums sums = sum();
   for (std::size_t k = 0; k < num_classes; ++k) {
@@ -127,8 +127,7 @@ statistics_adaptor::histogram_type statistics_adaptor::histogram() const {
 }
 
 void statistics_adaptor::reset_peaks() noexcept {
-  figures_.peak.store(figures_.in_use.load(std::memory_order_relaxed),
-                      std::memory_order_relaxed);
+  figures_.peak.store(figures_.in_use.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 }  // namespace loom::memory

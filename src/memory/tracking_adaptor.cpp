@@ -71,7 +71,8 @@ tracking_adaptor::~tracking_adaptor() {
 
 std::vector<void*> tracking_adaptor::capture_stack(const void* caller) const {
   std::vector<void*> frames(options_.max_stack_depth + own_frames);
-  frames.resize(static_cast<std::size_t>(backtrace(frames.data(), static_cast<int>(frames.size()))));
+  frames.resize(
+      static_cast<std::size_t>(backtrace(frames.data(), static_cast<int>(frames.size()))));
   frames.erase(frames.begin(), std::find(frames.begin(), frames.end(), caller));
   frames.resize(std::min(frames.size(), options_.max_stack_depth));
   return frames;
@@ -120,8 +121,8 @@ void tracking_adaptor::do_deallocate(void* p, std::size_t bytes, std::size_t ali
     const bool size = record.bytes != bytes;
     const std::size_t expected = size ? record.bytes : record.alignment;
     lock.unlock();
-    report_bad_deallocate(size ? misuse_kind::size_mismatch : misuse_kind::alignment_mismatch,
-                          p, bytes, alignment, expected, s);
+    report_bad_deallocate(size ? misuse_kind::size_mismatch : misuse_kind::alignment_mismatch, p,
+                          bytes, alignment, expected, s);
     return;
   }
   records_.erase(it);
@@ -131,9 +132,9 @@ void tracking_adaptor::do_deallocate(void* p, std::size_t bytes, std::size_t ali
   upstream_.deallocate(p, bytes, alignment, s);
 }
 
-void tracking_adaptor::report_bad_deallocate(misuse_kind kind, const void* p,
-                                             std::size_t bytes, std::size_t alignment,
-                                             std::size_t expected, stream s) const noexcept {
+void tracking_adaptor::report_bad_deallocate(misuse_kind kind, const void* p, std::size_t bytes,
+                                             std::size_t alignment, std::size_t expected,
+                                             stream s) const noexcept {
   misuse_report report{kind, {}, p, bytes, expected, s, {}};
   try {
     report.resource = label_;
@@ -196,7 +197,9 @@ std::size_t tracking_adaptor::outstanding_bytes() const {
   return sum;
 }
 
-std::string tracking_adaptor::leak_report() const { return format_report(outstanding()); }
+std::string tracking_adaptor::leak_report() const {
+  return format_report(outstanding());
+}
 
 std::string tracking_adaptor::format_report(const std::vector<allocation_record>& live) const {
   if (live.empty()) return label_ + ": no allocations outstanding\n";
@@ -217,9 +220,9 @@ std::string tracking_adaptor::format_report(const std::vector<allocation_record>
                    tag.empty() ? std::string("untagged") : fmt::format("tag '{}'", tag),
                    plural(records.size(), "allocation"), describe_bytes(bytes));
     for (const allocation_record* r : records) {
-      fmt::format_to(it, "    #{} at {}: {}, alignment {}, stream {:#x}, thread {}\n",
-                     r->sequence, r->pointer, describe_bytes(r->bytes), r->alignment,
-                     r->on_stream.value(), r->thread);
+      fmt::format_to(it, "    #{} at {}: {}, alignment {}, stream {:#x}, thread {}\n", r->sequence,
+                     r->pointer, describe_bytes(r->bytes), r->alignment, r->on_stream.value(),
+                     r->thread);
       append_stack(out, r->stack);
     }
   }

@@ -284,6 +284,7 @@ TEST(BfcPool, FixedPoolRunsOutOfMemoryAndKeepsWorking) {
   EXPECT_THROW((void)pool.allocate(8 * KiB), loom::out_of_memory);
   try {
     (void)pool.allocate(8 * KiB, 128, bfc_test::fake_stream(7));
+    ADD_FAILURE() << "allocated past the end of a fixed pool";
   } catch (const std::bad_alloc& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("bfc_pool 'fixed'"), std::string::npos) << what;

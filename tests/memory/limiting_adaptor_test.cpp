@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -125,8 +126,7 @@ TEST(LimitingAdaptor, RefusesExactlyWhatTheModelRefuses) {
         live.emplace_back(budget.allocate(bytes), bytes);
         used += bytes;
       } else {
-        EXPECT_THROW((void)budget.allocate(bytes), loom::out_of_memory)
-            << used << " + " << bytes;
+        EXPECT_THROW((void)budget.allocate(bytes), loom::out_of_memory) << used << " + " << bytes;
       }
     } else {
       const std::size_t k = rng() % live.size();
@@ -338,6 +338,41 @@ TEST(LimitingAdaptor, ReportsOtherThreadsLeasesAndTakesThemBackWhenTheyExit) {
   EXPECT_EQ(budget.charged(), 0u);
   void* p = budget.allocate(1 * MiB);
   budget.deallocate(p, 1 * MiB);
+}
+
+// One thread uses more budgets in turn than its cache of recent ones holds, and makes
+// and drops budgets as it goes; each keeps its own account.
+TEST(LimitingAdaptor, ManyBudgetsOnOneThreadKeepTheirOwnAccounts) {
+  counting_upstream upstream;
+  constexpr std::size_t budgets = 7;
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::unique_ptr<limiting_adaptor>> all;
+    for (std::size_t b = 0; b < budgets; ++b) {
+      all.push_back(
+          std::make_unique<limiting_adaptor>(upstream, 1 * MiB, "budget " + std::to_string(b)));
+    }
+    std::vector<std::vector<std::pair<void*, std::size_t>>> live(budgets);
+    std::vector<std::size_t> used(budgets, 0);
+    for (int i = 0; i < 500; ++i) {
+      const std::size_t b = rng() % budgets;
+      if (live[b].empty() || rng() % 2 == 0) {
+        const std::size_t bytes = rng() % (4 * KiB);
+        if (used[b] + bytes > 1 * MiB) continue;
+        live[b].emplace_back(all[b]->allocate(bytes), bytes);
+        used[b] += bytes;
+      } else {
+        all[b]->deallocate(live[b].back().first, live[b].back().second);
+        used[b] -= live[b].back().second;
+        live[b].pop_back();
+      }
+      ASSERT_EQ(all[b]->used(), used[b]) << "budget " << b;
+    }
+    for (std::size_t b = 0; b < budgets; ++b) {
+      for (const auto& [p, bytes] : live[b]) all[b]->deallocate(p, bytes);
+    }
+  }
+  EXPECT_EQ(upstream.in_use.load(), 0u);
 }
 
 // A thread may outlive a budget it used, and use another one afterwards.

@@ -31,9 +31,8 @@ constexpr int pairs_per_thread = 1500;
 constexpr int pairs_per_thread = 5000;
 #endif
 
-const std::vector<std::string> header = {"seq",       "thread", "time_ns", "action",
-                                         "pointer",   "bytes",  "alignment", "stream",
-                                         "tag",       "outcome"};
+const std::vector<std::string> header = {"seq",   "thread",    "time_ns", "action", "pointer",
+                                         "bytes", "alignment", "stream",  "tag",    "outcome"};
 
 // Host memory that refuses (out_of_memory) requests above 1 MiB and rejects
 // (invalid_argument) requests of exactly 777 bytes.
@@ -114,14 +113,18 @@ std::vector<event> parse_log(const std::string& text) {
       continue;
     }
     events.push_back({std::stoull(r[0]), static_cast<std::uint32_t>(std::stoul(r[1])),
-                      std::stoull(r[2]), r[3], r[4], std::stoull(r[5]), std::stoull(r[6]),
-                      r[7], r[8], r[9]});
+                      std::stoull(r[2]), r[3], r[4], std::stoull(r[5]), std::stoull(r[6]), r[7],
+                      r[8], r[9]});
   }
   return events;
 }
 
-std::string hex(const void* p) { return fmt::format("{:#x}", reinterpret_cast<std::uintptr_t>(p)); }
-loom::stream fake_stream(std::uintptr_t n) { return loom::stream{reinterpret_cast<void*>(n)}; }
+std::string hex(const void* p) {
+  return fmt::format("{:#x}", reinterpret_cast<std::uintptr_t>(p));
+}
+loom::stream fake_stream(std::uintptr_t n) {
+  return loom::stream{reinterpret_cast<void*>(n)};
+}
 
 TEST(LoggingAdaptor, LogsEveryCallWithItsOutcome) {
   picky_upstream upstream;
@@ -180,8 +183,8 @@ TEST(LoggingAdaptor, LogsEveryCallWithItsOutcome) {
 TEST(LoggingAdaptor, QuotesTagsThatNeedIt) {
   picky_upstream upstream;
   std::ostringstream out;
-  const std::vector<std::string> tags = {"plain", "a,b", "say \"hi\"", "two\nlines",
-                                         "cr\rlf", "", "\"\""};
+  const std::vector<std::string> tags = {"plain",  "a,b", "say \"hi\"", "two\nlines",
+                                         "cr\rlf", "",    "\"\""};
   {
     logging_adaptor log(upstream, out);
     for (const std::string& tag : tags) {
@@ -230,8 +233,8 @@ TEST(LoggingAdaptor, LogsSeveralThreadsInOrder) {
 
   const std::vector<event> events = parse_log(out.str());
   ASSERT_EQ(events.size(), static_cast<std::size_t>(threads * pairs_per_thread * 2));
-  std::map<std::string, std::size_t> live;          // pointer -> bytes
-  std::map<std::uint32_t, std::string> tag_of;       // thread id -> its tag
+  std::map<std::string, std::size_t> live;      // pointer -> bytes
+  std::map<std::uint32_t, std::string> tag_of;  // thread id -> its tag
   std::uint32_t next_thread = 0;
   for (std::size_t i = 0; i < events.size(); ++i) {
     const event& e = events[i];

@@ -31,10 +31,14 @@
 // The huge-size test asks the C library for 2^62 bytes; the sanitizers' allocators must
 // answer that with nullptr, as glibc does, rather than stop the program.
 #if defined(LOOM_ASAN)
-extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+extern "C" const char* __asan_default_options() {
+  return "allocator_may_return_null=1";
+}
 #endif
 #if defined(LOOM_TSAN)
-extern "C" const char* __tsan_default_options() { return "allocator_may_return_null=1"; }
+extern "C" const char* __tsan_default_options() {
+  return "allocator_may_return_null=1";
+}
 #endif
 
 namespace {
@@ -113,9 +117,15 @@ lm::bfc_pool_options pool_options(std::string name, std::size_t initial_size,
   options.granularity = granularity;
   return options;
 }
-lm::bfc_pool_options growing_pool() { return pool_options("growing", 0, 1 * MiB, 256); }
-lm::bfc_pool_options fixed_pool() { return pool_options("fixed", 64 * MiB, 0, 256); }
-lm::bfc_pool_options fine_pool() { return pool_options("fine", 0, 1 * MiB, 64); }
+lm::bfc_pool_options growing_pool() {
+  return pool_options("growing", 0, 1 * MiB, 256);
+}
+lm::bfc_pool_options fixed_pool() {
+  return pool_options("fixed", 64 * MiB, 0, 256);
+}
+lm::bfc_pool_options fine_pool() {
+  return pool_options("fine", 0, 1 * MiB, 64);
+}
 
 struct config {
   std::string name;
@@ -129,7 +139,8 @@ std::vector<config> configs() {
       {"bfc_growing", [](resource_stack& s) { s.push_pool(growing_pool()); }},
       {"bfc_fixed", [](resource_stack& s) { s.push_pool(fixed_pool()); }},
       {"bfc_small_granularity", [](resource_stack& s) { s.push_pool(fine_pool()); }},
-      {"full_stack", [](resource_stack& s) {
+      {"full_stack",
+       [](resource_stack& s) {
          s.push_pool(growing_pool());
          s.push_logging();
          s.push_tracking();
@@ -170,7 +181,9 @@ bool aligned(const void* p, std::size_t alignment) {
 
 // Fills a block with one byte value, and checks that it still holds it (memcmp of the
 // block against itself shifted by one: every byte equals the first).
-void fill(void* p, std::size_t bytes, unsigned char value) { std::memset(p, value, bytes); }
+void fill(void* p, std::size_t bytes, unsigned char value) {
+  std::memset(p, value, bytes);
+}
 bool holds(const void* p, std::size_t bytes, unsigned char value) {
   if (bytes == 0) return true;
   const auto* c = static_cast<const unsigned char*>(p);
@@ -217,7 +230,8 @@ TEST_P(ResourceConformance, LiveBlocksDoNotOverlapAndKeepTheirContent) {
   });
   for (std::size_t i = 0; i + 1 < live.size(); ++i) {
     // Every block owns at least one byte, so that even empty blocks are distinct.
-    const auto end = reinterpret_cast<std::uintptr_t>(live[i].p) + std::max<std::size_t>(live[i].bytes, 1);
+    const auto end =
+        reinterpret_cast<std::uintptr_t>(live[i].p) + std::max<std::size_t>(live[i].bytes, 1);
     EXPECT_LE(end, reinterpret_cast<std::uintptr_t>(live[i + 1].p))
         << "blocks at " << live[i].p << " and " << live[i + 1].p << " overlap";
   }

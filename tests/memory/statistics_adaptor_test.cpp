@@ -93,13 +93,13 @@ struct block {
 
 // Random calls on `stats`, mirrored into `m`: allocations of up to twice what the
 // upstream accepts (so some fail), frees of random live blocks. Leaves `live` live.
-void random_calls(statistics_adaptor& stats, model& m, std::vector<block>& live,
-                  std::uint64_t seed, int ops) {
+void random_calls(statistics_adaptor& stats, model& m, std::vector<block>& live, std::uint64_t seed,
+                  int ops) {
   std::mt19937_64 rng(seed);
   for (int i = 0; i < ops; ++i) {
     if (live.size() < 100 && (live.empty() || rng() % 2 == 0)) {
-      const std::size_t bytes = rng() % 8 == 0 ? rng() % (2 * picky_upstream::max_bytes)
-                                               : rng() % 5000;
+      const std::size_t bytes =
+          rng() % 8 == 0 ? rng() % (2 * picky_upstream::max_bytes) : rng() % 5000;
       if (bytes == picky_upstream::rejected_bytes) continue;
       try {
         live.push_back({stats.allocate(bytes), bytes});

@@ -27,7 +27,9 @@ using lm::leak_action;
 using lm::tracking_adaptor;
 using lm::tracking_options;
 
-loom::stream fake_stream(std::uintptr_t n) { return loom::stream{reinterpret_cast<void*>(n)}; }
+loom::stream fake_stream(std::uintptr_t n) {
+  return loom::stream{reinterpret_cast<void*>(n)};
+}
 
 tracking_options named(std::string name) {
   tracking_options options;

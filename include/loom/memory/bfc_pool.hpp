@@ -51,7 +51,8 @@
 // so no other thread can allocate from them, and frees them after releasing the lock, so
 // other threads keep allocating meanwhile.
 //
-// The lock: one mutex (spinning briefly, then sleeping) guards the pool's state. It is
+// The lock: one mutex (spinning briefly, then sleeping; no atomic instruction at all while
+// the process has a single thread, as glibc's malloc does) guards the pool's state. It is
 // never held while the pool calls the upstream or reports misuse, nor while it calls
 // options.synchronize (but for the out-of-memory case in stream_synchronizer's contract).
 // Chunk metadata lives in a table outside the pooled memory (the pool never touches the

@@ -46,11 +46,11 @@ class limiting_adaptor final : public memory_resource {
  public:
   /// A budget of `limit` bytes named `name` over `upstream`, which must outlive it.
   /// Throws std::bad_alloc.
-  limiting_adaptor(memory_resource& upstream, std::size_t limit, std::string name);
+  explicit limiting_adaptor(memory_resource& upstream, std::size_t limit, std::string name);
   /// A budget nested in `parent` (which must outlive it): allocates through the parent,
   /// so the parent is charged too. Throws loom::invalid_argument when `limit` exceeds the
   /// parent's limit.
-  limiting_adaptor(limiting_adaptor& parent, std::size_t limit, std::string name);
+  explicit limiting_adaptor(limiting_adaptor& parent, std::size_t limit, std::string name);
   ~limiting_adaptor() override;
 
   limiting_adaptor(const limiting_adaptor&) = delete;
@@ -95,8 +95,7 @@ class limiting_adaptor final : public memory_resource {
                    std::string name);
 
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream s) override;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     stream s) noexcept override;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment, stream s) noexcept override;
   std::optional<memory_stats> do_stats() const override { return upstream_.stats(); }
 
   void charge(std::size_t bytes);  // beyond the calling thread's lease

@@ -58,10 +58,10 @@ class logging_adaptor final : public memory_resource {
   static constexpr std::size_t flush_threshold = std::size_t{64} << 10;
 
   /// Logs calls to `upstream` into `out`; both must outlive the adaptor.
-  logging_adaptor(memory_resource& upstream, std::ostream& out);
+  explicit logging_adaptor(memory_resource& upstream, std::ostream& out);
   /// Logs calls to `upstream` (which must outlive the adaptor) into a file it creates or
   /// truncates at `path`. Throws loom::error naming the path when it cannot be opened.
-  logging_adaptor(memory_resource& upstream, const std::filesystem::path& path);
+  explicit logging_adaptor(memory_resource& upstream, const std::filesystem::path& path);
   /// Flushes the log.
   ~logging_adaptor() override;
 
@@ -77,8 +77,7 @@ class logging_adaptor final : public memory_resource {
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream s) override;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     stream s) noexcept override;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment, stream s) noexcept override;
   std::optional<memory_stats> do_stats() const override { return upstream_.stats(); }
 
   void log(std::string_view action, const void* p, std::size_t bytes, std::size_t alignment,

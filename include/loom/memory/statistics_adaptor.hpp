@@ -86,8 +86,7 @@ class statistics_adaptor final : public memory_resource {
   struct count_sums;
 
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream s) override;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     stream s) noexcept override;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment, stream s) noexcept override;
   std::optional<memory_stats> do_stats() const override { return get_stats(); }
 
   [[nodiscard]] count_sums sum() const;

@@ -59,10 +59,10 @@ struct allocation_record {
   std::size_t bytes = 0;
   std::size_t alignment = 0;
   stream on_stream;
-  std::string tag;              // current_tag() when it was allocated
-  std::thread::id thread;       // the thread that allocated it
-  std::uint64_t sequence = 0;   // 0-based, in allocation order
-  std::vector<void*> stack;     // return addresses, innermost first; empty unless captured
+  std::string tag;             // current_tag() when it was allocated
+  std::thread::id thread;      // the thread that allocated it
+  std::uint64_t sequence = 0;  // 0-based, in allocation order
+  std::vector<void*> stack;    // return addresses, innermost first; empty unless captured
 };
 
 class tracking_adaptor final : public memory_resource {
@@ -93,8 +93,7 @@ class tracking_adaptor final : public memory_resource {
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream s) override;
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     stream s) noexcept override;
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment, stream s) noexcept override;
   std::optional<memory_stats> do_stats() const override { return upstream_.stats(); }
 
   // The calling thread's stack from the frame that returns to `caller` outwards.
@@ -102,8 +101,7 @@ class tracking_adaptor final : public memory_resource {
   [[nodiscard]] std::string format_report(const std::vector<allocation_record>& live) const;
   [[nodiscard]] bool freed_recently(const void* p) const noexcept;  // with mutex_ held
   void report_bad_deallocate(misuse_kind kind, const void* p, std::size_t bytes,
-                             std::size_t alignment, std::size_t expected,
-                             stream s) const noexcept;
+                             std::size_t alignment, std::size_t expected, stream s) const noexcept;
 
   memory_resource& upstream_;
   tracking_options options_;

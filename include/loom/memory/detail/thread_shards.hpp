@@ -12,9 +12,10 @@
 // has used it, so that either may go first:
 // - A thread finds its shard through a thread_local list of {owner id, shard} entries,
 //   searched linearly (a thread uses a handful of adaptors at most), in front of which
-//   sits a cache of the four entries found last, most recent first, whose addresses do
-//   not depend on the owner (so its loads start at once) and which holds a chain of
-//   nested budgets without evictions. Owner ids come from a 64-bit counter and are never
+//   sits a cache of four entries, newest first. The fast path checks the newest only:
+//   one load whose address does not depend on the owner, so it starts at once. A hit
+//   further down does not reorder the cache, so a chain of nested budgets, used in turn,
+//   stays in it without evictions. Owner ids come from a 64-bit counter and are never
 //   reused, so a stale entry never matches a new owner.
 // - When a thread exits, it hands each of its shards back: while the owner lives,
 //   Shard::retire(Shared&) runs under the registry's mutex (the limiting adaptor returns
@@ -71,8 +72,8 @@ class thread_shards {
   /// registration ran out of memory, or when the thread is exiting and has already let go
   /// of its shards. Only the calling thread may write the shard.
   [[nodiscard]] Shard* local() noexcept {
-    for (const cached& c : t_cache) {
-      if (c.id == id_) return c.shard;
+    if (t_cache.front().id == id_) [[likely]] {
+      return t_cache.front().shard;
     }
     return find_or_attach();
   }
@@ -93,7 +94,7 @@ class thread_shards {
     std::mutex mutex;
     std::atomic<Shared*> shared;  // set to nullptr, under the mutex, when the owner goes
     std::vector<std::unique_ptr<Shard>> shards;  // every shard made, in use or free
-    std::vector<Shard*> free;                     // shards of exited threads, for reuse
+    std::vector<Shard*> free;                    // shards of exited threads, for reuse
   };
 
   struct entry {
@@ -134,12 +135,15 @@ class thread_shards {
     // Once the thread's entries are destroyed (it is exiting, and a later thread_local
     // destructor allocates or frees), the owner falls back to its shared path.
     if (t_exited) return nullptr;
+    for (const cached& c : t_cache) {
+      if (c.id == id_) return c.shard;
+    }
     Shard* shard = nullptr;
     for (const entry& e : t_entries.list) {
       if (e.id == id_) shard = e.shard;
     }
     if (shard == nullptr) shard = attach();
-    if (shard != nullptr) {  // into the cache's front; the least recent entry drops out
+    if (shard != nullptr) {  // into the cache's front; the oldest entry drops out
       std::copy_backward(t_cache.begin(), t_cache.end() - 1, t_cache.end());
       t_cache.front() = {id_, shard};
     }
