@@ -11,10 +11,9 @@
 #pragma once
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace loom::bench {
 
@@ -37,9 +36,9 @@ struct measurement {
 
 /// A comparison against a target: `value` must satisfy `op` against `target`.
 struct target_check {
-  std::string name;     // "mixed: pool faster than glibc"
-  double value = 0;     // the measured ratio or figure
-  std::string op;       // ">=" or "<="
+  std::string name;  // "mixed: pool faster than glibc"
+  double value = 0;  // the measured ratio or figure
+  std::string op;    // ">=" or "<="
   double target = 0;
   [[nodiscard]] bool met() const { return op == ">=" ? value >= target : value <= target; }
 };

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "loom/core/error.hpp"
+#include "loom/memory/detail/single_threaded.hpp"
 #include "memory/describe_bytes.hpp"
 
 namespace loom::memory {
@@ -35,6 +36,11 @@ struct alignas(64) limiting_adaptor::lease {
 bool limiting_adaptor::budget::try_charge(std::size_t bytes) noexcept {
   const std::size_t lim = limit.load(std::memory_order_relaxed);
   std::size_t now = charged.load(std::memory_order_relaxed);
+  if (detail::single_threaded()) {  // Note [single-threaded elision]
+    if (bytes > lim || now > lim - bytes) return false;
+    charged.store(now + bytes, std::memory_order_relaxed);
+    return true;
+  }
   do {
     if (bytes > lim || now > lim - bytes) return false;
   } while (!charged.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
@@ -42,7 +48,7 @@ bool limiting_adaptor::budget::try_charge(std::size_t bytes) noexcept {
 }
 
 void limiting_adaptor::budget::release(std::size_t bytes) noexcept {
-  charged.fetch_sub(bytes, std::memory_order_relaxed);
+  detail::shared_fetch_sub(charged, bytes);
 }
 
 limiting_adaptor::limiting_adaptor(memory_resource& upstream, std::size_t limit, std::string name)
@@ -99,12 +105,12 @@ void* limiting_adaptor::do_allocate(std::size_t bytes, std::size_t alignment, st
   if (own != nullptr && bytes <= have) [[likely]] {
     own->bytes.store(have - bytes, std::memory_order_relaxed);
   } else {
-    charge(bytes);
+    charge(own, bytes);
   }
   try {
     return upstream_.allocate(bytes, alignment, s);
   } catch (...) {
-    uncharge(bytes);  // a parent's refusal must not leave this budget charged
+    uncharge(own, bytes);  // a parent's refusal must not leave this budget charged
     throw;
   }
 }
@@ -113,11 +119,10 @@ void limiting_adaptor::do_deallocate(void* p, std::size_t bytes, std::size_t ali
                                      stream s) noexcept {
   // The block goes back first, so that the upstream never holds more than the budget.
   upstream_.deallocate(p, bytes, alignment, s);
-  uncharge(bytes);
+  uncharge(leases_.local(), bytes);
 }
 
-void limiting_adaptor::charge(std::size_t bytes) {
-  lease* own = leases_.local();
+void limiting_adaptor::charge(lease* own, std::size_t bytes) {
   if (own == nullptr) {  // no shard for this thread (out of memory): charge exactly
     if (!budget_.try_charge(bytes)) refuse(bytes);
     return;
@@ -135,8 +140,7 @@ void limiting_adaptor::charge(std::size_t bytes) {
   refuse(bytes);
 }
 
-void limiting_adaptor::uncharge(std::size_t bytes) noexcept {
-  lease* own = leases_.local();
+void limiting_adaptor::uncharge(lease* own, std::size_t bytes) noexcept {
   if (own == nullptr) {
     budget_.release(bytes);
     return;

@@ -7,23 +7,18 @@
 // only when one may exist. It is Drepper's three-state mutex ("Futexes Are Tricky"):
 // 0 free, 1 held, 2 held and someone may be asleep. Satisfies Lockable.
 //
-// Note [single-threaded lock elision]: an atomic read-modify-write (x86's lock prefix)
-// waits for every earlier store of the thread to reach the cache; after the caller has
-// written to a block whose line is not cached, that is a full memory miss per lock. While
-// the C library says the process has only one thread (glibc's __libc_single_threaded, the
-// flag its own malloc uses to skip its locks), lock and unlock are plain stores instead.
-// They still mark the lock held, so a thread started from inside a critical section finds
-// it taken, and unlock takes the atomic path whenever the process has more than one thread
-// by then, so no sleeper is missed.
+// Lock elision (Note [single-threaded elision] in loom/memory/detail/single_threaded.hpp):
+// while the process has one thread, lock and unlock are plain stores. They still mark the
+// lock held, so a thread started from inside a critical section finds it taken, and
+// unlock takes the atomic path whenever the process has more than one thread by then, so
+// no sleeper is missed.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define LOOM_HAVE_SINGLE_THREADED 1
-#endif
+#include "loom/memory/detail/single_threaded.hpp"
+
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -70,14 +65,6 @@ class spin_mutex {
   static constexpr std::uint32_t contended = 2;
   static constexpr int spins = 128;
 
-  // True only while the process certainly has one thread; see the note above.
-  static bool single_threaded() noexcept {
-#if defined(LOOM_HAVE_SINGLE_THREADED)
-    return __libc_single_threaded != 0;
-#else
-    return false;
-#endif
-  }
 
   static void pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <new>
 
+#include "loom/memory/detail/single_threaded.hpp"
+
 namespace loom::memory {
 namespace {
 
@@ -72,10 +74,10 @@ void* statistics_adaptor::do_allocate(std::size_t bytes, std::size_t alignment, 
     add((own != nullptr ? own : spill_.get())->failed, 1, own != nullptr);
     throw;
   }
-  const std::size_t now = figures_.in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::size_t peak = figures_.peak.load(std::memory_order_relaxed);
-  while (now > peak && !figures_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  // Note [single-threaded elision]: exact shared figures without a locked instruction
+  // while the process has one thread.
+  const std::size_t now = detail::shared_fetch_add(figures_.in_use, bytes) + bytes;
+  detail::shared_fetch_max(figures_.peak, now);
   shard* own = shards_.local();
   shard& c = own != nullptr ? *own : *spill_;
   add(c.allocs[size_class(bytes)], 1, own != nullptr);
@@ -87,7 +89,7 @@ void statistics_adaptor::do_deallocate(void* p, std::size_t bytes, std::size_t a
                                        stream s) noexcept {
   // Counted before the block goes back, so that another thread that is handed the same
   // block next cannot count it while this one still does (which would inflate the peak).
-  figures_.in_use.fetch_sub(bytes, std::memory_order_relaxed);
+  detail::shared_fetch_sub(figures_.in_use, bytes);
   shard* own = shards_.local();
   add((own != nullptr ? own : spill_.get())->deallocs[size_class(bytes)], 1, own != nullptr);
   upstream_.deallocate(p, bytes, alignment, s);

@@ -98,8 +98,9 @@ class limiting_adaptor final : public memory_resource {
   void do_deallocate(void* p, std::size_t bytes, std::size_t alignment, stream s) noexcept override;
   std::optional<memory_stats> do_stats() const override { return upstream_.stats(); }
 
-  void charge(std::size_t bytes);  // beyond the calling thread's lease
-  void uncharge(std::size_t bytes) noexcept;
+  // `own` is the calling thread's lease, nullptr when it has none (leases_.local()).
+  void charge(lease* own, std::size_t bytes);  // beyond the calling thread's lease
+  void uncharge(lease* own, std::size_t bytes) noexcept;
   [[nodiscard]] std::size_t leased() const;  // bytes in every thread's lease
   [[noreturn]] void refuse(std::size_t bytes) const;
 

@@ -179,9 +179,16 @@ class thread_shards {
     }
   }
 
-  static inline thread_local entries t_entries;
-  static inline thread_local std::array<cached, cache_size> t_cache;
-  static inline thread_local bool t_exited = false;
+  // Note [initial-exec TLS]: libloom is position-independent (it will live in a Python
+  // extension), where thread_locals default to the general-dynamic model: a call to
+  // __tls_get_addr on every access, several ns on each adaptor call. The initial-exec
+  // model reads them at a fixed offset from the thread pointer. It needs static TLS space
+  // when the library is loaded with dlopen; these few dozen bytes fit in the surplus glibc
+  // keeps for exactly this (as jemalloc's and tcmalloc's hot thread_locals do).
+  [[gnu::tls_model("initial-exec")]] static inline thread_local entries t_entries;
+  [[gnu::tls_model("initial-exec")]] static inline thread_local std::array<cached, cache_size>
+      t_cache;
+  [[gnu::tls_model("initial-exec")]] static inline thread_local bool t_exited = false;
 
   std::shared_ptr<registry> registry_;
   std::uint64_t id_ = registry_->id;
