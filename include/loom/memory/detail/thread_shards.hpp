@@ -184,8 +184,10 @@ class thread_shards {
   // __tls_get_addr on every access, several ns on each adaptor call. The initial-exec
   // model reads them at a fixed offset from the thread pointer. It needs static TLS space
   // when the library is loaded with dlopen; these few dozen bytes fit in the surplus glibc
-  // keeps for exactly this (as jemalloc's and tcmalloc's hot thread_locals do).
-  [[gnu::tls_model("initial-exec")]] static inline thread_local entries t_entries;
+  // keeps for exactly this (as jemalloc's and tcmalloc's hot thread_locals do). Only the
+  // trivially constructed ones on the hot path take it: t_entries, with a constructor and
+  // a destructor, is reached through its TLS wrapper function in any model.
+  static inline thread_local entries t_entries;
   [[gnu::tls_model("initial-exec")]] static inline thread_local std::array<cached, cache_size>
       t_cache;
   [[gnu::tls_model("initial-exec")]] static inline thread_local bool t_exited = false;
