@@ -3,6 +3,8 @@
 #   make test  installs what loom needs, builds it, and runs every test
 # Other targets: build, asan, tsan, fuzz, bench, format, clean.
 
+MAKEFLAGS += --no-print-directory
+
 JOBS    ?= $(shell nproc)
 BUILD   ?= build
 # Warnings are errors in CI (CI=true) and when asked (WERROR=ON).
