@@ -3,7 +3,8 @@
 #   1. Release: all tests.
 #   2. ASan+UBSan: all tests.
 #   3. TSan: the memory tests (the pools and adaptors are built to be thread-safe).
-#   4. libFuzzer over the BFC pool's alloc/free/trim sequences, for FUZZ_SECONDS.
+#   4. Each libFuzzer target (fuzz/*_fuzz.cpp: the BFC pool's alloc/free/trim sequences,
+#      the allocation-log parser and replay) for FUZZ_SECONDS.
 # Prints one closing line with the totals; exits non-zero when anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +62,7 @@ build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM
 CTEST_WRAP="setarch $(uname -m) -R" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   run_ctest build-tsan -L memory
 
-step "libFuzzer: bfc_pool_fuzz for ${FUZZ_SECONDS}s"
+step "libFuzzer targets, ${FUZZ_SECONDS}s each"
 if CC=clang CXX=clang++ build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address \
      -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_TOOLS=OFF; then
   for target in build-fuzz/fuzz/*_fuzz; do
