@@ -135,6 +135,15 @@ memory::bfc_pool_options pool_options(std::string name) {
   return o;
 }
 
+// statistics -> limiting -> a pool of its own: the adaptor stack whose cost is measured.
+struct adapted_pool {
+  explicit adapted_pool(std::string name)
+      : pool(memory::host_resource::instance(), pool_options(std::move(name))) {}
+  memory::bfc_pool pool;
+  memory::statistics_adaptor stats{pool};
+  memory::limiting_adaptor limit{stats, std::size_t{64} << 30, "bench budget"};
+};
+
 // Records `w` through the logging adaptor and parses the log back.
 memory::allocation_log record_log(const workload& w) {
   std::stringstream csv;
@@ -169,10 +178,8 @@ memory_bench_result run_memory_bench(const memory_bench_options& options) {
   // Each peer gets a pool of its own, so that none inherits the free lists another left.
   memory::bfc_pool mixed_pool(host, pool_options("bench mixed"));
   resource_peer pool_peer{mixed_pool};
-  memory::bfc_pool adapted_pool(host, pool_options("bench mixed adapted"));
-  memory::statistics_adaptor mixed_stats(adapted_pool);
-  memory::limiting_adaptor mixed_limit(mixed_stats, std::size_t{64} << 30, "bench budget");
-  resource_peer adapted_peer{mixed_limit};
+  adapted_pool mixed_adapted("bench mixed adapted");
+  resource_peer adapted_peer{mixed_adapted.limit};
   auto mixed_runs = interleaved(
       reps, {[&] { return run_mixed(glibc, mixed); }, [&] { return run_mixed(pool_peer, mixed); },
              [&] { return run_mixed(adapted_peer, mixed); }});
@@ -188,10 +195,8 @@ memory_bench_result run_memory_bench(const memory_bench_options& options) {
   const workload hot = make_workload(100, options.mixed_steps, 64.0, 4096.0, options.seed + 3);
   memory::bfc_pool hot_pool(host, pool_options("bench hot"));
   resource_peer hot_peer{hot_pool};
-  memory::bfc_pool hot_adapted_pool(host, pool_options("bench hot adapted"));
-  memory::statistics_adaptor hot_stats(hot_adapted_pool);
-  memory::limiting_adaptor hot_limit(hot_stats, std::size_t{64} << 30, "bench budget");
-  resource_peer hot_adapted_peer{hot_limit};
+  adapted_pool hot_adapted("bench hot adapted");
+  resource_peer hot_adapted_peer{hot_adapted.limit};
   auto hot_runs = interleaved(reps, {[&] { return run_mixed(hot_peer, hot); },
                                      [&] { return run_mixed(hot_adapted_peer, hot); }});
   measurement h_pool = named("hot: bfc_pool allocate+deallocate", "ns/pair", hot_runs[0]);

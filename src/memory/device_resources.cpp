@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <utility>
 
 #include "loom/core/error.hpp"
 #include "loom/memory/bfc_pool.hpp"
@@ -31,22 +32,15 @@ std::atomic<memory_resource*>* entry(device_id device) noexcept {
   return nullptr;
 }
 
-// The default cpu:0 resource and its upstream, created on first use and never destroyed
-// (see the header): a block may be given back to it from a static destructor.
-struct default_cpu_resources {
-  host_resource host;
-  bfc_pool pool{host, pool_options()};
-
-  static bfc_pool_options pool_options() {
+// The default cpu:0 pool, over the host resource, created on first use and never
+// destroyed (see the header): a block may be given back to it from a static destructor.
+memory_resource& default_cpu_pool() {
+  static bfc_pool* const pool = [] {
     bfc_pool_options o;
     o.name = to_string(cpu0);
-    return o;
-  }
-};
-
-memory_resource& default_cpu_pool() {
-  static default_cpu_resources* const resources = new default_cpu_resources;
-  return resources->pool;
+    return new bfc_pool(host_resource::instance(), std::move(o));
+  }();
+  return *pool;
 }
 
 }  // namespace

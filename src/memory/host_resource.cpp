@@ -9,8 +9,10 @@
 namespace loom::memory {
 
 host_resource& host_resource::instance() noexcept {
-  static host_resource r;
-  return r;
+  // Never destroyed, so that pools that outlive static destruction (the default cpu:0 pool
+  // of device_resources.cpp) may still give memory back to it.
+  static host_resource* const r = new host_resource;
+  return *r;
 }
 
 void* host_resource::do_allocate(std::size_t bytes, std::size_t alignment, stream /*s*/) {

@@ -17,10 +17,12 @@
 #include "loom/core/error.hpp"
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/statistics_adaptor.hpp"
+#include "memory/test_upstreams.hpp"
 
 namespace {
 
 namespace lm = loom::memory;
+using lm::testing::counting_upstream;
 using lm::limiting_adaptor;
 
 constexpr std::size_t KiB = 1024;
@@ -31,31 +33,6 @@ constexpr int ops_per_thread = 4000;
 #else
 constexpr int ops_per_thread = 40000;
 #endif
-
-// Host memory that counts the bytes it holds, remembers the most it ever held, and can be
-// told to refuse everything. Thread-safe.
-class counting_upstream final : public lm::memory_resource {
- public:
-  std::atomic<std::size_t> in_use{0};
-  std::atomic<std::size_t> peak{0};
-  std::atomic<bool> refuse{false};
-
- private:
-  void* do_allocate(std::size_t bytes, std::size_t alignment, loom::stream s) override {
-    if (refuse.load()) throw loom::out_of_memory("counting_upstream: refused", bytes, "counting");
-    void* p = lm::host_resource::instance().allocate(bytes, alignment, s);
-    const std::size_t now = in_use.fetch_add(bytes) + bytes;
-    std::size_t old = peak.load();
-    while (now > old && !peak.compare_exchange_weak(old, now)) {
-    }
-    return p;
-  }
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     loom::stream s) noexcept override {
-    in_use.fetch_sub(bytes);
-    lm::host_resource::instance().deallocate(p, bytes, alignment, s);
-  }
-};
 
 // Runs `allocate` and returns the out_of_memory it throws; fails the test if it does not.
 template <class F>

@@ -19,10 +19,12 @@
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/statistics_adaptor.hpp"
+#include "memory/test_upstreams.hpp"
 
 namespace {
 
 namespace lm = loom::memory;
+using lm::testing::picky_upstream;
 using lm::logging_adaptor;
 
 #if defined(LOOM_ASAN) || defined(LOOM_TSAN)
@@ -33,20 +35,6 @@ constexpr int pairs_per_thread = 5000;
 
 const std::vector<std::string> header = {"seq",   "thread",    "time_ns", "action", "pointer",
                                          "bytes", "alignment", "stream",  "tag",    "outcome"};
-
-// Host memory that refuses (out_of_memory) requests above 1 MiB and rejects
-// (invalid_argument) requests of exactly 777 bytes.
-class picky_upstream final : public lm::memory_resource {
-  void* do_allocate(std::size_t bytes, std::size_t alignment, loom::stream s) override {
-    if (bytes > (1 << 20)) throw loom::out_of_memory("picky_upstream: too big", bytes, "picky");
-    if (bytes == 777) throw loom::invalid_argument("picky_upstream: 777 bytes");
-    return lm::host_resource::instance().allocate(bytes, alignment, s);
-  }
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     loom::stream s) noexcept override {
-    lm::host_resource::instance().deallocate(p, bytes, alignment, s);
-  }
-};
 
 // Splits CSV text into records of fields, per RFC 4180: a quoted field may hold commas,
 // line breaks and quotes (doubled).

@@ -10,10 +10,12 @@
 
 #include "loom/core/error.hpp"
 #include "loom/memory/host_resource.hpp"
+#include "memory/test_upstreams.hpp"
 
 namespace {
 
 namespace lm = loom::memory;
+using lm::testing::picky_upstream;
 using lm::statistics_adaptor;
 
 #if defined(LOOM_ASAN) || defined(LOOM_TSAN)
@@ -21,25 +23,6 @@ constexpr int ops_per_thread = 3000;
 #else
 constexpr int ops_per_thread = 30000;
 #endif
-
-// Host memory that refuses (out_of_memory) requests above `max_bytes`, and rejects
-// (invalid_argument) requests of exactly `rejected_bytes`. Thread-safe.
-class picky_upstream final : public lm::memory_resource {
- public:
-  static constexpr std::size_t max_bytes = 1 << 20;
-  static constexpr std::size_t rejected_bytes = 777;
-
- private:
-  void* do_allocate(std::size_t bytes, std::size_t alignment, loom::stream s) override {
-    if (bytes > max_bytes) throw loom::out_of_memory("picky_upstream: too big", bytes, "picky");
-    if (bytes == rejected_bytes) throw loom::invalid_argument("picky_upstream: 777 bytes");
-    return lm::host_resource::instance().allocate(bytes, alignment, s);
-  }
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     loom::stream s) noexcept override {
-    lm::host_resource::instance().deallocate(p, bytes, alignment, s);
-  }
-};
 
 // The smallest k with 2^k >= bytes, by counting.
 std::size_t model_size_class(std::size_t bytes) {

@@ -18,10 +18,12 @@
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/misuse.hpp"
 #include "loom/memory/statistics_adaptor.hpp"
+#include "memory/test_upstreams.hpp"
 
 namespace {
 
 namespace lm = loom::memory;
+using lm::testing::counting_upstream;
 using lm::allocation_record;
 using lm::leak_action;
 using lm::tracking_adaptor;
@@ -36,24 +38,6 @@ tracking_options named(std::string name) {
   options.name = std::move(name);
   return options;
 }
-
-// Host memory that counts the calls that reach it. Thread-safe.
-class counting_upstream final : public lm::memory_resource {
- public:
-  std::atomic<int> allocations{0};
-  std::atomic<int> deallocations{0};
-
- private:
-  void* do_allocate(std::size_t bytes, std::size_t alignment, loom::stream s) override {
-    ++allocations;
-    return lm::host_resource::instance().allocate(bytes, alignment, s);
-  }
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
-                     loom::stream s) noexcept override {
-    ++deallocations;
-    lm::host_resource::instance().deallocate(p, bytes, alignment, s);
-  }
-};
 
 // Collects the misuse reports made while it lives.
 class misuse_capture {

@@ -12,7 +12,8 @@ namespace loom::memory {
 
 class host_resource final : public memory_resource {
  public:
-  /// The process-wide instance (host_resource has no state; this is a convenience).
+  /// The process-wide instance (host_resource has no state; this is a convenience). It is
+  /// never destroyed, so it serves pools that outlive static destruction.
   static host_resource& instance() noexcept;
 
  private:
