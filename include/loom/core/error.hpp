@@ -73,3 +73,28 @@ class out_of_memory : public std::bad_alloc {
 };
 
 }  // namespace loom
+
+namespace loom {
+
+/// A node failed while a graph ran: its kernel reported an error (bad input values, a
+/// missing variable, ...), or it could not be given a kernel or a device. Names the node and
+/// its op; the message says the rest.
+class node_error : public error {
+ public:
+  node_error(const std::string& what, std::string node_name, std::string op)
+      : error(what), node_name_(std::move(node_name)), op_(std::move(op)) {}
+  [[nodiscard]] const std::string& node_name() const noexcept { return node_name_; }
+  [[nodiscard]] const std::string& op() const noexcept { return op_; }
+
+ private:
+  std::string node_name_;
+  std::string op_;
+};
+
+/// A run was cancelled (session::cancel, from another thread).
+class cancelled_error : public error {
+ public:
+  using error::error;
+};
+
+}  // namespace loom

@@ -1,0 +1,63 @@
+// thread_pool: a CPU device's compute resource.
+//
+// A pool of `threads` threads counting the caller: it starts threads - 1 workers, and a
+// thread that waits on the pool's work (parallel_for, wait) helps run it, so a pool of N
+// never has more than N threads busy for it. oneDNN (OpenMP) is told the same N, so the
+// two never oversubscribe the cores (docs/runtime.md, "Threads").
+//
+// Thread-safe: any thread may schedule and call parallel_for, including the pool's own
+// workers (nested parallel_for runs its chunks on whichever threads are free, the caller
+// included, and never deadlocks).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace loom {
+
+class thread_pool {
+ public:
+  /// A pool of `threads` threads (>= 1; 1 means the caller alone, no workers). `name`
+  /// names the workers for debuggers ("cpu:0/1", ...). Throws loom::invalid_argument for
+  /// threads < 1.
+  explicit thread_pool(int threads, std::string name = "loom");
+  /// Runs what is queued (including what those tasks queue), then joins the workers.
+  ~thread_pool();
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+
+  /// Threads counting the caller.
+  [[nodiscard]] int size() const noexcept;
+
+  /// Queues `fn` to run on a worker (or, with no workers, runs it now on the caller).
+  /// Tasks start in the order queued, on whichever worker is free first (an idle worker
+  /// picks up new work within microseconds). `fn` must not throw (if it does, the program
+  /// terminates); wrap work that can. Throws loom::invalid_argument for an empty `fn`.
+  /// Must not be called once the destructor has begun, except from the pool's own tasks.
+  void schedule(std::function<void()> fn);
+
+  /// Calls fn(begin, end) over disjoint ranges that cover [0, n), in parallel, and returns
+  /// when all are done. `cost_per_item` (roughly, in nanoseconds) decides how finely to
+  /// split: into at most size() * 4 ranges (and at most n), none below about 20 µs of work
+  /// (n * cost_per_item / 20000 ranges). Work of one range or less (and any work on a pool
+  /// of size 1, or with cost_per_item <= 0) runs inline on the caller, with no locking and
+  /// no allocation. The caller runs ranges too, and while it waits for the others it runs
+  /// other queued tasks, so parallel_for from inside a task or from fn never deadlocks.
+  /// Exceptions: once fn has thrown, ranges not yet started are skipped; the ranges running
+  /// finish, and then the first exception is rethrown here. n <= 0 does nothing.
+  void parallel_for(std::int64_t n, double cost_per_item,
+                    const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+  /// Index of the calling thread in this pool (1 .. size()-1 for workers), or 0 when the
+  /// caller is not one of its workers.
+  [[nodiscard]] int current_thread_index() const noexcept;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace loom

@@ -1,0 +1,16 @@
+// The CPU backend's kernel families. Each family registers its kernels from one function;
+// register_cpu_kernels (cpu_kernels.cpp) is the one table that lists them.
+#pragma once
+
+#include "loom/kernel/kernel_registry.hpp"
+
+namespace loom::cpu {
+
+void register_state_kernels(kernel_registry& registry);        // placeholder, const, variable, assign*, identity
+void register_transfer_kernels(kernel_registry& registry);     // _send, _recv
+void register_elementwise_kernels(kernel_registry& registry);  // unary, binary, where, cast, fill, range, random
+void register_nn_kernels(kernel_registry& registry);           // matmul, conv2d, pooling, bias_add (oneDNN)
+void register_reduction_kernels(kernel_registry& registry);    // reductions, softmax, layer_norm, xent, argmax
+void register_array_kernels(kernel_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
+
+}  // namespace loom::cpu

@@ -1,0 +1,58 @@
+// Small helpers for writing op definitions (src/graph/ops/*_ops.cpp).
+#pragma once
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/graph/op_registry.hpp"
+
+namespace loom::op_helpers {
+
+/// A type attribute ("T"), optionally restricted to `allowed`.
+inline attr_def type_attr(std::string name, std::vector<dtype> allowed = {}) {
+  attr_def a;
+  a.name = std::move(name);
+  a.type = attr_type::type;
+  a.allowed_types = std::move(allowed);
+  return a;
+}
+
+/// An attribute of type `t`; required when `def` is empty.
+inline attr_def attr(std::string name, attr_type t, std::optional<attr_value> def = std::nullopt) {
+  attr_def a;
+  a.name = std::move(name);
+  a.type = t;
+  a.default_value = std::move(def);
+  return a;
+}
+
+/// An argument whose dtype is the type attribute `type` ("T").
+inline arg_def typed(std::string name, std::string type = "T") {
+  return arg_def{std::move(name), std::move(type), dtype::f32, {}};
+}
+/// An argument of a fixed dtype.
+inline arg_def fixed(std::string name, dtype t) { return arg_def{std::move(name), {}, t, {}}; }
+/// A list argument of `length_attr` tensors of type attribute `type`.
+inline arg_def typed_list(std::string name, std::string length_attr, std::string type = "T") {
+  return arg_def{std::move(name), std::move(type), dtype::f32, std::move(length_attr)};
+}
+
+inline const std::vector<dtype>& float_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  return t;
+}
+inline const std::vector<dtype>& numeric_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
+                                    dtype::i32, dtype::i64, dtype::i8,  dtype::u8};
+  return t;
+}
+inline const std::vector<dtype>& all_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+                                    dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
+  return t;
+}
+
+}  // namespace loom::op_helpers

@@ -1,0 +1,77 @@
+#include "loom/kernel/op_kernel.hpp"
+
+#include "loom/device/thread_pool.hpp"
+#include "loom/kernel/variable_store.hpp"
+#include "loom/memory/tensor_allocation.hpp"
+
+namespace loom {
+
+std::string describe_failure(const node& n, const device* d, const std::string& message) {
+  if (d == nullptr) return fmt::format("node {}: {}", n.describe(), message);
+  return fmt::format("node {} on {}: {}", n.describe(), d->name(), message);
+}
+
+void kernel_construction::fail(const std::string& message) const {
+  throw node_error(describe_failure(node_, &device_, message), node_.name, node_.op());
+}
+
+void kernel_context::fail(const std::string& message) const {
+  throw node_error(describe_failure(node_, &device_, message), node_.name, node_.op());
+}
+
+tensor kernel_context::input_contiguous(std::size_t i) {
+  const tensor& in = inputs_[i];
+  if (in.is_contiguous()) return in;
+  return memory::contiguous_copy(in, device_.allocator(), device_.id());
+}
+
+tensor& kernel_context::allocate_output(std::size_t i, const shape& s) {
+  return allocate_output(i, node_.outputs[i].type, s);
+}
+
+tensor& kernel_context::allocate_output(std::size_t i, dtype t, const shape& s) {
+  outputs_[i] = memory::allocate_tensor(device_.allocator(), device_.id(), t, s);
+  return outputs_[i];
+}
+
+tensor& kernel_context::forward_input_or_allocate_output(std::size_t input, std::size_t i,
+                                                         const shape& s) {
+  tensor& in = inputs_[input];
+  const dtype t = node_.outputs[i].type;
+  if (in.defined() && in.buf()->unique() && in.offset() == 0 && in.is_contiguous() &&
+      size_of(in.type()) == size_of(t) && in.buf()->bytes() == in.nbytes() &&
+      s.num_elements() == in.num_elements() && in.device() == device_.id()) {
+    outputs_[i] = tensor(in.buf(), t, s);
+    return outputs_[i];
+  }
+  return allocate_output(i, t, s);
+}
+
+void kernel_context::set_output(std::size_t i, tensor t) { outputs_[i] = std::move(t); }
+
+tensor kernel_context::allocate_temp(dtype t, const shape& s) {
+  return memory::allocate_tensor(device_.allocator(), device_.id(), t, s);
+}
+
+thread_pool* kernel_context::pool() const noexcept { return device_.pool(); }
+
+void kernel_context::parallel_for(std::int64_t n, double cost_per_item,
+                                  const std::function<void(std::int64_t, std::int64_t)>& fn) const {
+  if (thread_pool* p = device_.pool(); p != nullptr && p->size() > 1) {
+    p->parallel_for(n, cost_per_item, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+int kernel_context::num_threads() const noexcept {
+  const thread_pool* p = device_.pool();
+  return p == nullptr ? 1 : p->size();
+}
+
+variable_store& kernel_context::variables() const {
+  if (variables_ == nullptr) fail("this kernel needs a session's variables and runs without one");
+  return *variables_;
+}
+
+}  // namespace loom
