@@ -5,6 +5,8 @@
 
 #include <charconv>
 
+#include "loom/core/device_id.hpp"
+
 namespace loom {
 
 const attr_value& node::attr_value_of(std::string_view attr_name) const {
@@ -61,6 +63,14 @@ const node& graph::add_node(node_spec spec) {
   if (by_name_.contains(name)) fail("a node of this name already exists");
   if (name.find(':') != std::string::npos || name.find(' ') != std::string::npos) {
     fail("node names may not contain ':' or spaces");
+  }
+
+  if (!spec.device.empty()) {
+    try {
+      (void)parse_device_spec(spec.device);
+    } catch (const invalid_argument& e) {
+      fail(e.what());
+    }
   }
 
   // Inputs exist.
@@ -294,7 +304,8 @@ const tensor_type& graph::type_of(endpoint e) const {
 std::string graph::unique_name(std::string_view prefix) const {
   std::string base(prefix);
   if (!by_name_.contains(base)) return base;
-  for (std::size_t k = 1;; ++k) {
+  std::size_t& k = next_suffix_[base];
+  for (k = std::max<std::size_t>(k, 1);; ++k) {
     auto candidate = fmt::format("{}_{}", base, k);
     if (!by_name_.contains(candidate)) return candidate;
   }

@@ -70,6 +70,9 @@ struct op_def {
   /// For ops that update a variable (assign, assign_add): the input whose producer (the
   /// variable) this node must be placed with. -1: none.
   int colocate_with_input = -1;
+  /// For ops that write a variable without reading it (assign): the string attribute
+  /// naming the variable node this node must be placed with. Empty: none.
+  std::string colocate_with_attr;
   /// Cheap ops the executor runs inline rather than on the device's thread pool.
   bool is_cheap = false;
   /// A short description for listings and error messages.

@@ -78,8 +78,9 @@ void apply(update u, T* dst, const T* src, std::int64_t n) {
   }
 }
 
-// Finds the variable its input 0 comes from.
+// Finds the variable: assign names it; the updates read it as input 0.
 std::string variable_name_of(const kernel_construction& c) {
+  if (c.node().op() == "assign") return c.attr<std::string>("variable");
   if (c.graph() == nullptr) c.fail("an update needs the graph to find its variable");
   const node& src = c.graph()->at(c.node().inputs.at(0).node);
   if (src.op() != "variable") {
@@ -92,24 +93,28 @@ template <update U>
 class update_kernel final : public op_kernel {
  public:
   explicit update_kernel(const kernel_construction& c)
-      : op_kernel(c), variable_(variable_name_of(c)) {}
+      : op_kernel(c), variable_(variable_name_of(c)) {
+    const loom::node* v = c.graph()->find(variable_);
+    if (v == nullptr || v->op() != "variable") {
+      c.fail("it names variable '" + variable_ + "', which is not a variable of the graph");
+    }
+    shape_ = v->attr<shape>("shape");
+  }
   void compute(kernel_context& ctx) override {
     auto& var = ctx.variables().get(variable_);
-    const tensor& value = ctx.input(1);
+    constexpr std::size_t value_input = U == update::set ? 0 : 1;
+    const tensor& value = ctx.input(value_input);
     std::lock_guard lock(var.mutex);
     if (U != update::set && !var.value.defined()) {
       ctx.fail("variable '{}' is updated before it is assigned", variable_);
     }
-    const shape& want = U == update::set ? ctx.node().outputs[0].shape.value_or(value.shape())
-                                         : var.value.shape();
-    if (value.shape() != want && want.is_fully_defined()) {
+    if (value.shape() != shape_) {
       ctx.fail("value {} does not fit variable '{}' of shape {}", value.describe(), variable_,
-               to_string(want));
+               to_string(shape_));
     }
     // The variable's own buffer is updated in place when no read still holds it (the value
     // read as input 0 by this node is dropped first); otherwise the variable gets a new one.
-    ctx.set_output(0, tensor());
-    (void)ctx.take_input(0);
+    if constexpr (U != update::set) (void)ctx.take_input(0);
     const bool writable = var.value.defined() && var.value.buf()->unique() &&
                           var.value.shape() == value.shape();
     if (U == update::set) {
@@ -123,7 +128,7 @@ class update_kernel final : public op_kernel {
         tensor fresh = memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
         var.value = std::move(fresh);
       }
-      const tensor src = ctx.input_contiguous(1);
+      const tensor src = ctx.input_contiguous(value_input);
       visit_dtype(value.type(), [&](auto tag) {
         using T = decltype(tag);
         apply<T>(U, var.value.template data<T>(), src.template data<T>(), src.num_elements());
@@ -134,6 +139,7 @@ class update_kernel final : public op_kernel {
 
  private:
   std::string variable_;
+  shape shape_;
 };
 
 class identity_kernel final : public op_kernel {

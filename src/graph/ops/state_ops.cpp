@@ -81,17 +81,26 @@ void register_state_ops(op_registry& r) {
     d.is_cheap = true;
     r.add(std::move(d));
   }
-  for (const char* name : {"assign", "assign_add", "assign_sub"}) {
+  {
+    op_def d;
+    d.name = "assign";
+    d.summary = "sets a variable (named by the attribute) to a value; outputs the value";
+    d.inputs = {typed("value")};
+    d.outputs = {typed("output")};
+    d.attrs = {type_attr("T"), attr("variable", attr_type::string)};
+    d.infer = [](inference_context& c) { c.set_output(0, c.input(0)); };
+    d.is_stateful = true;
+    d.colocate_with_attr = "variable";
+    r.add(std::move(d));
+  }
+  for (const char* name : {"assign_add", "assign_sub"}) {
     op_def d;
     d.name = name;
-    d.summary = "updates a variable; outputs the new value";
+    d.summary = "updates a variable (its input 0) in place; outputs the new value";
     d.inputs = {typed("variable"), typed("value")};
     d.outputs = {typed("output")};
-    d.attrs = {type_attr("T")};
-    if (std::string_view(name) != "assign") {
-      d.attrs[0].allowed_types = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
-                                  dtype::i64};
-    }
+    d.attrs = {type_attr("T", {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+                               dtype::i64})};
     d.infer = check_update_shapes;
     d.is_stateful = true;
     d.colocate_with_input = 0;
@@ -165,7 +174,19 @@ output variable(graph_builder& b, std::string name, tensor initial_value) {
 }
 
 output assign(output var, output value, const node_options& o) {
-  return var.builder().add1("assign", {var, value}, {}, o);
+  const node& v = var.producer();
+  if (v.op() != "variable") {
+    throw invalid_argument("ops::assign: the first argument must be a variable, not " +
+                           v.describe());
+  }
+  const tensor_type& want = var.type();
+  const tensor_type& have = value.type();
+  if (want.type != have.type || (want.shape && have.shape && *have.shape != *want.shape &&
+                                 have.shape->is_fully_defined())) {
+    throw invalid_argument("ops::assign: value " + to_string(have) + " does not fit variable '" +
+                           v.name + "' of " + to_string(want));
+  }
+  return var.builder().add1("assign", {value}, {{"variable", v.name}}, o);
 }
 output assign_add(output var, output value, const node_options& o) {
   return var.builder().add1("assign_add", {var, value}, {}, o);

@@ -1,4 +1,75 @@
-// Builder functions of this family (filled in with its kernels).
+// Array ops: shape changes and data movement. reshape, transpose, concat, split, slice,
+// gather, one_hot, squeeze, expand_dims.
+//
+// Every builder adds one node to x's graph and runs inference, so a shape or attribute that
+// cannot fit (a reshape to a different element count, a perm that is not a permutation, a
+// slice past the end, ...) throws loom::invalid_argument naming the node, wherever the
+// shapes are known; what is only known at run time fails then with a loom::node_error.
+// Each op works on every dtype (f32 f64 f16 bf16 i32 i64 i8 u8 bool).
+//
+// Views and copies (Note [array views] in src/backends/cpu/array_kernels.cpp): reshape of a
+// contiguous tensor, squeeze and expand_dims return views that share the input's buffer;
+// split returns views when each piece is a contiguous block of its input (splitting along
+// the first non-trivial axis of a contiguous tensor); transpose, concat, slice, gather and
+// one_hot write new contiguous tensors.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "loom/graph/builder.hpp"
+
+namespace loom::ops {
+
+/// x with shape `shape` (row-major order kept). One dimension may be -1: it is inferred
+/// from x's element count. Throws loom::invalid_argument when the counts cannot match or
+/// `shape` holds more than one -1 or a dimension below -1.
+output reshape(output x, const std::vector<std::int64_t>& shape, const node_options& o = {});
+
+/// x with its dimensions permuted: output dim i is x's dim perm[i]. An empty perm reverses
+/// the dimensions. Throws loom::invalid_argument when perm is not a permutation of
+/// 0..rank-1.
+output transpose(output x, const std::vector<std::int64_t>& perm = {},
+                 const node_options& o = {});
+
+/// The inputs joined along `axis` (negative counts from the end). All inputs have one
+/// dtype and rank >= 1, and equal dimensions except on `axis`; throws loom::invalid_argument
+/// naming the first input that differs. Needs at least one input.
+output concat(const std::vector<output>& values, std::int64_t axis = 0,
+              const node_options& o = {});
+
+/// x cut along `axis` into `num_splits` pieces of equal size (the dimension must divide).
+std::vector<output> split(output x, std::int64_t num_splits, std::int64_t axis = 0,
+                          const node_options& o = {});
+
+/// x cut along `axis` into pieces of the given sizes, which must add up to the dimension;
+/// one size may be -1 (the rest of the dimension).
+std::vector<output> split_sizes(output x, const std::vector<std::int64_t>& sizes,
+                                std::int64_t axis = 0, const node_options& o = {});
+
+/// The block of x starting at `begin` with extent `size` per dimension (-1: to the end), as
+/// TensorFlow's Slice. begin and size have x's rank; the block must lie inside x.
+output slice(output x, const std::vector<std::int64_t>& begin,
+             const std::vector<std::int64_t>& size, const node_options& o = {});
+
+/// NumPy's take: the entries of `params` along `axis` picked by `indices` (int32 or int64).
+/// The output's shape is params.shape[:axis] + indices.shape + params.shape[axis+1:].
+/// An index outside [0, params.shape[axis]) fails at run time (loom::node_error naming the
+/// position and the value); negative indices do not wrap.
+output gather(output params, output indices, std::int64_t axis = 0, const node_options& o = {});
+
+/// A one-hot encoding of `indices` (int32 or int64): a new dimension of size `depth` is
+/// inserted at `axis` (-1: last), holding `on` where its position equals the index and
+/// `off` elsewhere. Indices outside [0, depth) give all-`off` rows, as in TensorFlow.
+output one_hot(output indices, std::int64_t depth, dtype t = dtype::f32, double on = 1.0,
+               double off = 0.0, std::int64_t axis = -1, const node_options& o = {});
+
+/// x without the dimensions listed in `axes` (each must be 1), or without every dimension
+/// of size 1 when `axes` is empty. A view.
+output squeeze(output x, const std::vector<std::int64_t>& axes = {}, const node_options& o = {});
+
+/// x with a dimension of size 1 inserted at `axis` (in [-rank-1, rank]; negative counts
+/// from the end of the output). A view.
+output expand_dims(output x, std::int64_t axis, const node_options& o = {});
+
+}  // namespace loom::ops

@@ -1,4 +1,131 @@
-// Builder functions of this family (filled in with its kernels).
+// Element-wise math: unary and binary ops (NumPy broadcasting), comparisons, logic, where,
+// cast, and the generators fill / zeros / ones / range / random_uniform / random_normal.
+//
+// Each function adds one node to the builder's graph and returns its output. Errors are
+// those of graph::add_node: loom::invalid_argument naming the node when dtypes differ,
+// shapes do not broadcast, or an attribute is out of range.
+//
+// The arithmetic operators + - * / and unary - on loom::output (found by argument-dependent
+// lookup) add the same nodes as ops::add, sub, mul, div and neg; mixed with a double, the
+// double becomes a scalar constant of the tensor's dtype.
 #pragma once
 
+#include <cstdint>
+#include <string_view>
+
 #include "loom/graph/builder.hpp"
+
+namespace loom::ops {
+
+// ---- unary (y has x's dtype and shape) -----------------------------------------------------
+
+/// -x. Float types and int32/int64/int8 (integers wrap: -INT_MIN is INT_MIN).
+output neg(output x, const node_options& o = {});
+/// |x|. Float types and int32/int64/int8 (|INT_MIN| wraps to INT_MIN).
+output abs(output x, const node_options& o = {});
+/// e^x (float types).
+output exp(output x, const node_options& o = {});
+/// Natural logarithm (float types): -inf at 0, NaN below.
+output log(output x, const node_options& o = {});
+/// Square root (float types): NaN below 0.
+output sqrt(output x, const node_options& o = {});
+/// 1 / sqrt(x) (float types).
+output rsqrt(output x, const node_options& o = {});
+/// Hyperbolic tangent (float types).
+output tanh(output x, const node_options& o = {});
+/// 1 / (1 + e^-x) (float types).
+output sigmoid(output x, const node_options& o = {});
+/// max(x, 0); NaN stays NaN. Float and integer types.
+output relu(output x, const node_options& o = {});
+/// Gaussian error linear unit, x·Φ(x) (float types), exactly (erf form).
+output gelu(output x, const node_options& o = {});
+/// gelu with `approximate` = "none" (erf form) or "tanh" (the tanh approximation).
+output gelu(output x, std::string_view approximate, const node_options& o = {});
+/// The error function (float types).
+output erf(output x, const node_options& o = {});
+/// x·x. Float types and int32/int64/int8 (integers wrap).
+output square(output x, const node_options& o = {});
+/// 1 / x (float types).
+output reciprocal(output x, const node_options& o = {});
+
+// ---- binary, NumPy broadcasting (x and y of one dtype) -------------------------------------
+
+/// x + y, x - y, x * y. Numeric types; integers wrap on overflow.
+output add(output x, output y, const node_options& o = {});
+output sub(output x, output y, const node_options& o = {});
+output mul(output x, output y, const node_options& o = {});
+/// x / y. Integer division truncates toward zero (as C does); an integer division by zero
+/// fails the run with a loom::node_error naming the node.
+output div(output x, output y, const node_options& o = {});
+/// x to the power y (float types).
+output pow(output x, output y, const node_options& o = {});
+/// Element-wise max / min; a NaN on either side gives NaN (as NumPy's maximum).
+output maximum(output x, output y, const node_options& o = {});
+output minimum(output x, output y, const node_options& o = {});
+
+/// Comparisons, giving bool. equal / not_equal take every dtype (bool included), the
+/// orderings the numeric types. NaN compares unequal to everything.
+output equal(output x, output y, const node_options& o = {});
+output not_equal(output x, output y, const node_options& o = {});
+output less(output x, output y, const node_options& o = {});
+output less_equal(output x, output y, const node_options& o = {});
+output greater(output x, output y, const node_options& o = {});
+output greater_equal(output x, output y, const node_options& o = {});
+
+/// Logic on bool tensors (logical_and / logical_or broadcast).
+output logical_and(output x, output y, const node_options& o = {});
+output logical_or(output x, output y, const node_options& o = {});
+output logical_not(output x, const node_options& o = {});
+
+/// condition ? x : y element-wise, the three broadcast together. `condition` is bool; x and
+/// y share any dtype.
+output where(output condition, output x, output y, const node_options& o = {});
+
+/// x converted to dtype `to`: float to integer truncates toward zero and saturates at the
+/// integer's range (NaN gives 0); integer to integer wraps; anything to bool is x != 0;
+/// float16 / bfloat16 results round to nearest even (through float32).
+output cast(output x, dtype to, const node_options& o = {});
+
+// ---- generators (no inputs; the shape must be fully defined) -------------------------------
+
+/// A tensor of dtype `t` and shape `s` whose elements are all `value` (converted as cast).
+output fill(graph_builder& b, dtype t, shape s, double value, const node_options& o = {});
+/// fill with 0 and with 1.
+output zeros(graph_builder& b, dtype t, shape s, const node_options& o = {});
+output ones(graph_builder& b, dtype t, shape s, const node_options& o = {});
+/// start, start + delta, ... up to (not including) limit, as NumPy's arange: a 1-D tensor
+/// of ceil((limit - start) / delta) elements (none when that is negative), each computed in
+/// double and converted to `t` (numeric types). delta = 0 is an error.
+output range(graph_builder& b, double start, double limit, double delta = 1.0,
+             dtype t = dtype::f32, const node_options& o = {});
+/// Uniform random values in [minval, maxval) (float types). The values depend only on
+/// `seed` and each element's index: the same in every run and with any number of threads.
+output random_uniform(graph_builder& b, dtype t, shape s, std::int64_t seed, double minval = 0.0,
+                      double maxval = 1.0, const node_options& o = {});
+/// Normal random values with `mean` and `stddev` (float types), reproducible as
+/// random_uniform's.
+output random_normal(graph_builder& b, dtype t, shape s, std::int64_t seed, double mean = 0.0,
+                     double stddev = 1.0, const node_options& o = {});
+
+}  // namespace loom::ops
+
+namespace loom {
+
+/// ops::add, ops::sub, ops::mul, ops::div and ops::neg as operators.
+output operator+(output x, output y);
+output operator-(output x, output y);
+output operator*(output x, output y);
+output operator/(output x, output y);
+output operator-(output x);
+/// With a double: the double becomes a scalar constant of the tensor's dtype
+/// (ops::scalar), so `x * 2.0` and `1.0 - x` keep x's dtype.
+output operator+(output x, double y);
+output operator+(double x, output y);
+output operator-(output x, double y);
+output operator-(double x, output y);
+output operator*(output x, double y);
+output operator*(double x, output y);
+output operator/(output x, double y);
+output operator/(double x, output y);
+
+}  // namespace loom

@@ -1,4 +1,76 @@
-// Builder functions of this family (filled in with its kernels).
+// Reductions and the normalisations built on them: reduce_sum / mean / max / min / prod,
+// softmax, log_softmax, layer_norm, softmax_cross_entropy and argmax.
+//
+// Axes follow NumPy: negative axes count from the end; an empty `axes` list reduces every
+// axis. A duplicate or out-of-range axis is an error when the node is added (where the
+// input's rank is known) or when it runs (where it is not). Every builder adds one node to
+// `x`'s builder and throws what graph::add_node throws (loom::invalid_argument naming the
+// node for mismatched dtypes, shapes or attributes).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "loom/graph/builder.hpp"
+
+namespace loom::ops {
+
+/// Σ over `axes` (all when empty); `keepdims` keeps reduced axes as size 1. Float inputs
+/// accumulate in float with blocked summation carried in double (f64 in double), integers
+/// in int64 (wrapping) and are stored back as T. An empty reduction gives 0.
+output reduce_sum(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                  const node_options& o = {});
+/// The mean over `axes` (float types only). An empty reduction gives NaN.
+output reduce_mean(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                   const node_options& o = {});
+/// The maximum over `axes`; NaN propagates (NumPy's max). Reducing an empty axis fails at
+/// run time (loom::node_error), as NumPy raises.
+output reduce_max(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                  const node_options& o = {});
+/// The minimum over `axes`; as reduce_max.
+output reduce_min(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                  const node_options& o = {});
+/// The product over `axes`. An empty reduction gives 1.
+output reduce_prod(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                   const node_options& o = {});
+
+/// exp(x - max) / Σ exp(x - max) along `axis` (float types); finite for any finite x.
+output softmax(output x, std::int64_t axis = -1, const node_options& o = {});
+/// x - max - log Σ exp(x - max) along `axis` (float types).
+output log_softmax(output x, std::int64_t axis = -1, const node_options& o = {});
+
+/// The outputs of layer_norm.
+struct layer_norm_outputs {
+  /// (x - mean) · rstd · gamma + beta, shaped as x.
+  output y;
+  /// The mean over dims [axis, rank), of shape x.shape[:axis].
+  output mean;
+  /// 1 / sqrt(biased variance + epsilon), of shape x.shape[:axis].
+  output rstd;
+};
+/// Layer normalisation over dims [axis, rank) of x; gamma and beta have shape
+/// x.shape[axis:]. Float types; f16/bf16 compute in float. mean and rstd (dtype T) are what
+/// the gradient needs.
+layer_norm_outputs layer_norm(output x, output gamma, output beta, std::int64_t axis = -1,
+                              double epsilon = 1e-5, const node_options& o = {});
+
+/// The outputs of softmax_cross_entropy.
+struct softmax_cross_entropy_outputs {
+  /// [N]: -log softmax(logits)[n, labels[n]].
+  output loss;
+  /// [N, C]: softmax(logits) - one_hot(labels), the gradient of loss w.r.t. logits.
+  output backprop;
+};
+/// Sparse softmax cross-entropy, as TF's SparseSoftmaxCrossEntropyWithLogits: logits
+/// [N, C] (float types), labels [N] (int32 or int64). A label outside [0, C) fails at run
+/// time with a loom::node_error naming the row and the label.
+softmax_cross_entropy_outputs softmax_cross_entropy(output logits, output labels,
+                                                    const node_options& o = {});
+
+/// The index of the maximum along `axis` (that axis removed), as `output_type` (int64 or
+/// int32). Ties give the first index; a NaN wins (the first NaN), as NumPy. An empty axis
+/// fails at run time.
+output argmax(output x, std::int64_t axis = -1, dtype output_type = dtype::i64,
+              const node_options& o = {});
+
+}  // namespace loom::ops

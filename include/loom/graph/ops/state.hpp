@@ -17,7 +17,8 @@ output scalar(graph_builder& b, double value, dtype t = dtype::f32, const node_o
 output variable(graph_builder& b, std::string name, dtype t, shape s);
 output variable(graph_builder& b, std::string name, tensor initial_value);
 /// var = value; var += value; var -= value. `var` must be a variable's output. The result is
-/// the new value. Placed with the variable.
+/// the new value. Placed with the variable. assign does not read the variable (so it may
+/// give a variable its first value); assign_add and assign_sub do.
 output assign(output var, output value, const node_options& o = {});
 output assign_add(output var, output value, const node_options& o = {});
 output assign_sub(output var, output value, const node_options& o = {});

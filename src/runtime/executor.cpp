@@ -1,0 +1,257 @@
+// The executor: a plan run as dataflow.
+//
+// Every plan node has a count of the edges it waits for; a run copies the counts, starts
+// the roots, and each node that finishes decrements its consumers' counts. A node whose
+// count reaches zero is ready. The thread that made it ready runs it next when it is cheap,
+// or when it is the first expensive node made ready; other expensive ready nodes go to
+// their device's thread pool. A dependent chain therefore runs on one thread with no
+// scheduling at all, and independent branches spread over the pool.
+//
+// Outputs live in per-run *slots*; each slot counts the inputs that read it.
+//
+// Note [buffer forwarding]
+// The last reader of a slot *moves* the tensor out instead of copying it, so when nothing
+// else refers to the buffer (not a fetch, not a feed the caller holds, not a variable, not
+// a second input of the same node), the kernel holds the only reference and
+// kernel_context::forward_input_or_allocate_output may write its output into that buffer.
+// A reader that is not the last copies first and then decrements, so the last reader's
+// move never races with a copy. Slots that are fetched hold one extra read, so they are
+// never moved.
+//
+// Errors: the first exception a kernel throws is kept; nodes after it skip their kernels
+// but still release their inputs and make their consumers ready, so the run drains, every
+// slot is released, and the error is rethrown to the caller. Cancellation is the same,
+// triggered by the cancel flag.
+#include "executor.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "loom/device/thread_pool.hpp"
+
+namespace loom::runtime {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+int small_thread_id() {
+  static std::atomic<int> next{0};
+  thread_local int id = next.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+struct run_state {
+  run_state(const plan& pl, variable_store& v, cancel_flags c, run_metadata* t)
+      : p(pl), slots(static_cast<std::size_t>(pl.slot_count)),
+        pending(std::make_unique<std::atomic<std::int32_t>[]>(pl.nodes.size())),
+        readers(std::make_unique<std::atomic<std::int32_t>[]>(static_cast<std::size_t>(pl.slot_count))),
+        remaining(static_cast<std::int32_t>(pl.nodes.size())), variables(v), cancel(c), trace(t) {
+    std::size_t inputs = 0;
+    input_base.resize(pl.nodes.size());
+    for (std::size_t i = 0; i < pl.nodes.size(); ++i) {
+      pending[i].store(pl.nodes[i].pending, std::memory_order_relaxed);
+      input_base[i] = inputs;
+      inputs += pl.nodes[i].input_slots.size();
+    }
+    input_space.resize(inputs);
+    for (std::size_t s = 0; s < static_cast<std::size_t>(pl.slot_count); ++s) {
+      readers[s].store(pl.slot_readers[s], std::memory_order_relaxed);
+    }
+    if (trace != nullptr) records.resize(pl.nodes.size());
+    start = clock_type::now();
+  }
+
+  const plan& p;
+  std::vector<tensor> slots;
+  std::vector<tensor> input_space;
+  std::vector<std::size_t> input_base;
+  std::unique_ptr<std::atomic<std::int32_t>[]> pending;
+  std::unique_ptr<std::atomic<std::int32_t>[]> readers;
+  std::atomic<std::int32_t> remaining;
+  variable_store& variables;
+  cancel_flags cancel;
+  run_metadata* trace;
+  std::vector<node_execution> records;
+  clock_type::time_point start;
+
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+
+  void fail(std::exception_ptr e) {
+    std::lock_guard lock(error_mutex);
+    if (!error) error = std::move(e);
+    failed.store(true, std::memory_order_release);
+  }
+};
+
+// Takes input slot `s` for a reader (Note [buffer forwarding]).
+void read_slot(run_state& st, std::int32_t s, tensor& into) {
+  auto& count = st.readers[static_cast<std::size_t>(s)];
+  auto& slot = st.slots[static_cast<std::size_t>(s)];
+  if (count.load(std::memory_order_acquire) == 1) {
+    into = std::move(slot);
+    count.store(0, std::memory_order_relaxed);
+    return;
+  }
+  into = slot;
+  if (count.fetch_sub(1, std::memory_order_acq_rel) == 1) slot = tensor();
+}
+
+std::exception_ptr wrap_error(const exec_node& e) {
+  try {
+    throw;
+  } catch (const node_error&) {
+    return std::current_exception();
+  } catch (const cancelled_error&) {
+    return std::current_exception();
+  } catch (const out_of_memory& oom) {
+    return std::make_exception_ptr(out_of_memory(describe_failure(*e.n, e.dev, oom.what()),
+                                                 oom.requested_bytes(), oom.refused_by(),
+                                                 oom.stats()));
+  } catch (const std::exception& ex) {
+    return std::make_exception_ptr(
+        node_error(describe_failure(*e.n, e.dev, ex.what()), e.n->name, e.n->op()));
+  } catch (...) {
+    return std::make_exception_ptr(
+        node_error(describe_failure(*e.n, e.dev, "unknown exception"), e.n->name, e.n->op()));
+  }
+}
+
+void run_one(run_state& st, std::int32_t index) {
+  const exec_node& e = st.p.nodes[static_cast<std::size_t>(index)];
+  const std::size_t n_in = e.input_slots.size();
+  tensor* inputs = st.input_space.data() + st.input_base[static_cast<std::size_t>(index)];
+  for (std::size_t k = 0; k < n_in; ++k) read_slot(st, e.input_slots[k], inputs[k]);
+
+  if (st.cancel.raised() && !st.failed.load(std::memory_order_relaxed)) {
+    st.fail(std::make_exception_ptr(
+        cancelled_error("the run was cancelled before node " + e.n->describe() + " ran")));
+  }
+  const std::size_t n_out = e.n->outputs.size();
+  tensor* outputs = st.slots.data() + e.first_output;
+  if (!st.failed.load(std::memory_order_acquire)) {
+    clock_type::time_point t0;
+    if (st.trace != nullptr) t0 = clock_type::now();
+    try {
+      kernel_context ctx(*e.n, *e.dev, std::span<tensor>(inputs, n_in),
+                         std::span<tensor>(outputs, n_out), &st.variables, st.cancel.session);
+      e.kernel->compute(ctx);
+      for (std::size_t k = 0; k < n_out; ++k) {
+        if (!outputs[k].defined()) ctx.fail("the kernel did not produce output {}", k);
+      }
+    } catch (...) {
+      st.fail(wrap_error(e));
+    }
+    if (st.trace != nullptr) {
+      const auto t1 = clock_type::now();
+      auto& r = st.records[static_cast<std::size_t>(index)];
+      r.node = e.n->name;
+      r.op = e.n->op();
+      r.device = e.dev->name();
+      r.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - st.start).count();
+      r.duration_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+      for (std::size_t k = 0; k < n_out; ++k) {
+        if (outputs[k].defined()) r.output_bytes += outputs[k].nbytes();
+      }
+      r.thread = small_thread_id();
+    }
+  }
+  for (std::size_t k = 0; k < n_in; ++k) inputs[k] = tensor();
+  // Outputs nobody reads (and nobody fetches) go back to their pool at once.
+  for (std::size_t k = 0; k < n_out; ++k) {
+    if (st.p.slot_readers[static_cast<std::size_t>(e.first_output) + k] == 0) outputs[k] = tensor();
+  }
+}
+
+void execute_from(run_state& st, std::int32_t first);
+
+void schedule(run_state& st, std::int32_t index) {
+  const exec_node& e = st.p.nodes[static_cast<std::size_t>(index)];
+  thread_pool* pool = e.dev->pool();
+  pool->schedule([&st, index] { execute_from(st, index); });
+}
+
+void execute_from(run_state& st, std::int32_t first) {
+  // A small stack of nodes this thread runs next; a chain never grows it past one.
+  std::vector<std::int32_t> stack;
+  std::int32_t next = first;
+  for (;;) {
+    run_one(st, next);
+    const exec_node& e = st.p.nodes[static_cast<std::size_t>(next)];
+    std::int32_t inline_expensive = -1;
+    for (std::int32_t c : e.consumers) {
+      if (st.pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_acq_rel) != 1) {
+        continue;
+      }
+      const exec_node& ce = st.p.nodes[static_cast<std::size_t>(c)];
+      if (ce.cheap || st.failed.load(std::memory_order_relaxed)) {
+        stack.push_back(c);
+      } else if (inline_expensive < 0 || ce.dev->pool() == nullptr ||
+                 ce.dev->pool()->size() <= 1) {
+        if (inline_expensive >= 0) stack.push_back(inline_expensive);
+        inline_expensive = c;
+      } else {
+        schedule(st, c);
+      }
+    }
+    if (inline_expensive >= 0) stack.push_back(inline_expensive);
+    if (st.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(st.done_mutex);
+      st.done = true;
+      st.done_cv.notify_all();
+    }
+    if (stack.empty()) return;
+    next = stack.back();
+    stack.pop_back();
+  }
+}
+
+}  // namespace
+
+std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
+                                 variable_store& variables, cancel_flags cancel,
+                                 run_metadata* trace) {
+  run_state st(p, variables, cancel, trace);
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    st.slots[static_cast<std::size_t>(p.feed_slots[i])] = std::move(feeds[i]);
+  }
+  feeds.clear();
+  if (!p.nodes.empty()) {
+    // The caller runs the first root itself; the others go to their devices' pools.
+    for (std::size_t i = 1; i < p.roots.size(); ++i) {
+      const exec_node& e = p.nodes[static_cast<std::size_t>(p.roots[i])];
+      if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap) {
+        schedule(st, p.roots[i]);
+      } else {
+        execute_from(st, p.roots[i]);
+      }
+    }
+    execute_from(st, p.roots.front());
+    std::unique_lock lock(st.done_mutex);
+    st.done_cv.wait(lock, [&] { return st.done; });
+  }
+  std::vector<tensor> out;
+  if (!st.failed.load(std::memory_order_acquire)) {
+    out.reserve(p.fetch_slots.size());
+    for (std::int32_t s : p.fetch_slots) out.push_back(st.slots[static_cast<std::size_t>(s)]);
+  }
+  if (trace != nullptr) {
+    trace->total_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - st.start).count();
+    for (auto& r : st.records) {
+      if (!r.node.empty()) trace->nodes.push_back(std::move(r));
+    }
+  }
+  st.slots.clear();
+  if (st.error) std::rethrow_exception(st.error);
+  return out;
+}
+
+}  // namespace loom::runtime

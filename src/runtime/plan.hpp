@@ -1,0 +1,59 @@
+// The plan of one (feeds, fetches, targets) signature: the pruned nodes, placed and
+// partitioned, with their kernels. Immutable once built; shared by concurrent runs.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/device/device.hpp"
+#include "loom/graph/graph.hpp"
+#include "loom/kernel/op_kernel.hpp"
+#include "loom/runtime/session.hpp"
+
+namespace loom::runtime {
+
+/// One node of the plan: a graph node or a _send/_recv the partitioner added.
+struct exec_node {
+  const node* n = nullptr;
+  device* dev = nullptr;
+  std::unique_ptr<op_kernel> kernel;
+  /// Output slot read by each input.
+  std::vector<std::int32_t> input_slots;
+  /// First output slot (outputs are consecutive).
+  std::int32_t first_output = 0;
+  /// Plan nodes that wait for this one, once per edge (data or control).
+  std::vector<std::int32_t> consumers;
+  /// Edges this node waits for.
+  std::int32_t pending = 0;
+  bool cheap = false;
+};
+
+struct plan {
+  std::vector<exec_node> nodes;
+  /// Nodes ready at the start (nothing to wait for).
+  std::vector<std::int32_t> roots;
+  std::int32_t slot_count = 0;
+  /// For each slot: how many inputs read it (the last reader may take it).
+  std::vector<std::int32_t> slot_readers;
+  /// Feeds: the slot each one fills, in the order of the signature's feed names.
+  std::vector<std::int32_t> feed_slots;
+  std::vector<endpoint> feed_endpoints;
+  /// Fetches: the slot each one reads.
+  std::vector<std::int32_t> fetch_slots;
+  /// Why each node went where it did.
+  std::vector<placement_decision> placement;
+  /// _send/_recv nodes live here (the graph's nodes live in the session's graph).
+  std::deque<node> transfer_nodes;
+};
+
+/// Decides a device for every node in `needed` (ids of g), in topological order.
+/// Returns one device per node id (nullptr for nodes not needed) and records why.
+std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed,
+                                 const std::vector<std::unique_ptr<device>>& devices,
+                                 const session_options& options,
+                                 std::vector<placement_decision>& decisions);
+
+}  // namespace loom::runtime
