@@ -26,7 +26,8 @@ class tracked_cpu_device final : public device {
                                  threads,
                                  "tracked test device"}),
         pool_(memory::host_resource::instance(), {.name = fmt::format("test cpu:{}", index)}),
-        tracking_(pool_, {.name = fmt::format("cpu:{}", index)}),
+        tracking_(pool_, {.name = fmt::format("cpu:{}", index),
+                          .on_leak = memory::leak_action::abort}),
         threads_(threads, fmt::format("test{}", index)) {}
 
   memory::memory_resource& allocator() override { return tracking_; }

@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "memory/memory_bench.hpp"
+#include "runtime/runtime_bench.hpp"
 
 namespace loom::tools {
 
@@ -39,6 +40,29 @@ void add_bench_command(CLI::App& app) {
     } else {
       fmt::print("{}", bench::to_text(r));
     }
+  });
+
+  auto* runtime = bench->add_subcommand(
+      "runtime",
+      "Executor overhead on a 10,000-node chain; matmul and conv2d against direct oneDNN calls");
+  struct runtime_flags {
+    bench::runtime_bench_options options;
+    bool json = false;
+    bool quick = false;
+  };
+  auto rflags = std::make_shared<runtime_flags>();
+  runtime->add_flag("--json", rflags->json, "Print the results as JSON");
+  runtime->add_flag("--quick", rflags->quick, "Fewer repetitions and smaller problems (a smoke run)");
+  runtime->add_option("--repetitions", rflags->options.repetitions, "Timed repetitions per measurement")
+      ->check(CLI::Range(1, 1000));
+  runtime->add_option("--threads", rflags->options.threads, "Threads for matmul and conv2d")
+      ->check(CLI::Range(1, 1024));
+  runtime->callback([rflags] {
+    bench::runtime_bench_options o = rflags->options;
+    o.quick = rflags->quick;
+    if (o.quick) o.repetitions = std::min(o.repetitions, 3);
+    const auto r = bench::run_runtime_bench(o);
+    fmt::print("{}", rflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
   });
 }
 

@@ -1,6 +1,49 @@
-// Placeholder: the elementwise family's CPU kernels.
+// CPU element-wise kernels: the family's table, and the helpers shared by its files
+// (Note [element-wise iteration] in elementwise_loop.hpp).
+#include "elementwise_kernels.hpp"
+
 #include "cpu_kernels.hpp"
+#include "elementwise_loop.hpp"
 
 namespace loom::cpu {
-void register_elementwise_kernels(kernel_registry& /*registry*/) {}
+
+namespace ew {
+
+shape broadcast_shape_of(const kernel_context& ctx, std::initializer_list<const shape*> shapes) {
+  shape out;
+  for (const shape* s : shapes) {
+    try {
+      out = broadcast_shapes(out, *s);
+    } catch (const invalid_argument& e) {
+      ctx.fail("inputs do not broadcast: {}", e.what());
+    }
+  }
+  return out;
+}
+
+tensor& forward_or_allocate(kernel_context& ctx, const shape& s,
+                            std::initializer_list<std::size_t> candidates) {
+  const dtype t = ctx.node().outputs[0].type;
+  for (std::size_t i : candidates) {
+    const tensor& in = ctx.input(i);
+    // The conditions of kernel_context::forward_input_or_allocate_output, checked here so that
+    // the next candidate gets its chance.
+    if (in.defined() && in.shape() == s && size_of(in.type()) == size_of(t) && in.buf()->unique() &&
+        in.offset() == 0 && in.is_contiguous() && in.buf()->bytes() == in.nbytes() &&
+        in.device() == ctx.device().id()) {
+      return ctx.forward_input_or_allocate_output(i, 0, s);
+    }
+  }
+  return ctx.allocate_output(0, s);
+}
+
+}  // namespace ew
+
+void register_elementwise_kernels(kernel_registry& r) {
+  register_unary_kernels(r);
+  register_binary_kernels(r);
+  register_cast_kernels(r);
+  register_generator_kernels(r);
+}
+
 }  // namespace loom::cpu

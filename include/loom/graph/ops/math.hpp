@@ -96,8 +96,8 @@ output ones(graph_builder& b, dtype t, shape s, const node_options& o = {});
 /// start, start + delta, ... up to (not including) limit, as NumPy's arange: a 1-D tensor
 /// of ceil((limit - start) / delta) elements (none when that is negative), each computed in
 /// double and converted to `t` (numeric types). delta = 0 is an error.
-output range(graph_builder& b, double start, double limit, double delta = 1.0,
-             dtype t = dtype::f32, const node_options& o = {});
+output range(graph_builder& b, double start, double limit, double delta = 1.0, dtype t = dtype::f32,
+             const node_options& o = {});
 /// Uniform random values in [minval, maxval) (float types). The values depend only on
 /// `seed` and each element's index: the same in every run and with any number of threads.
 output random_uniform(graph_builder& b, dtype t, shape s, std::int64_t seed, double minval = 0.0,

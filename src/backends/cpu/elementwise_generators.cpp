@@ -1,0 +1,238 @@
+// CPU kernels of the generators: fill, zeros, ones, range, random_uniform, random_normal.
+//
+// Note [reproducible random numbers]
+// random_uniform and random_normal draw from Philox4x32-10 (elementwise_philox.hpp) keyed by
+// the node's seed, and the value of element i depends on nothing but the seed and i: for
+// float32, float16 and bfloat16 it comes from word i % 4 of block i / 4 (a normal from the
+// Box-Muller pair of words 0,1 or 2,3 of that block); for float64 from words 2(i % 2) and
+// 2(i % 2) + 1 of block i / 2 (a normal from the pair of 64-bit halves of the block). So a
+// run gives the same values every time, on any number of threads, and a larger tensor with
+// the same seed starts with the values of a smaller one. Box-Muller is computed in double;
+// uniform values that round up to maxval in the output dtype step down to the largest value
+// below it, so the results stay in [minval, maxval).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <optional>
+
+#include "cpu_kernels.hpp"
+#include "elementwise_kernels.hpp"
+#include "elementwise_loop.hpp"
+#include "elementwise_math.hpp"
+#include "elementwise_philox.hpp"
+
+namespace loom::cpu {
+namespace {
+
+using namespace ew;
+
+const std::vector<dtype>& all_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
+                                    dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
+  return t;
+}
+
+// The output shape, fully defined since inference checked the shape attribute.
+shape output_shape(const kernel_construction& c) {
+  const auto& s = c.node().outputs.at(0).shape;
+  if (!s || !s->is_fully_defined()) c.fail("the output shape must be fully defined");
+  return *s;
+}
+
+// ---- fill, zeros, ones ------------------------------------------------------------------------
+
+class fill_kernel final : public op_kernel {
+ public:
+  // `value`: zeros' and ones' value; fill's comes from its attribute.
+  fill_kernel(const kernel_construction& c, std::optional<double> value)
+      : op_kernel(c),
+        type_(c.attr<dtype>("dtype")),
+        shape_(output_shape(c)),
+        value_(value ? *value : c.attr<double>("value")) {}
+
+  void compute(kernel_context& ctx) override {
+    tensor& out = ctx.allocate_output(0, type_, shape_);
+    visit_dtype(type_, [&](auto tag) {
+      using T = decltype(tag);
+      const T v = from_double<T>(value_);
+      T* p = out.template data<T>();
+      ctx.parallel_for(out.num_elements(), 0.1, [&](std::int64_t begin, std::int64_t end) {
+        std::fill(p + begin, p + end, v);
+      });
+    });
+  }
+
+ private:
+  dtype type_;
+  shape shape_;
+  double value_;
+};
+
+// ---- range
+// ---------------------------------------------------------------------------------------
+
+class range_kernel final : public op_kernel {
+ public:
+  explicit range_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        type_(c.attr<dtype>("dtype")),
+        shape_(output_shape(c)),
+        start_(c.attr<double>("start")),
+        delta_(c.attr<double>("delta")) {}
+
+  void compute(kernel_context& ctx) override {
+    tensor& out = ctx.allocate_output(0, type_, shape_);
+    visit_dtype(type_, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = out.template data<T>();
+      ctx.parallel_for(out.num_elements(), 0.5, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          p[i] = from_double<T>(start_ + static_cast<double>(i) * delta_);
+        }
+      });
+    });
+  }
+
+ private:
+  dtype type_;
+  shape shape_;
+  double start_;
+  double delta_;
+};
+
+// ---- random ----------------------------------------------------------------------------------
+
+// The largest T below v (v finite).
+template <class T>
+T next_below(T v) {
+  if constexpr (is_half_like<T>) {
+    // Sign-magnitude bits: toward -inf is one step down in magnitude for positives, one step
+    // up for negatives; below +-0 is the smallest negative subnormal.
+    const float f = static_cast<float>(v);
+    std::uint16_t bits = v.bits;
+    if (f > 0.0f) {
+      --bits;
+    } else if (f == 0.0f) {
+      bits = 0x8001;
+    } else {
+      ++bits;
+    }
+    return T::from_bits(bits);
+  } else {
+    return std::nextafter(v, -std::numeric_limits<T>::infinity());
+  }
+}
+
+// Elements per Philox block: four for 32-bit resolution (float32 and the 16-bit types), two
+// for float64 (Note [reproducible random numbers]).
+template <class T>
+inline constexpr int lanes = std::is_same_v<T, double> ? 2 : 4;
+
+// The block's `lanes<T>` uniform values in [0, 1), as double.
+template <class T>
+std::array<double, 4> uniforms(const philox_block& w) {
+  if constexpr (lanes<T> == 2) {
+    return {uniform_double(w[0], w[1]), uniform_double(w[2], w[3]), 0.0, 0.0};
+  } else {
+    return {uniform_float(w[0]), uniform_float(w[1]), uniform_float(w[2]), uniform_float(w[3])};
+  }
+}
+
+// The block's `lanes<T>` standard normal values (Box-Muller on pairs of uniforms; the first
+// of each pair is taken in (0, 1] so its logarithm is finite).
+template <class T>
+std::array<double, 4> normals(const philox_block& w) {
+  constexpr double two_pi = 2.0 * std::numbers::pi;
+  auto pair = [&](double u1, double u2, double* z) {
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    z[0] = r * std::cos(two_pi * u2);
+    z[1] = r * std::sin(two_pi * u2);
+  };
+  std::array<double, 4> z{};
+  if constexpr (lanes<T> == 2) {
+    pair(1.0 - uniform_double(w[0], w[1]), uniform_double(w[2], w[3]), z.data());
+  } else {
+    constexpr double scale = 0x1.0p-32;
+    pair((static_cast<double>(w[0]) + 1.0) * scale, static_cast<double>(w[1]) * scale, z.data());
+    pair((static_cast<double>(w[2]) + 1.0) * scale, static_cast<double>(w[3]) * scale,
+         z.data() + 2);
+  }
+  return z;
+}
+
+template <bool Normal>
+class random_kernel final : public op_kernel {
+ public:
+  explicit random_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        type_(c.attr<dtype>("dtype")),
+        shape_(output_shape(c)),
+        seed_(static_cast<std::uint64_t>(c.attr<std::int64_t>("seed"))),
+        a_(c.attr<double>(Normal ? "mean" : "minval")),
+        b_(c.attr<double>(Normal ? "stddev" : "maxval")) {}
+
+  void compute(kernel_context& ctx) override {
+    tensor& out = ctx.allocate_output(0, type_, shape_);
+    visit_dtype(type_, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_floating_point_v<T> || is_half_like<T>) {
+        generate<T>(ctx, out.template data<T>(), out.num_elements());
+      } else {
+        ctx.fail("{} does not make {}", ctx.node().op(), to_string(type_));
+      }
+    });
+  }
+
+ private:
+  template <class T>
+  void generate(kernel_context& ctx, T* out, std::int64_t n) const {
+    constexpr int l = lanes<T>;
+    const std::int64_t blocks = (n + l - 1) / l;
+    const T hi = store<T>(static_cast<compute_t<T>>(b_));
+    const T below_hi = std::max(next_below(hi), store<T>(static_cast<compute_t<T>>(a_)),
+                                [](T x, T y) { return load(x) < load(y); });
+    ctx.parallel_for(blocks, Normal ? 40.0 : 10.0, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t blk = begin; blk < end; ++blk) {
+        const philox_block w = philox_at(seed_, static_cast<std::uint64_t>(blk));
+        const auto v = Normal ? normals<T>(w) : uniforms<T>(w);
+        const std::int64_t first = blk * l;
+        const int count = static_cast<int>(std::min<std::int64_t>(l, n - first));
+        for (int j = 0; j < count; ++j) {
+          if constexpr (Normal) {
+            out[first + j] = store<T>(static_cast<compute_t<T>>(a_ + b_ * v[j]));
+          } else {
+            T x = store<T>(static_cast<compute_t<T>>(a_ + (b_ - a_) * v[j]));
+            if (b_ > a_ && !(load(x) < load(hi))) x = below_hi;
+            out[first + j] = x;
+          }
+        }
+      }
+    });
+  }
+
+  dtype type_;
+  shape shape_;
+  std::uint64_t seed_;
+  double a_;  // mean or minval
+  double b_;  // stddev or maxval
+};
+
+}  // namespace
+
+void register_generator_kernels(kernel_registry& r) {
+  const auto any = type_constraint(all_types(), "dtype");
+  r.add(make_kernel_def_with<fill_kernel>("fill", any, std::optional<double>()));
+  r.add(make_kernel_def_with<fill_kernel>("zeros", any, std::optional<double>(0.0)));
+  r.add(make_kernel_def_with<fill_kernel>("ones", any, std::optional<double>(1.0)));
+  const std::vector<dtype> num{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
+                               dtype::i32, dtype::i64, dtype::i8,  dtype::u8};
+  r.add(make_kernel_def<range_kernel>("range", device_type::cpu, type_constraint(num, "dtype")));
+  const std::vector<dtype> fl{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  r.add(make_kernel_def<random_kernel<false>>("random_uniform", device_type::cpu,
+                                              type_constraint(fl, "dtype")));
+  r.add(make_kernel_def<random_kernel<true>>("random_normal", device_type::cpu,
+                                             type_constraint(fl, "dtype")));
+}
+
+}  // namespace loom::cpu
