@@ -1,0 +1,185 @@
+// Helpers shared by the reduction family's CPU kernels (reduction_*.cpp): compute types,
+// loads and stores for 16-bit floats, blocked summation, and access to dense inputs.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "cpu_kernels.hpp"
+#include "loom/core/half.hpp"
+#include "loom/kernel/op_kernel.hpp"
+
+namespace loom::cpu {
+
+void register_reduce_kernels(kernel_registry& registry);   // reduce_*, argmax
+void register_softmax_kernels(kernel_registry& registry);  // softmax, log_softmax, layer_norm, xent
+
+namespace reduction {
+
+template <class T>
+inline constexpr bool is_16bit_float_v = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+
+/// The type a kernel computes T in: float for half and bfloat16, T otherwise.
+template <class T>
+using compute_t = std::conditional_t<is_16bit_float_v<T>, float, T>;
+
+template <class T>
+inline compute_t<T> load(T v) noexcept {
+  if constexpr (is_16bit_float_v<T>) {
+    return static_cast<float>(v);
+  } else {
+    return v;
+  }
+}
+
+/// Rounds a computed value (any arithmetic type) to T.
+template <class T, class V>
+inline T store(V v) noexcept {
+  if constexpr (is_16bit_float_v<T>) {
+    return T(static_cast<float>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// Note [blocked summation]
+// Sums of floating-point values add blocks of 128 terms in 8 independent lanes of the
+// compute type (float for f32/f16/bf16, so the loop vectorises), and carry the block sums in
+// double. The error is that of a 128-term float sum per block plus a double sum across
+// blocks: a 1e6-term f32 sum matches a float64 reference to ~1e-7 relative, at the speed
+// of a plain float loop. Reductions across rows (reduce over outer axes) accumulate in
+// double directly (reduction_reduce.cpp).
+
+/// Σ f(i) for i in [0, n), where f returns C (float or double); see Note [blocked summation].
+template <class C, class F>
+inline double blocked_sum(std::int64_t n, F&& f) {
+  constexpr std::int64_t block = 128;
+  double total = 0.0;
+  std::int64_t i = 0;
+  for (; i + block <= n; i += block) {
+    C r[8] = {};
+    for (std::int64_t k = 0; k < block; k += 8) {
+      for (int l = 0; l < 8; ++l) r[l] += f(i + k + l);
+    }
+    total += static_cast<double>(((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])));
+  }
+  C r[8] = {};
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) r[l] += f(i + l);
+  }
+  C t = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  for (; i < n; ++i) t += f(i);
+  return total + static_cast<double>(t);
+}
+
+// Note [extreme with SSE2]
+// GCC does not vectorise a max or min loop without -ffast-math (NaN and signed zeros make
+// the reduction order-dependent), and turns `b > a ? b : a` on floats back into branches.
+// extreme() therefore uses SSE2's maxps/minps (baseline on x86-64) with four independent
+// accumulators, and tracks NaN separately with cmpunordps; elsewhere it is a plain loop.
+
+namespace detail {
+template <bool Max, class C>
+inline C better(C b, C a) noexcept {
+  return (Max ? b > a : b < a) ? b : a;
+}
+}  // namespace detail
+
+/// The maximum (Max) or minimum of p[0, n) (float or double), ignoring NaN: -inf / +inf
+/// when n is 0 or every element is NaN. Sets `saw_nan` to whether any element is NaN.
+template <bool Max, class C>
+C extreme(const C* p, std::int64_t n, bool& saw_nan) noexcept {
+  constexpr C init = Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+  C t = init;
+  bool any_nan = false;
+  std::int64_t i = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<C, float>) {
+    __m128 r[4];
+    for (auto& v : r) v = _mm_set1_ps(init);
+    __m128 nan = _mm_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+      __m128 b[4];
+      for (int k = 0; k < 4; ++k) {
+        b[k] = _mm_loadu_ps(p + i + 4 * k);
+        r[k] = Max ? _mm_max_ps(b[k], r[k]) : _mm_min_ps(b[k], r[k]);  // NaN b: keeps r
+      }
+      nan = _mm_or_ps(nan, _mm_or_ps(_mm_cmpunord_ps(b[0], b[1]), _mm_cmpunord_ps(b[2], b[3])));
+    }
+    alignas(16) float lanes[16];
+    for (int k = 0; k < 4; ++k) _mm_store_ps(lanes + 4 * k, r[k]);
+    for (const float v : lanes) t = detail::better<Max>(v, t);
+    any_nan = _mm_movemask_ps(nan) != 0;
+  } else {
+    __m128d r[4];
+    for (auto& v : r) v = _mm_set1_pd(init);
+    __m128d nan = _mm_setzero_pd();
+    for (; i + 8 <= n; i += 8) {
+      __m128d b[4];
+      for (int k = 0; k < 4; ++k) {
+        b[k] = _mm_loadu_pd(p + i + 2 * k);
+        r[k] = Max ? _mm_max_pd(b[k], r[k]) : _mm_min_pd(b[k], r[k]);
+      }
+      nan = _mm_or_pd(nan, _mm_or_pd(_mm_cmpunord_pd(b[0], b[1]), _mm_cmpunord_pd(b[2], b[3])));
+    }
+    alignas(16) double lanes[8];
+    for (int k = 0; k < 4; ++k) _mm_store_pd(lanes + 2 * k, r[k]);
+    for (const double v : lanes) t = detail::better<Max>(v, t);
+    any_nan = _mm_movemask_pd(nan) != 0;
+  }
+#endif
+  for (; i < n; ++i) {
+    t = detail::better<Max>(p[i], t);
+    any_nan = any_nan || p[i] != p[i];
+  }
+  saw_nan = any_nan;
+  return t;
+}
+
+/// An input as a dense tensor: the input itself when contiguous (a reference into the
+/// context, so forwarding its buffer stays possible), else a copy kept in `hold`.
+inline const tensor& dense_input(kernel_context& ctx, std::size_t i, tensor& hold) {
+  const tensor& in = ctx.input(i);
+  if (in.is_contiguous()) return in;
+  hold = ctx.input_contiguous(i);
+  return hold;
+}
+
+/// Splits `s` around `axis` into (outer, n, inner) element counts.
+struct axis_split {
+  std::int64_t outer = 1;
+  std::int64_t n = 1;
+  std::int64_t inner = 1;
+};
+inline axis_split split_at(const shape& s, std::size_t axis) {
+  axis_split r;
+  for (std::size_t k = 0; k < s.rank(); ++k) {
+    if (k < axis)
+      r.outer *= s[k];
+    else if (k == axis)
+      r.n = s[k];
+    else
+      r.inner *= s[k];
+  }
+  return r;
+}
+
+/// Wraps `axis` into [0, rank) of `s`, or fails naming it (the node's inference checks this
+/// too; a kernel checks again for inputs whose rank was unknown then).
+inline std::size_t normalize_axis(const kernel_context& ctx, std::int64_t axis, const shape& s) {
+  const auto r = static_cast<std::int64_t>(s.rank());
+  if (axis < -r || axis >= r) {
+    ctx.fail("axis {} is out of range for input of shape {}", axis, to_string(s));
+  }
+  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
+}
+
+}  // namespace reduction
+}  // namespace loom::cpu

@@ -1,0 +1,570 @@
+// CPU kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod and argmax.
+//
+// Note [reduction geometry]
+// A reduction sees its input (any strides) as two lists of dims: the kept dims, in output
+// order, and the reduced dims, ordered by decreasing stride. Dims of size 1 are dropped and
+// neighbours that address memory as one dim are merged, so a contiguous [N, M] reduced
+// over axis 1 is one kept dim and one reduced dim whatever its original rank. Then:
+//  - when the reduced dim with the smallest stride is smaller-strided than the innermost
+//    kept dim ("inner" mode: reduce over the contiguous axis), each output reduces runs
+//    along that dim with a vectorised loop (Note [blocked summation], Note [extreme with
+//    SSE2]), combining runs along the other reduced dims;
+//  - otherwise ("outer" mode: reduce over outer axes), each block of up to row_block
+//    neighbouring outputs along the innermost kept dim accumulates whole rows, one reduced
+//    index at a time, so the inner loop walks memory contiguously and vectorises across
+//    outputs. Float sums accumulate rows in double here.
+// parallel_for shares units of outputs (an output in inner mode, a row block in outer
+// mode). With fewer units than threads and much to reduce (a full reduction, or [N, 4]
+// over N), the outermost reduced dim is cut into chunks that are reduced in parallel, each
+// over every output, and their partial results combined.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <span>
+#include <vector>
+
+#include "reduction_common.hpp"
+
+namespace loom::cpu {
+namespace {
+
+using namespace reduction;
+constexpr device_type cpu = device_type::cpu;
+
+enum class reduce_kind { sum, mean, max, min, prod };
+
+template <class T>
+inline constexpr bool reducible_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, half> ||
+    std::is_same_v<T, bfloat16> || std::is_same_v<T, std::int32_t> ||
+    std::is_same_v<T, std::int64_t>;
+
+// How one kind of reduction accumulates T: the accumulator type A, its identity, how one
+// element enters it (lift), how two combine, a run along one dim, a row of outputs, and the
+// final value.
+template <class T, reduce_kind K>
+struct reducer {
+  using C = compute_t<T>;
+  static constexpr bool floating = std::is_floating_point_v<C>;
+  static constexpr bool additive = K == reduce_kind::sum || K == reduce_kind::mean;
+  // Sums of floats in double (Note [blocked summation]); integer sums and products wrap in
+  // 64 bits (unsigned, so overflow is defined); max and min in the compute type.
+  using A =
+      std::conditional_t<additive, std::conditional_t<floating, double, std::uint64_t>,
+                         std::conditional_t<K == reduce_kind::prod,
+                                            std::conditional_t<floating, C, std::uint64_t>, C>>;
+
+  static A identity() noexcept {
+    if constexpr (additive) {
+      return A(0);
+    } else if constexpr (K == reduce_kind::prod) {
+      return A(1);
+    } else if constexpr (K == reduce_kind::max) {
+      return floating ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest();
+    } else {
+      return floating ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
+    }
+  }
+
+  static A lift(T v) noexcept {
+    if constexpr (floating) {
+      return static_cast<A>(load(v));
+    } else if constexpr (K == reduce_kind::max || K == reduce_kind::min) {
+      return v;
+    } else {
+      return static_cast<A>(static_cast<std::int64_t>(v));
+    }
+  }
+
+  // max/min: a NaN on either side wins (NumPy's maximum/minimum).
+  static A combine(A a, A b) noexcept {
+    if constexpr (additive) {
+      return a + b;
+    } else if constexpr (K == reduce_kind::prod) {
+      return a * b;
+    } else if constexpr (K == reduce_kind::max) {
+      if constexpr (floating) {
+        return (b > a || b != b) ? b : a;
+      } else {
+        return b > a ? b : a;
+      }
+    } else {
+      if constexpr (floating) {
+        return (b < a || b != b) ? b : a;
+      } else {
+        return b < a ? b : a;
+      }
+    }
+  }
+
+  // The reduction of n elements p[0], p[s], ... (Unit: s == 1).
+  template <bool Unit>
+  static A run(const T* p, std::int64_t n, std::int64_t s) noexcept {
+    if constexpr (additive && floating) {
+      return blocked_sum<C>(n, [p, s](std::int64_t i) { return load(p[Unit ? i : i * s]); });
+    } else if constexpr (Unit && std::is_same_v<T, C> && floating &&
+                         (K == reduce_kind::max || K == reduce_kind::min)) {
+      bool nan = false;
+      const C m = extreme<K == reduce_kind::max>(p, n, nan);
+      return nan ? std::numeric_limits<C>::quiet_NaN() : m;
+    } else {
+      A r[8];
+      for (auto& v : r) v = identity();
+      std::int64_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        for (int l = 0; l < 8; ++l) r[l] = combine(r[l], lift(p[Unit ? i + l : (i + l) * s]));
+      }
+      A t = combine(combine(combine(r[0], r[1]), combine(r[2], r[3])),
+                    combine(combine(r[4], r[5]), combine(r[6], r[7])));
+      for (; i < n; ++i) t = combine(t, lift(p[Unit ? i : i * s]));
+      return t;
+    }
+  }
+
+  // acc[j] = combine(acc[j], p[j * s]) for j in [0, w).
+  template <bool Unit>
+  static void add_row(A* __restrict acc, const T* __restrict p, std::int64_t w,
+                      std::int64_t s) noexcept {
+    for (std::int64_t j = 0; j < w; ++j) acc[j] = combine(acc[j], lift(p[Unit ? j : j * s]));
+  }
+
+  static T finish(A a, std::int64_t count) noexcept {
+    if constexpr (K == reduce_kind::mean) {
+      if (count == 0) return store<T>(std::numeric_limits<double>::quiet_NaN());
+      return store<T>(a / static_cast<double>(count));
+    } else if constexpr (!floating && K != reduce_kind::max && K != reduce_kind::min) {
+      return static_cast<T>(static_cast<std::int64_t>(a));
+    } else {
+      return store<T>(a);
+    }
+  }
+};
+
+struct rdim {
+  std::int64_t size;
+  std::int64_t stride;
+};
+
+// See Note [reduction geometry]. `kept` and `red` are never empty: a {1, 0} stands in.
+struct geometry {
+  std::vector<rdim> kept;
+  std::vector<rdim> red;
+  std::int64_t num_out = 1;
+  std::int64_t num_red = 1;
+  bool inner = false;
+};
+
+void merge_into(std::vector<rdim>& out, rdim d) {
+  if (!out.empty() && out.back().stride == d.stride * d.size) {
+    out.back() = {out.back().size * d.size, d.stride};
+  } else {
+    out.push_back(d);
+  }
+}
+
+// Sizes must be non-zero (the caller handles empty tensors first).
+geometry make_geometry(const tensor& x, const std::vector<char>& reduced) {
+  geometry g;
+  std::vector<rdim> red;
+  for (std::size_t k = 0; k < x.rank(); ++k) {
+    const rdim d{x.dim(k), x.strides()[k]};
+    (reduced[k] ? g.num_red : g.num_out) *= d.size;
+    if (d.size == 1) continue;
+    if (reduced[k])
+      red.push_back(d);
+    else
+      merge_into(g.kept, d);
+  }
+  std::stable_sort(red.begin(), red.end(), [](const rdim& a, const rdim& b) {
+    return std::llabs(a.stride) > std::llabs(b.stride);
+  });
+  for (const rdim& d : red) merge_into(g.red, d);
+  if (g.kept.empty()) g.kept.push_back({1, 0});
+  if (g.red.empty()) g.red.push_back({1, 0});
+  const rdim& k = g.kept.back();
+  const rdim& r = g.red.back();
+  g.inner = k.size == 1 || (r.size != 1 && std::llabs(r.stride) < std::llabs(k.stride));
+  return g;
+}
+
+// A multi-index over `dims` (outer to inner) and the memory offset it addresses.
+class odometer {
+ public:
+  explicit odometer(std::span<const rdim> dims) : dims_(dims), idx_(dims.size(), 0) {}
+  [[nodiscard]] std::int64_t offset() const noexcept { return offset_; }
+  // Moves to the linear index `i` (row-major over dims).
+  void seek(std::int64_t i) noexcept {
+    offset_ = 0;
+    for (std::size_t k = dims_.size(); k-- > 0;) {
+      idx_[k] = i % dims_[k].size;
+      i /= dims_[k].size;
+      offset_ += idx_[k] * dims_[k].stride;
+    }
+  }
+  // Moves to the next index, wrapping to 0 after the last.
+  void next() noexcept {
+    for (std::size_t k = dims_.size(); k-- > 0;) {
+      offset_ += dims_[k].stride;
+      if (++idx_[k] < dims_[k].size) return;
+      offset_ -= dims_[k].stride * dims_[k].size;
+      idx_[k] = 0;
+    }
+  }
+
+ private:
+  std::span<const rdim> dims_;
+  std::vector<std::int64_t> idx_;
+  std::int64_t offset_ = 0;
+};
+
+// Outputs one outer-mode row pass accumulates (its accumulators stay in L1/L2).
+constexpr std::int64_t row_block = 2048;
+
+// The accumulators of outputs [ob, oe) of `g` over `base`, into out[0, oe - ob).
+template <class R, class T, class A>
+void accumulate(const geometry& g, const T* base, std::int64_t ob, std::int64_t oe, A* out) {
+  if (g.inner) {
+    const rdim run = g.red.back();
+    const std::int64_t runs = g.num_red / run.size;
+    odometer ko(g.kept);
+    ko.seek(ob);
+    odometer ro(std::span<const rdim>(g.red.data(), g.red.size() - 1));
+    auto body = [&]<bool Unit>() {
+      for (std::int64_t o = ob; o < oe; ++o) {
+        const T* p = base + ko.offset();
+        A acc = R::template run<Unit>(p, run.size, run.stride);
+        for (std::int64_t r = 1; r < runs; ++r) {
+          ro.next();
+          acc = R::combine(acc, R::template run<Unit>(p + ro.offset(), run.size, run.stride));
+        }
+        if (runs > 1) ro.next();  // back to the first run
+        out[o - ob] = acc;
+        ko.next();
+      }
+    };
+    if (run.stride == 1)
+      body.template operator()<true>();
+    else
+      body.template operator()<false>();
+    return;
+  }
+  // Outer mode: rows of up to row_block outputs along the innermost kept dim; the
+  // innermost reduced dim is walked directly, the others through an odometer.
+  const rdim col = g.kept.back();
+  const rdim rin = g.red.back();
+  const std::int64_t row_sets = g.num_red / rin.size;
+  odometer qo(std::span<const rdim>(g.kept.data(), g.kept.size() - 1));
+  odometer ro(std::span<const rdim>(g.red.data(), g.red.size() - 1));
+  std::vector<A> acc(static_cast<std::size_t>(std::min(row_block, col.size)));
+  auto body = [&]<bool Unit>() {
+    std::int64_t o = ob;
+    while (o < oe) {
+      const std::int64_t j0 = o % col.size;
+      qo.seek(o / col.size);
+      const std::int64_t j1 = std::min(col.size, j0 + (oe - o));
+      for (std::int64_t jb = j0; jb < j1; jb += row_block) {
+        const std::int64_t w = std::min(row_block, j1 - jb);
+        std::fill_n(acc.data(), w, R::identity());
+        const T* p = base + qo.offset() + jb * col.stride;
+        for (std::int64_t rs = 0; rs < row_sets; ++rs) {
+          const T* q = p + ro.offset();
+          for (std::int64_t r = 0; r < rin.size; ++r) {
+            R::template add_row<Unit>(acc.data(), q + r * rin.stride, w, col.stride);
+          }
+          ro.next();
+        }
+        std::copy_n(acc.data(), w, out + (o - ob) + (jb - j0));
+      }
+      o += j1 - j0;
+    }
+  };
+  if (col.stride == 1)
+    body.template operator()<true>();
+  else
+    body.template operator()<false>();
+}
+
+template <class T, reduce_kind K>
+void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& reduced,
+                 tensor& out) {
+  using R = reducer<T, K>;
+  using A = typename R::A;
+  const geometry g = make_geometry(x, reduced);
+  const T* base = x.data<T>();
+  T* y = out.data<T>();
+  const std::int64_t count = g.num_red;
+  const int threads = ctx.num_threads();
+  // Units of parallel work over outputs: one output in inner mode, one row block of
+  // outputs in outer mode (consecutive units cover consecutive outputs).
+  const std::int64_t col = g.kept.back().size;
+  const std::int64_t blocks_per_col = g.inner ? col : (col + row_block - 1) / row_block;
+  const std::int64_t units = g.num_out / col * blocks_per_col;
+  auto unit_start = [&](std::int64_t u) {
+    if (g.inner) return u;
+    return u / blocks_per_col * col + (u % blocks_per_col) * row_block;
+  };
+  auto unit_end = [&](std::int64_t u) {  // one past unit u's last output
+    if (g.inner) return u + 1;
+    return u / blocks_per_col * col + std::min(col, (u % blocks_per_col + 1) * row_block);
+  };
+  const std::int64_t red0 = g.red.front().size;
+  const bool big = static_cast<double>(g.num_out) * static_cast<double>(g.num_red) >= 65536.0;
+  if (units < threads && threads > 1 && big && red0 > 1) {
+    // Too few units to share: reduce chunks of the outermost reduced dim in parallel, each
+    // over every output, and combine their partial results.
+    const std::int64_t chunks = std::min<std::int64_t>(red0, 4 * threads);
+    std::vector<A> partial(static_cast<std::size_t>(chunks * g.num_out));
+    const double chunk_cost = static_cast<double>(g.num_out) * static_cast<double>(g.num_red) /
+                              static_cast<double>(chunks);
+    ctx.parallel_for(chunks, chunk_cost, [&](std::int64_t cb, std::int64_t ce) {
+      for (std::int64_t c = cb; c < ce; ++c) {
+        const std::int64_t b = red0 * c / chunks;
+        const std::int64_t e = red0 * (c + 1) / chunks;
+        geometry part = g;
+        part.red.front().size = e - b;
+        part.num_red = g.num_red / red0 * (e - b);
+        accumulate<R>(part, base + b * g.red.front().stride, 0, g.num_out,
+                      partial.data() + c * g.num_out);
+      }
+    });
+    for (std::int64_t o = 0; o < g.num_out; ++o) {
+      A acc = partial[static_cast<std::size_t>(o)];
+      for (std::int64_t c = 1; c < chunks; ++c) {
+        acc = R::combine(acc, partial[static_cast<std::size_t>(c * g.num_out + o)]);
+      }
+      y[o] = R::finish(acc, count);
+    }
+    return;
+  }
+  const double unit_cost =
+      static_cast<double>(g.num_out) * static_cast<double>(g.num_red) / static_cast<double>(units);
+  ctx.parallel_for(units, unit_cost, [&](std::int64_t ub, std::int64_t ue) {
+    const std::int64_t ob = unit_start(ub);
+    const std::int64_t oe = unit_end(ue - 1);
+    std::vector<A> acc(static_cast<std::size_t>(oe - ob));
+    accumulate<R>(g, base, ob, oe, acc.data());
+    for (std::int64_t o = ob; o < oe; ++o) {
+      y[o] = R::finish(acc[static_cast<std::size_t>(o - ob)], count);
+    }
+  });
+}
+
+const char* kind_name(reduce_kind k) {
+  switch (k) {
+    case reduce_kind::sum:
+      return "reduce_sum";
+    case reduce_kind::mean:
+      return "reduce_mean";
+    case reduce_kind::max:
+      return "reduce_max";
+    case reduce_kind::min:
+      return "reduce_min";
+    case reduce_kind::prod:
+      return "reduce_prod";
+  }
+  return "reduce";
+}
+
+template <reduce_kind K>
+class reduce_kernel final : public op_kernel {
+ public:
+  explicit reduce_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        axes_(c.attr<std::vector<std::int64_t>>("axes")),
+        keepdims_(c.attr<bool>("keepdims")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    const shape& s = x.shape();
+    std::vector<char> reduced(s.rank(), axes_.empty() ? 1 : 0);
+    for (const auto a : axes_) {
+      const std::size_t k = normalize_axis(ctx, a, s);
+      if (reduced[k]) ctx.fail("axes name axis {} twice (input of shape {})", k, to_string(s));
+      reduced[k] = 1;
+    }
+    shape out_shape;
+    std::int64_t num_red = 1;
+    std::int64_t num_out = 1;
+    for (std::size_t k = 0; k < s.rank(); ++k) {
+      if (reduced[k]) {
+        num_red *= s[k];
+        if (keepdims_) out_shape.push_back(1);
+      } else {
+        num_out *= s[k];
+        out_shape.push_back(s[k]);
+      }
+    }
+    if (num_red == 0 && (K == reduce_kind::max || K == reduce_kind::min)) {
+      std::size_t axis = 0;
+      while (axis < s.rank() && !(reduced[axis] && s[axis] == 0)) ++axis;
+      ctx.fail("{} of an empty axis (axis {} of input shape {}) has no identity", kind_name(K),
+               axis, to_string(s));
+    }
+    tensor& out = ctx.allocate_output(0, out_shape);
+    if (num_out == 0) return;
+    visit_dtype(x.type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (reducible_v<T> &&
+                    !(K == reduce_kind::mean && !std::is_floating_point_v<compute_t<T>>)) {
+        if (num_red == 0) {
+          using R = reducer<T, K>;
+          std::fill_n(out.data<T>(), num_out, R::finish(R::identity(), 0));
+        } else {
+          reduce_into<T, K>(ctx, x, reduced, out);
+        }
+      } else {
+        ctx.fail("{} has no kernel for {}", kind_name(K), to_string(x.type()));
+      }
+    });
+  }
+
+ private:
+  std::vector<std::int64_t> axes_;
+  bool keepdims_;
+};
+
+// ---- argmax -----------------------------------------------------------------------------
+
+template <class T>
+inline constexpr bool argmax_type_v =
+    reducible_v<T> || std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>;
+
+// True when v replaces the best so far: larger, or the first NaN (NaN wins, as NumPy).
+template <class C>
+inline bool beats(C v, C best) noexcept {
+  if constexpr (std::is_floating_point_v<C>) {
+    return v > best || (v != v && best == best);
+  } else {
+    return v > best;
+  }
+}
+
+template <class T, class I>
+void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
+  using C = compute_t<T>;
+  const std::int64_t n = sp.n;
+  if (sp.inner == 1) {
+    ctx.parallel_for(sp.outer, static_cast<double>(n), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t o = b; o < e; ++o) {
+        const T* p = x + o * n;
+        if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C>) {
+          // The maximum first (vectorised), then its first index, or the first NaN's.
+          bool nan = false;
+          const C m = extreme<true>(p, n, nan);
+          std::int64_t i = 0;
+          if (nan) {
+            while (p[i] == p[i]) ++i;
+          } else {
+            while (i + 1 < n && p[i] != m) ++i;
+          }
+          y[o] = static_cast<I>(i);
+          continue;
+        }
+        C best = load(p[0]);
+        std::int64_t bi = 0;
+        for (std::int64_t i = 1; i < n; ++i) {
+          const C v = load(p[i]);
+          if (beats(v, best)) {
+            best = v;
+            bi = i;
+          }
+        }
+        y[o] = static_cast<I>(bi);
+      }
+    });
+    return;
+  }
+  constexpr std::int64_t w_max = 64;
+  const std::int64_t blocks = (sp.inner + w_max - 1) / w_max;
+  ctx.parallel_for(sp.outer * blocks, static_cast<double>(n * w_max),
+                   [&](std::int64_t b, std::int64_t e) {
+                     C best[w_max];
+                     std::int64_t idx[w_max];
+                     for (std::int64_t u = b; u < e; ++u) {
+                       const std::int64_t o = u / blocks;
+                       const std::int64_t j0 = (u % blocks) * w_max;
+                       const std::int64_t w = std::min(w_max, sp.inner - j0);
+                       const T* p = x + o * n * sp.inner + j0;
+                       for (std::int64_t j = 0; j < w; ++j) {
+                         best[j] = load(p[j]);
+                         idx[j] = 0;
+                       }
+                       for (std::int64_t i = 1; i < n; ++i) {
+                         const T* row = p + i * sp.inner;
+                         for (std::int64_t j = 0; j < w; ++j) {
+                           const C v = load(row[j]);
+                           const bool take = beats(v, best[j]);
+                           best[j] = take ? v : best[j];
+                           idx[j] = take ? i : idx[j];
+                         }
+                       }
+                       I* out = y + o * sp.inner + j0;
+                       for (std::int64_t j = 0; j < w; ++j) out[j] = static_cast<I>(idx[j]);
+                     }
+                   });
+}
+
+class argmax_kernel final : public op_kernel {
+ public:
+  explicit argmax_kernel(const kernel_construction& c)
+      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+
+  void compute(kernel_context& ctx) override {
+    tensor hold;
+    const tensor& x = dense_input(ctx, 0, hold);
+    const shape& s = x.shape();
+    const std::size_t axis = normalize_axis(ctx, axis_, s);
+    const axis_split sp = split_at(s, axis);
+    if (sp.n == 0) {
+      ctx.fail("argmax of an empty axis (axis {} of input shape {})", axis, to_string(s));
+    }
+    shape out_shape;
+    for (std::size_t k = 0; k < s.rank(); ++k) {
+      if (k != axis) out_shape.push_back(s[k]);
+    }
+    tensor& out = ctx.allocate_output(0, out_shape);
+    if (sp.outer * sp.inner == 0) return;
+    const dtype out_t = out.type();
+    visit_dtype(x.type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (argmax_type_v<T>) {
+        if (out_t == dtype::i32) {
+          argmax_into<T>(ctx, x.data<T>(), out.data<std::int32_t>(), sp);
+        } else {
+          argmax_into<T>(ctx, x.data<T>(), out.data<std::int64_t>(), sp);
+        }
+      } else {
+        ctx.fail("argmax has no kernel for {}", to_string(x.type()));
+      }
+    });
+  }
+
+ private:
+  std::int64_t axis_;
+};
+
+}  // namespace
+
+void register_reduce_kernels(kernel_registry& r) {
+  const std::vector<dtype> numeric{dtype::f32,  dtype::f64, dtype::f16,
+                                   dtype::bf16, dtype::i32, dtype::i64};
+  const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::sum>>("reduce_sum", cpu,
+                                                         type_constraint(numeric)));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::mean>>("reduce_mean", cpu,
+                                                          type_constraint(floats)));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::max>>("reduce_max", cpu,
+                                                         type_constraint(numeric)));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", cpu,
+                                                         type_constraint(numeric)));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", cpu,
+                                                          type_constraint(numeric)));
+  std::vector<dtype> argmax_types = numeric;
+  argmax_types.push_back(dtype::i8);
+  argmax_types.push_back(dtype::u8);
+  r.add(make_kernel_def<argmax_kernel>(
+      "argmax", cpu, {{"T", argmax_types}, {"output_type", {dtype::i32, dtype::i64}}}));
+}
+
+}  // namespace loom::cpu

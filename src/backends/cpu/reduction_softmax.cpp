@@ -1,0 +1,364 @@
+// CPU kernels of softmax, log_softmax, layer_norm and softmax_cross_entropy.
+//
+// Each works on a dense view of its input split around the axis as [outer, n, inner]
+// (reduction_common.hpp, split_at). Softmax subtracts the maximum along the axis before
+// exponentiating, so any finite input gives finite output; sums of exponentials and the
+// layer-norm statistics are carried in double (Note [blocked summation]). 16-bit floats
+// compute in float through a per-task scratch row and round once, on the final store.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "elementwise_math.hpp"
+#include "reduction_common.hpp"
+
+namespace loom::cpu {
+namespace {
+
+using namespace reduction;
+constexpr device_type cpu = device_type::cpu;
+
+template <class T>
+inline constexpr bool float_type_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || is_16bit_float_v<T>;
+
+// Approximate nanoseconds per element of an exp-bound loop, for parallel_for.
+constexpr double exp_cost = 4.0;
+
+// e^v in the compute type: float through the element-wise family's branch-free fast_exp
+// (within 2 ulp; loops over it vectorise), double through libm.
+template <class C>
+inline C exp_c(C v) noexcept {
+  if constexpr (std::is_same_v<C, float>) {
+    return ew::fast_exp(v);
+  } else {
+    return std::exp(v);
+  }
+}
+
+// The maximum of n elements of a dense row, NaN ignored (a NaN reaches the outputs through
+// exp(NaN - m) anyway).
+template <class T>
+compute_t<T> row_max(const T* x, std::int64_t n) noexcept {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, C>) {
+    bool nan = false;
+    return extreme<true>(x, n, nan);
+  } else {
+    C m = -std::numeric_limits<C>::infinity();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const C v = load(x[i]);
+      m = v > m ? v : m;
+    }
+    return m;
+  }
+}
+
+// ---- softmax / log_softmax --------------------------------------------------------------
+
+// One row (inner == 1) of n elements.
+template <class T, bool Log>
+void softmax_row(const T* x, T* y, std::int64_t n, compute_t<T>* scratch) {
+  using C = compute_t<T>;
+  const C m = row_max(x, n);
+  if constexpr (Log) {
+    const double sum = blocked_sum<C>(n, [x, m](std::int64_t i) { return exp_c(load(x[i]) - m); });
+    const C ls = static_cast<C>(std::log(sum));
+    for (std::int64_t i = 0; i < n; ++i) y[i] = store<T>((load(x[i]) - m) - ls);
+  } else {
+    // Exponentials go straight to y when T computes as itself (in place is fine: x[i] is
+    // read before y[i] is written), else to the float scratch row.
+    C* e = nullptr;
+    if constexpr (std::is_same_v<T, C>) {
+      e = y;
+    } else {
+      e = scratch;
+    }
+    for (std::int64_t i = 0; i < n; ++i) e[i] = exp_c(load(x[i]) - m);
+    const double sum = blocked_sum<C>(n, [e](std::int64_t i) { return e[i]; });
+    const C inv = static_cast<C>(1.0 / sum);
+    for (std::int64_t i = 0; i < n; ++i) y[i] = store<T>(e[i] * inv);
+  }
+}
+
+constexpr std::int64_t col_block = 64;
+
+// Columns [j0, j0 + w) of one [n, inner] slab: x and y point at (0, j0).
+template <class T, bool Log>
+void softmax_cols(const T* x, T* y, std::int64_t n, std::int64_t inner, std::int64_t w,
+                  compute_t<T>* scratch) {
+  using C = compute_t<T>;
+  C m[col_block];
+  double sum[col_block];
+  std::fill(m, m + w, -std::numeric_limits<C>::infinity());
+  std::fill(sum, sum + w, 0.0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const T* row = x + i * inner;
+    for (std::int64_t j = 0; j < w; ++j) {
+      const C v = load(row[j]);
+      m[j] = v > m[j] ? v : m[j];
+    }
+  }
+  if constexpr (Log) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T* row = x + i * inner;
+      for (std::int64_t j = 0; j < w; ++j) {
+        sum[j] += static_cast<double>(exp_c(load(row[j]) - m[j]));
+      }
+    }
+    C ls[col_block];
+    for (std::int64_t j = 0; j < w; ++j) ls[j] = static_cast<C>(std::log(sum[j]));
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < w; ++j) {
+        y[i * inner + j] = store<T>((load(x[i * inner + j]) - m[j]) - ls[j]);
+      }
+    }
+  } else {
+    C* e = nullptr;
+    std::int64_t es = w;
+    if constexpr (std::is_same_v<T, C>) {
+      e = y;
+      es = inner;
+    } else {
+      e = scratch;
+    }
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < w; ++j) {
+        const C v = exp_c(load(x[i * inner + j]) - m[j]);
+        e[i * es + j] = v;
+        sum[j] += static_cast<double>(v);
+      }
+    }
+    C inv[col_block];
+    for (std::int64_t j = 0; j < w; ++j) inv[j] = static_cast<C>(1.0 / sum[j]);
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t j = 0; j < w; ++j) y[i * inner + j] = store<T>(e[i * es + j] * inv[j]);
+    }
+  }
+}
+
+template <class T, bool Log>
+void softmax_into(kernel_context& ctx, const T* x, T* y, const axis_split& sp) {
+  using C = compute_t<T>;
+  const std::int64_t n = sp.n;
+  const bool scratch_needed = !std::is_same_v<T, C> && !Log;
+  if (sp.inner == 1) {
+    ctx.parallel_for(sp.outer, exp_cost * static_cast<double>(n),
+                     [&](std::int64_t b, std::int64_t e) {
+                       std::vector<C> scratch(scratch_needed ? static_cast<std::size_t>(n) : 0);
+                       for (std::int64_t o = b; o < e; ++o) {
+                         softmax_row<T, Log>(x + o * n, y + o * n, n, scratch.data());
+                       }
+                     });
+    return;
+  }
+  const std::int64_t blocks = (sp.inner + col_block - 1) / col_block;
+  ctx.parallel_for(
+      sp.outer * blocks, exp_cost * static_cast<double>(n * col_block),
+      [&](std::int64_t b, std::int64_t e) {
+        std::vector<C> scratch(scratch_needed ? static_cast<std::size_t>(n * col_block) : 0);
+        for (std::int64_t u = b; u < e; ++u) {
+          const std::int64_t o = u / blocks;
+          const std::int64_t j0 = (u % blocks) * col_block;
+          const std::int64_t off = o * n * sp.inner + j0;
+          softmax_cols<T, Log>(x + off, y + off, n, sp.inner, std::min(col_block, sp.inner - j0),
+                               scratch.data());
+        }
+      });
+}
+
+template <bool Log>
+class softmax_kernel final : public op_kernel {
+ public:
+  explicit softmax_kernel(const kernel_construction& c)
+      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+
+  void compute(kernel_context& ctx) override {
+    tensor hold;
+    const tensor& x = dense_input(ctx, 0, hold);
+    const std::size_t axis = normalize_axis(ctx, axis_, x.shape());
+    const axis_split sp = split_at(x.shape(), axis);
+    tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
+    if (x.num_elements() == 0) return;
+    visit_dtype(x.type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (float_type_v<T>) {
+        softmax_into<T, Log>(ctx, x.data<T>(), y.data<T>(), sp);
+      } else {
+        ctx.fail("{} has no kernel for {}", Log ? "log_softmax" : "softmax", to_string(x.type()));
+      }
+    });
+  }
+
+ private:
+  std::int64_t axis_;
+};
+
+// ---- layer_norm -------------------------------------------------------------------------
+
+template <class T>
+void layer_norm_into(kernel_context& ctx, const T* x, const T* gamma, const T* beta, T* y,
+                     T* mean_out, T* rstd_out, std::int64_t outer, std::int64_t n, double eps) {
+  using C = compute_t<T>;
+  ctx.parallel_for(outer, 3.0 * static_cast<double>(n), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t o = b; o < e; ++o) {
+      const T* xr = x + o * n;
+      T* yr = y + o * n;
+      if (n == 0) {
+        mean_out[o] = store<T>(std::numeric_limits<double>::quiet_NaN());
+        rstd_out[o] = store<T>(std::numeric_limits<double>::quiet_NaN());
+        continue;
+      }
+      const double mean =
+          blocked_sum<C>(n, [xr](std::int64_t i) { return load(xr[i]); }) / static_cast<double>(n);
+      const C mc = static_cast<C>(mean);
+      const double var = blocked_sum<C>(n,
+                                        [xr, mc](std::int64_t i) {
+                                          const C d = load(xr[i]) - mc;
+                                          return d * d;
+                                        }) /
+                         static_cast<double>(n);
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      const C rc = static_cast<C>(rstd);
+      for (std::int64_t i = 0; i < n; ++i) {
+        yr[i] = store<T>((load(xr[i]) - mc) * rc * load(gamma[i]) + load(beta[i]));
+      }
+      mean_out[o] = store<T>(mean);
+      rstd_out[o] = store<T>(rstd);
+    }
+  });
+}
+
+class layer_norm_kernel final : public op_kernel {
+ public:
+  explicit layer_norm_kernel(const kernel_construction& c)
+      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")), eps_(c.attr<double>("epsilon")) {}
+
+  void compute(kernel_context& ctx) override {
+    tensor hold_x;
+    tensor hold_g;
+    tensor hold_b;
+    const tensor& x = dense_input(ctx, 0, hold_x);
+    const tensor& gamma = dense_input(ctx, 1, hold_g);
+    const tensor& beta = dense_input(ctx, 2, hold_b);
+    const shape& s = x.shape();
+    const std::size_t axis = normalize_axis(ctx, axis_, s);
+    shape lead;
+    shape normalized;
+    for (std::size_t k = 0; k < s.rank(); ++k) (k < axis ? lead : normalized).push_back(s[k]);
+    if (gamma.shape() != normalized || beta.shape() != normalized) {
+      ctx.fail("gamma {} and beta {} must both have shape x.shape[{}:] = {} (x is {})",
+               to_string(gamma.shape()), to_string(beta.shape()), axis, to_string(normalized),
+               to_string(s));
+    }
+    const std::int64_t outer = lead.num_elements();
+    const std::int64_t n = normalized.num_elements();
+    tensor& y = ctx.forward_input_or_allocate_output(0, 0, s);
+    tensor& mean = ctx.allocate_output(1, lead);
+    tensor& rstd = ctx.allocate_output(2, lead);
+    if (outer == 0) return;
+    visit_dtype(x.type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (float_type_v<T>) {
+        layer_norm_into<T>(ctx, x.data<T>(), gamma.data<T>(), beta.data<T>(), y.data<T>(),
+                           mean.data<T>(), rstd.data<T>(), outer, n, eps_);
+      } else {
+        ctx.fail("layer_norm has no kernel for {}", to_string(x.type()));
+      }
+    });
+  }
+
+ private:
+  std::int64_t axis_;
+  double eps_;
+};
+
+// ---- softmax_cross_entropy --------------------------------------------------------------
+
+template <class T, class L>
+void xent_into(kernel_context& ctx, const T* x, const L* labels, T* loss, T* backprop,
+               std::int64_t rows, std::int64_t classes) {
+  using C = compute_t<T>;
+  // Labels first, serially, so the error names the first bad row whatever the threads do.
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto l = static_cast<std::int64_t>(labels[r]);
+    if (l < 0 || l >= classes) {
+      ctx.fail("label {} in row {} is outside [0, {}) (logits of shape [{}, {}])", l, r, classes,
+               rows, classes);
+    }
+  }
+  ctx.parallel_for(
+      rows, exp_cost * static_cast<double>(classes), [&](std::int64_t b, std::int64_t e) {
+        std::vector<C> scratch(std::is_same_v<T, C> ? 0 : static_cast<std::size_t>(classes));
+        for (std::int64_t r = b; r < e; ++r) {
+          const T* xr = x + r * classes;
+          T* br = backprop + r * classes;
+          const auto l = static_cast<std::int64_t>(labels[r]);
+          const C m = row_max(xr, classes);
+          const C at_label = load(xr[l]) - m;  // read before br (maybe xr's buffer) is written
+          C* ex = nullptr;
+          if constexpr (std::is_same_v<T, C>) {
+            ex = br;
+          } else {
+            ex = scratch.data();
+          }
+          for (std::int64_t i = 0; i < classes; ++i) ex[i] = exp_c(load(xr[i]) - m);
+          const double sum = blocked_sum<C>(classes, [ex](std::int64_t i) { return ex[i]; });
+          const C inv = static_cast<C>(1.0 / sum);
+          const C at_label_p = ex[l] * inv;  // ex may be br: read before the loop scales it
+          for (std::int64_t i = 0; i < classes; ++i) br[i] = store<T>(ex[i] * inv);
+          br[l] = store<T>(at_label_p - C(1));
+          loss[r] = store<T>(static_cast<C>(std::log(sum)) - at_label);
+        }
+      });
+}
+
+class xent_kernel final : public op_kernel {
+ public:
+  using op_kernel::op_kernel;
+
+  void compute(kernel_context& ctx) override {
+    tensor hold_x;
+    tensor hold_l;
+    const tensor& x = dense_input(ctx, 0, hold_x);
+    const tensor& labels = dense_input(ctx, 1, hold_l);
+    if (x.rank() != 2 || labels.rank() != 1 || labels.dim(0) != x.dim(0)) {
+      ctx.fail("logits {} must be [N, C] and labels {} must be [N]", to_string(x.shape()),
+               to_string(labels.shape()));
+    }
+    const std::int64_t rows = x.dim(0);
+    const std::int64_t classes = x.dim(1);
+    tensor& backprop = ctx.forward_input_or_allocate_output(0, 1, x.shape());
+    tensor& loss = ctx.allocate_output(0, shape{rows});
+    if (rows == 0) return;
+    visit_dtype(x.type(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (float_type_v<T>) {
+        if (labels.type() == dtype::i32) {
+          xent_into<T>(ctx, x.data<T>(), labels.data<std::int32_t>(), loss.data<T>(),
+                       backprop.data<T>(), rows, classes);
+        } else {
+          xent_into<T>(ctx, x.data<T>(), labels.data<std::int64_t>(), loss.data<T>(),
+                       backprop.data<T>(), rows, classes);
+        }
+      } else {
+        ctx.fail("softmax_cross_entropy has no kernel for {}", to_string(x.type()));
+      }
+    });
+  }
+};
+
+}  // namespace
+
+void register_softmax_kernels(kernel_registry& r) {
+  const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  r.add(make_kernel_def<softmax_kernel<false>>("softmax", cpu, type_constraint(floats)));
+  r.add(make_kernel_def<softmax_kernel<true>>("log_softmax", cpu, type_constraint(floats)));
+  r.add(make_kernel_def<layer_norm_kernel>("layer_norm", cpu, type_constraint(floats)));
+  r.add(make_kernel_def<xent_kernel>("softmax_cross_entropy", cpu,
+                                     {{"T", floats}, {"Tlabels", {dtype::i32, dtype::i64}}}));
+}
+
+}  // namespace loom::cpu

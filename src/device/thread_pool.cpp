@@ -1,0 +1,332 @@
+#include "loom/device/thread_pool.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <pthread.h>
+#endif
+
+#include "loom/core/error.hpp"
+
+// Note [thread pool wake-ups]
+// One queue, guarded by one mutex; `pending_` mirrors its size (written under the mutex)
+// so that idle threads can watch it without the lock. A worker that finds the queue empty
+// first spins for a few microseconds watching `pending_` (counted in `spinners_`), so work
+// scheduled soon after it finished starts without a system call on either side; then it
+// sleeps on the condition variable (counted in `sleepers_`, under the mutex).
+//
+// schedule() pushes under the mutex and wakes min(sleepers, queued - spinners) sleepers:
+// each spinner is counted on to take one item. That count cannot strand an item: a spinner
+// decrements `spinners_` *before* it takes the mutex to look at the queue one last time
+// and go to sleep, so a push either happens before that look (and the spinner sees the
+// item) or sees the decremented count (and wakes someone). A worker only goes to sleep
+// after finding the queue empty under the mutex, so every item pushed after that sees it
+// in `sleepers_`. Extra wake-ups cost a little time; none can be lost.
+
+namespace loom {
+namespace {
+
+// Which pool, if any, the calling thread works for (set once by each worker).
+struct worker_identity {
+  const void* pool = nullptr;
+  int index = 0;
+};
+thread_local worker_identity tl_identity;
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// How long an idle thread watches for work before it sleeps: about 10-50 µs of pause
+// instructions, depending on the processor.
+constexpr int spin_iterations = 1000;
+
+// parallel_for does not split work below this much per chunk (in cost_per_item units,
+// roughly nanoseconds): below it, waking a thread costs more than it saves.
+constexpr double min_chunk_cost = 20000.0;
+
+// Chunks per thread at most: enough to even out uneven chunks, few enough to keep the
+// per-chunk overhead small.
+constexpr std::int64_t chunks_per_thread = 4;
+
+void run_task(std::function<void()>& fn) noexcept {
+  // schedule()'s contract: fn does not throw. If it does, noexcept ends the program here,
+  // at the throw, rather than somewhere in the pool's loop.
+  fn();
+}
+
+// How many chunks parallel_for splits [0, n) into (1: run inline).
+std::int64_t chunk_count(std::int64_t n, double cost_per_item, int threads) noexcept {
+  if (threads <= 1 || !(cost_per_item > 0.0)) return 1;  // !(x > 0) also catches NaN
+  const std::int64_t most = std::min<std::int64_t>(std::int64_t{threads} * chunks_per_thread, n);
+  const double by_cost = static_cast<double>(n) * cost_per_item / min_chunk_cost;
+  if (by_cost >= static_cast<double>(most)) return most;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(by_cost));
+}
+
+// The shared state of one parallel_for that runs on several threads. Reference-counted:
+// the caller and each helper task hold one reference, so a helper that runs after the call
+// returned (all chunks taken by others) only touches this, never the caller's `fn`.
+struct for_state {
+  for_state(const std::function<void(std::int64_t, std::int64_t)>& f, std::int64_t items,
+            std::int64_t chunk_total, int references)
+      : fn(&f), n(items), chunks(chunk_total), refs(references) {}
+
+  const std::function<void(std::int64_t, std::int64_t)>* fn;
+  const std::int64_t n;
+  const std::int64_t chunks;
+  std::atomic<std::int64_t> next{0};  // the next chunk to take
+  std::atomic<std::int64_t> done{0};  // chunks finished (run, or skipped after an error)
+  std::atomic<int> refs;
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // written once, by the thread that set `failed`
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool finished = false;  // guarded by mutex: done == chunks
+
+  void release() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Chunk i is [begin(i), begin(i + 1)): n / chunks items, the first n % chunks one more.
+  [[nodiscard]] std::int64_t begin(std::int64_t i) const noexcept {
+    return i * (n / chunks) + std::min(i, n % chunks);
+  }
+
+  // Takes and runs chunks until none is left.
+  void work() noexcept {
+    for (;;) {
+      const std::int64_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= chunks) return;
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          (*fn)(begin(i), begin(i + 1));
+        } catch (...) {
+          if (!failed.exchange(true, std::memory_order_relaxed)) error = std::current_exception();
+        }
+      }
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        finished = true;
+        cv.notify_one();
+      }
+    }
+  }
+};
+
+}  // namespace
+
+struct thread_pool::impl {
+  impl(int thread_count, std::string pool_name)
+      : threads(thread_count), name(std::move(pool_name)) {}
+
+  const int threads;
+  const std::string name;
+
+  alignas(64) std::atomic<std::int64_t> pending{0};  // == queue.size(), written under mutex
+  alignas(64) std::atomic<int> spinners{0};          // idle workers watching `pending`
+  alignas(64) std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;  // guarded by mutex
+  int sleepers = 0;                         // guarded by mutex: workers in cv.wait
+  bool stopping = false;                    // guarded by mutex
+  std::vector<std::thread> workers;
+
+  // How many sleepers the queue needs woken (Note [thread pool wake-ups]). Call with the
+  // mutex held; notify() them after releasing it.
+  [[nodiscard]] int wakes_needed() const noexcept {
+    const std::int64_t unclaimed =
+        static_cast<std::int64_t>(queue.size()) - spinners.load(std::memory_order_seq_cst);
+    return static_cast<int>(std::clamp<std::int64_t>(unclaimed, 0, sleepers));
+  }
+
+  // Wakes `wakes` sleepers (all of them when that is every worker).
+  void notify(int wakes) {
+    if (wakes >= 2 && wakes >= threads - 1) {
+      cv.notify_all();
+    } else {
+      for (int i = 0; i < wakes; ++i) cv.notify_one();
+    }
+  }
+
+  void push(std::function<void()> fn) {
+    int wakes = 0;
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      queue.push_back(std::move(fn));
+      pending.store(static_cast<std::int64_t>(queue.size()), std::memory_order_seq_cst);
+      wakes = wakes_needed();
+    }
+    notify(wakes);
+  }
+
+  // Pops one queued task and runs it on the calling thread; false when none was queued.
+  bool try_run_one() {
+    if (pending.load(std::memory_order_relaxed) == 0) return false;
+    std::function<void()> fn;
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      if (queue.empty()) return false;
+      fn = std::move(queue.front());
+      queue.pop_front();
+      pending.store(static_cast<std::int64_t>(queue.size()), std::memory_order_seq_cst);
+    }
+    run_task(fn);
+    return true;
+  }
+
+  void worker_loop(int index) {
+    tl_identity = worker_identity{this, index};
+#if defined(__linux__)
+    // Linux allows 15 characters.
+    const std::string thread_name = fmt::format("{}/{}", name, index).substr(0, 15);
+    pthread_setname_np(pthread_self(), thread_name.c_str());
+#endif
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      if (!queue.empty()) {
+        std::function<void()> fn = std::move(queue.front());
+        queue.pop_front();
+        pending.store(static_cast<std::int64_t>(queue.size()), std::memory_order_seq_cst);
+        lock.unlock();
+        run_task(fn);
+        fn = nullptr;  // destroy captures outside the lock
+        lock.lock();
+        continue;
+      }
+      if (stopping) return;
+      // Idle: watch for work a little, then sleep (Note [thread pool wake-ups]).
+      lock.unlock();
+      spinners.fetch_add(1, std::memory_order_seq_cst);
+      for (int i = 0; i < spin_iterations && pending.load(std::memory_order_relaxed) == 0; ++i) {
+        cpu_relax();
+      }
+      spinners.fetch_sub(1, std::memory_order_seq_cst);
+      lock.lock();
+      if (!queue.empty() || stopping) continue;
+      ++sleepers;
+      cv.wait(lock, [this] { return !queue.empty() || stopping; });
+      --sleepers;
+    }
+  }
+
+  // Waits until every chunk of `st` is done, running queued tasks meanwhile.
+  void wait_for(for_state& st) {
+    for (;;) {
+      if (st.done.load(std::memory_order_acquire) == st.chunks) return;
+      if (try_run_one()) continue;
+      for (int i = 0; i < spin_iterations; ++i) {
+        if (st.done.load(std::memory_order_acquire) == st.chunks) return;
+        if (pending.load(std::memory_order_relaxed) != 0) break;
+        cpu_relax();
+      }
+      if (pending.load(std::memory_order_relaxed) != 0) continue;
+      // The remaining chunks run on other threads, which need nothing from this one.
+      std::unique_lock<std::mutex> lock(st.mutex);
+      st.cv.wait(lock, [&st] { return st.finished; });
+      return;
+    }
+  }
+};
+
+thread_pool::thread_pool(int threads, std::string name) {
+  if (threads < 1) {
+    throw invalid_argument(fmt::format(
+        "thread_pool '{}': {} threads requested; a pool needs at least 1", name, threads));
+  }
+  impl_ = std::make_unique<impl>(threads, std::move(name));
+  impl_->workers.reserve(static_cast<std::size_t>(threads - 1));
+  try {
+    for (int i = 1; i < threads; ++i) {
+      impl_->workers.emplace_back([p = impl_.get(), i] { p->worker_loop(i); });
+    }
+  } catch (...) {
+    {
+      const std::lock_guard<std::mutex> lock(impl_->mutex);
+      impl_->stopping = true;
+    }
+    impl_->cv.notify_all();
+    for (std::thread& t : impl_->workers) t.join();
+    throw;
+  }
+}
+
+thread_pool::~thread_pool() {
+  {
+    const std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  for (std::thread& t : impl_->workers) t.join();
+}
+
+int thread_pool::size() const noexcept {
+  return impl_->threads;
+}
+
+void thread_pool::schedule(std::function<void()> fn) {
+  if (!fn)
+    throw invalid_argument(
+        fmt::format("thread_pool '{}': schedule of an empty function", impl_->name));
+  if (impl_->workers.empty()) {
+    run_task(fn);
+    return;
+  }
+  impl_->push(std::move(fn));
+}
+
+void thread_pool::parallel_for(std::int64_t n, double cost_per_item,
+                               const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (n <= 0) return;
+  const std::int64_t chunks = chunk_count(n, cost_per_item, impl_->threads);
+  if (chunks <= 1) {
+    fn(0, n);
+    return;
+  }
+  const int helpers = static_cast<int>(std::min<std::int64_t>(chunks - 1, impl_->threads - 1));
+  auto* st = new for_state(fn, n, chunks, helpers + 1);
+  int wakes = 0;
+  {
+    const std::lock_guard<std::mutex> lock(impl_->mutex);
+    int queued = 0;
+    try {
+      for (; queued < helpers; ++queued) {
+        impl_->queue.emplace_back([st] {
+          st->work();
+          st->release();
+        });
+      }
+    } catch (...) {
+      // Out of memory for the queue: fewer helpers (the caller runs what they would have).
+      st->refs.fetch_sub(helpers - queued, std::memory_order_relaxed);
+    }
+    impl_->pending.store(static_cast<std::int64_t>(impl_->queue.size()), std::memory_order_seq_cst);
+    wakes = impl_->wakes_needed();
+  }
+  impl_->notify(wakes);
+  st->work();
+  impl_->wait_for(*st);
+  const std::exception_ptr error = st->error;
+  st->release();
+  if (error) std::rethrow_exception(error);
+}
+
+int thread_pool::current_thread_index() const noexcept {
+  return tl_identity.pool == impl_.get() ? tl_identity.index : 0;
+}
+
+}  // namespace loom

@@ -1,0 +1,420 @@
+// reduce_sum / mean / max / min / prod against float64 loops: every axes combination on
+// ranks 0..4 with and without keepdims, empty tensors, strided, transposed and broadcast
+// inputs, every dtype, large reductions along inner and outer axes, and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_test_support.hpp"
+#include "kernels/reduction_reference.hpp"
+#include "loom/graph/graph.hpp"
+#include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/state.hpp"
+
+namespace loom::testing {
+namespace {
+
+using namespace reduction;
+
+enum class kind { sum, mean, max, min, prod };
+constexpr kind all_kinds[] = {kind::sum, kind::mean, kind::max, kind::min, kind::prod};
+
+const char* op_of(kind k) {
+  switch (k) {
+    case kind::sum:
+      return "reduce_sum";
+    case kind::mean:
+      return "reduce_mean";
+    case kind::max:
+      return "reduce_max";
+    case kind::min:
+      return "reduce_min";
+    case kind::prod:
+      return "reduce_prod";
+  }
+  return "";
+}
+
+struct expected {
+  shape s;
+  std::vector<double> v;
+  // Per output: the scale errors are measured against (Σ|x| for sums, |result| otherwise).
+  std::vector<double> scale;
+};
+
+// The float64 reduction of x over axes (empty: all), as NumPy computes it.
+expected reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
+  const shape& s = x.shape();
+  const auto r = static_cast<std::int64_t>(s.rank());
+  std::vector<bool> red(s.rank(), axes.empty());
+  for (auto a : axes) red[static_cast<std::size_t>(a < 0 ? a + r : a)] = true;
+  expected e;
+  shape kept;
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    if (!red[d]) {
+      e.s.push_back(s[d]);
+      kept.push_back(s[d]);
+    } else if (keepdims) {
+      e.s.push_back(1);
+    }
+  }
+  const auto n_out = static_cast<std::size_t>(kept.num_elements());
+  double init = 0.0;
+  if (k == kind::prod) init = 1.0;
+  if (k == kind::max) init = -INFINITY;
+  if (k == kind::min) init = INFINITY;
+  e.v.assign(n_out, init);
+  std::vector<double> mag(n_out, 0.0);
+  std::vector<double> count(n_out, 0.0);
+  const auto xs = values(x);
+  for (std::int64_t i = 0; i < x.num_elements(); ++i) {
+    const auto idx = unravel(i, s);
+    std::int64_t o = 0;
+    for (std::size_t d = 0; d < s.rank(); ++d) {
+      if (!red[d]) o = o * s[d] + idx[d];
+    }
+    const double v = xs[static_cast<std::size_t>(i)];
+    double& acc = e.v[static_cast<std::size_t>(o)];
+    mag[static_cast<std::size_t>(o)] += std::fabs(v);
+    count[static_cast<std::size_t>(o)] += 1;
+    switch (k) {
+      case kind::sum:
+      case kind::mean:
+        acc += v;
+        break;
+      case kind::prod:
+        acc *= v;
+        break;
+      case kind::max:
+        if (!std::isnan(acc) && (std::isnan(v) || v > acc)) acc = v;
+        break;
+      case kind::min:
+        if (!std::isnan(acc) && (std::isnan(v) || v < acc)) acc = v;
+        break;
+    }
+  }
+  e.scale.resize(n_out);
+  for (std::size_t o = 0; o < n_out; ++o) {
+    if (k == kind::mean) {
+      e.v[o] = count[o] == 0 ? std::nan("") : e.v[o] / count[o];
+      mag[o] = count[o] == 0 ? 0 : mag[o] / count[o];
+    }
+    e.scale[o] = k == kind::sum || k == kind::mean ? mag[o] : std::fabs(e.v[o]);
+  }
+  return e;
+}
+
+attr_map reduce_attrs(const std::vector<std::int64_t>& axes, bool keepdims) {
+  return {{"axes", axes}, {"keepdims", keepdims}};
+}
+
+// Runs op k on x and checks it against the reference.
+void check(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims,
+           double rtol = -1, double atol = -1) {
+  const dtype t = x.type();
+  if (rtol < 0) rtol = rtol_for(t);
+  if (atol < 0) atol = atol_for(t);
+  SCOPED_TRACE(::testing::Message() << op_of(k) << " " << x.describe() << " axes ["
+                                    << ::testing::PrintToString(axes) << "] keepdims " << keepdims);
+  const tensor got = run_op1(op_of(k), {x}, reduce_attrs(axes, keepdims));
+  const expected e = reference(k, x, axes, keepdims);
+  ASSERT_EQ(to_string(got.shape()), to_string(e.s));
+  ASSERT_TRUE(got.is_contiguous());
+  const auto g = values(got);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!close(g[i], e.v[i], e.scale[i], rtol, atol) && bad++ < 5) {
+      ADD_FAILURE() << "output " << i << ": got " << g[i] << ", expected " << e.v[i];
+    }
+  }
+}
+
+// Values that keep every kind exact or well-conditioned for dtype t: products near 1, and
+// integer products of ±1 with few 2s (so they never overflow).
+tensor input_for(kind k, dtype t, const shape& s, std::uint64_t seed) {
+  if (k != kind::prod) return random(t, s, seed, -4.0, 4.0);
+  if (!is_integer(t)) return random(t, s, seed, 0.8, 1.2);
+  std::vector<double> v(static_cast<std::size_t>(s.num_elements()));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = i % 17 == 3 ? 2.0 : ((i * 7 + seed) % 3 == 0 ? -1.0 : 1.0);
+  return make(t, s, v);
+}
+
+// Every subset of axes of s (as a list, in a mix of positive and negative spellings).
+std::vector<std::vector<std::int64_t>> axis_subsets(std::size_t rank) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::uint32_t mask = 0; mask < (1u << rank); ++mask) {
+    std::vector<std::int64_t> axes;
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (mask & (1u << d)) {
+        const auto a = static_cast<std::int64_t>(d);
+        axes.push_back((mask + d) % 2 == 0 ? a : a - static_cast<std::int64_t>(rank));
+      }
+    }
+    out.push_back(axes);
+  }
+  return out;
+}
+
+const shape test_shapes[] = {{}, {5}, {3, 4}, {2, 3, 4}, {2, 3, 1, 5}, {1, 4, 1, 3}};
+
+TEST(ReduceTest, EveryAxesCombinationEveryKindFloat32) {
+  std::uint64_t seed = 1;
+  for (const auto& s : test_shapes) {
+    for (const auto& axes : axis_subsets(s.rank())) {
+      for (bool keepdims : {false, true}) {
+        for (kind k : all_kinds) check(k, input_for(k, dtype::f32, s, seed++), axes, keepdims);
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, EveryAxesCombinationOtherDtypes) {
+  std::uint64_t seed = 100;
+  for (dtype t : {dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64}) {
+    for (const auto& s : test_shapes) {
+      for (const auto& axes : axis_subsets(s.rank())) {
+        for (bool keepdims : {false, true}) {
+          for (kind k : all_kinds) {
+            if (k == kind::mean && is_integer(t)) continue;
+            check(k, input_for(k, t, s, seed++), axes, keepdims);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, ExplicitFullAxesListEqualsEmptyList) {
+  const tensor x = random(dtype::f32, {2, 3, 4}, 7);
+  for (kind k : all_kinds) {
+    check(k, x, {0, 1, 2}, false);
+    check(k, x, {-1, 0, -2}, true);
+  }
+}
+
+TEST(ReduceTest, ScalarInput) {
+  const tensor x = make(dtype::f32, {}, {2.5});
+  for (kind k : all_kinds) {
+    const tensor y = run_op1(op_of(k), {x});
+    expect_close(y, {}, {2.5});
+  }
+  const tensor y = run_op1("reduce_sum", {make(dtype::i32, {}, {-7})}, reduce_attrs({}, true));
+  expect_close(y, {}, {-7});
+}
+
+TEST(ReduceTest, EmptyReductionsGiveIdentities) {
+  for (dtype t : {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64}) {
+    const tensor x = make(t, {3, 0, 2}, {});
+    expect_close(run_op1("reduce_sum", {x}, reduce_attrs({1}, false)), {3, 2},
+                 std::vector<double>(6, 0.0));
+    expect_close(run_op1("reduce_prod", {x}, reduce_attrs({1}, true)), {3, 1, 2},
+                 std::vector<double>(6, 1.0));
+    expect_close(run_op1("reduce_sum", {x}, reduce_attrs({}, false)), {}, {0.0});
+    expect_close(run_op1("reduce_prod", {x}, reduce_attrs({}, false)), {}, {1.0});
+    if (is_floating(t)) {
+      expect_close(run_op1("reduce_mean", {x}, reduce_attrs({1}, false)), {3, 2},
+                   std::vector<double>(6, std::nan("")));
+    }
+    // Reducing a non-empty axis of an empty tensor gives an empty result, for max too.
+    for (kind k : all_kinds) {
+      if (k == kind::mean && is_integer(t)) continue;
+      expect_close(run_op1(op_of(k), {x}, reduce_attrs({0, 2}, false)), {0}, {});
+      expect_close(run_op1(op_of(k), {x}, reduce_attrs({2}, true)), {3, 0, 1}, {});
+    }
+  }
+}
+
+TEST(ReduceTest, MaxMinOfAnEmptyAxisFail) {
+  for (const char* op : {"reduce_max", "reduce_min"}) {
+    // As NumPy: an empty reduced axis fails even when the result would be empty too.
+    for (const auto& axes : {std::vector<std::int64_t>{1}, std::vector<std::int64_t>{},
+                             std::vector<std::int64_t>{0, 1}}) {
+      expect_error<node_error>(
+          [&] {
+            (void)run_op1(op, {make(dtype::f32, {3, 0}, {})}, reduce_attrs(axes, false));
+          },
+          {"under_test", op, "empty axis", "[3, 0]"});
+    }
+    expect_error<node_error>(
+        [&] {
+          (void)run_op1(op, {make(dtype::i32, {0, 0}, {})}, reduce_attrs({0}, false));
+        },
+        {"under_test", "empty axis"});
+  }
+}
+
+TEST(ReduceTest, NanPropagatesThroughMaxAndMinAndSums) {
+  const double nan = std::nan("");
+  for (dtype t : {dtype::f32, dtype::f64, dtype::f16, dtype::bf16}) {
+    // NaN first, in the middle, last; along the inner axis and along the outer axis.
+    const tensor x = make(t, {3, 20}, [&] {
+      std::vector<double> v(60);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i % 7) - 3.0;
+      v[0] = nan;
+      v[20 + 9] = nan;
+      v[40 + 19] = nan;
+      return v;
+    }());
+    for (kind k : all_kinds) {
+      check(k, x, {1}, false);
+      check(k, x, {0}, false);
+      check(k, non_contiguous(x), {1}, true);
+    }
+    // Infinities: max/min pick them, sums follow IEEE.
+    const tensor inf = make(t, {4}, {1.0, INFINITY, -2.0, 3.0});
+    expect_close(run_op1("reduce_max", {inf}), {}, {INFINITY});
+    expect_close(run_op1("reduce_sum", {inf}), {}, {INFINITY});
+    expect_close(run_op1("reduce_min", {make(t, {3}, {-INFINITY, 0.0, -INFINITY})}), {},
+                 {-INFINITY});
+  }
+}
+
+TEST(ReduceTest, NonContiguousStridedAndBroadcastInputs) {
+  std::uint64_t seed = 500;
+  const shape shapes[] = {{4, 5}, {3, 4, 6}, {2, 3, 4, 5}};
+  for (dtype t : {dtype::f32, dtype::f64, dtype::f16, dtype::i32}) {
+    for (const auto& s : shapes) {
+      for (const auto& axes : axis_subsets(s.rank())) {
+        for (kind k : all_kinds) {
+          if (k == kind::mean && is_integer(t)) continue;
+          const tensor x = input_for(k, t, s, seed++);
+          check(k, non_contiguous(x), axes, (seed % 2) == 0);
+          check(k, strided_view(x), axes, (seed % 2) == 1);
+        }
+      }
+    }
+  }
+  // Stride 0: a row broadcast to 7 rows; reducing over the broadcast axis and the other.
+  const tensor row = random(dtype::f32, {1, 9}, 3);
+  const tensor b = broadcast_view(row, {7, 9});
+  for (kind k : all_kinds) {
+    check(k, b, {0}, false);
+    check(k, b, {1}, true);
+    check(k, b, {}, false);
+  }
+}
+
+TEST(ReduceTest, LargeReductionsAlongInnerAndOuterAxes) {
+  // Inner (contiguous) and outer (strided) axes, output blocks wider than one row block
+  // (300 > 256), reduced counts not multiples of 8 or 128, and few-output splits.
+  const std::vector<std::pair<shape, std::vector<std::int64_t>>> cases = {
+      {{37, 300}, {0}},       {{37, 300}, {1}},       {{300, 37}, {0}},      {{5, 1000, 7}, {1}},
+      {{5, 1000, 7}, {0, 2}}, {{70000, 2}, {0}},      {{2, 70000}, {1}},     {{3, 129, 513}, {1}},
+      {{200003}, {}},         {{64, 3, 341}, {0, 2}}, {{3, 41, 600}, {0, 1}}};
+  std::uint64_t seed = 900;
+  for (const auto& [s, axes] : cases) {
+    for (dtype t : {dtype::f32, dtype::f64, dtype::bf16, dtype::i64}) {
+      for (kind k : {kind::sum, kind::mean, kind::max, kind::min}) {
+        if (k == kind::mean && is_integer(t)) continue;
+        check(k, random(t, s, seed++, -4.0, 4.0), axes, false);
+      }
+    }
+    const tensor x = random(dtype::f32, s, seed++, -4.0, 4.0);
+    if (s.rank() >= 2) check(kind::sum, non_contiguous(x), axes, true);
+    check(kind::max, strided_view(x), axes, false);
+  }
+}
+
+TEST(ReduceTest, MillionElementFloatSumMatchesFloat64) {
+  for (auto [lo, hi] : {std::pair{-2.0, 2.0}, std::pair{0.0, 1.0}, std::pair{-1.0, 3.0}}) {
+    const tensor x = random(dtype::f32, {1000000}, 42, lo, hi);
+    const auto xs = values(x);
+    double want = 0.0;
+    for (double v : xs) want += v;
+    const double got = values(run_op1("reduce_sum", {x}))[0];
+    EXPECT_LE(std::fabs(got - want), 1e-5 * std::fabs(want)) << got << " vs " << want;
+    // The same values as [1000, 1000] reduced over the outer axis, then the inner.
+    const tensor m = x.reshaped({1000, 1000});
+    const auto cols = values(run_op1("reduce_sum", {m}, reduce_attrs({0}, false)));
+    double total = 0.0;
+    for (double c : cols) total += c;
+    EXPECT_LE(std::fabs(total - want), 1e-5 * std::fabs(want));
+    const double mean = values(run_op1("reduce_mean", {x}))[0];
+    EXPECT_LE(std::fabs(mean - want / 1e6), 1e-5 * std::fabs(want / 1e6));
+  }
+}
+
+TEST(ReduceTest, IntegerSumsAccumulateInInt64) {
+  // i32 partial sums past 2^31 come back as long as the total fits.
+  std::vector<double> v(64, 2.0e9);
+  for (std::size_t i = 32; i < 64; ++i) v[i] = -2.0e9;
+  v[5] = 7;
+  const tensor x = make(dtype::i32, {64}, std::vector<double>(v.begin(), v.end()));
+  // 31 × 2e9 + 7 − 32 × 2e9 = −2e9 + 7.
+  expect_close(run_op1("reduce_sum", {x}), {}, {-2.0e9 + 7});
+  const tensor big = make(dtype::i64, {3}, {4.0e18, 4.0e18, -5.0e18});
+  expect_close(run_op1("reduce_sum", {big}), {}, {3.0e18}, 0, 1024);
+  expect_close(run_op1("reduce_max", {make(dtype::i64, {2}, {-9.0e18, -8.0e18})}), {}, {-8.0e18}, 0,
+               1024);
+  // Products wrap modulo 2^32 for i32, as TF's.
+  expect_close(run_op1("reduce_prod", {make(dtype::i32, {2}, {65536, 65537})}), {}, {65536});
+}
+
+TEST(ReduceTest, BadAxesFailAtConstruction) {
+  const tensor x = random(dtype::f32, {2, 3}, 1);
+  for (kind k : all_kinds) {
+    expect_error<invalid_argument>([&] { (void)run_op1(op_of(k), {x}, reduce_attrs({2}, false)); },
+                                   {"under_test", op_of(k), "axis 2", "out of range", "[2, 3]"});
+    expect_error<invalid_argument>([&] { (void)run_op1(op_of(k), {x}, reduce_attrs({-3}, false)); },
+                                   {"under_test", "axis -3"});
+    expect_error<invalid_argument>(
+        [&] {
+          (void)run_op1(op_of(k), {x}, reduce_attrs({1, -1}, false));
+        },
+        {"under_test", "twice"});
+    expect_error<invalid_argument>(
+        [&] {
+          (void)run_op1(op_of(k), {x}, reduce_attrs({0, 0}, false));
+        },
+        {"under_test", "axes"});
+  }
+  // A scalar has no axis 0.
+  expect_error<invalid_argument>(
+      [&] { (void)run_op1("reduce_sum", {make(dtype::f32, {}, {1})}, reduce_attrs({0}, false)); },
+      {"under_test", "out of range"});
+  // Wrong attribute types and unsupported dtypes.
+  expect_error<invalid_argument>(
+      [&] {
+        (void)run_op1("reduce_sum", {x}, {{"axes", std::string("0")}});
+      },
+      {"under_test", "axes"});
+  expect_error<invalid_argument>(
+      [&] {
+        (void)run_op1("reduce_sum", {x}, {{"keepdims", std::int64_t{1}}});
+      },
+      {"under_test", "keepdims"});
+  expect_error<invalid_argument>(
+      [&] { (void)run_op1("reduce_mean", {random(dtype::i32, {2}, 1)}); }, {"under_test", "int32"});
+  expect_error<invalid_argument>(
+      [&] {
+        (void)run_op1("reduce_sum", {make(dtype::boolean, {2}, {1, 0})});
+      },
+      {"under_test", "bool"});
+}
+
+TEST(ReduceTest, BuildersInferTypes) {
+  graph g;
+  graph_builder b(g);
+  const auto x = ops::placeholder(b, "x", dtype::f32, {4, -1, 6});
+  EXPECT_EQ(ops::reduce_sum(x).type(), (tensor_type{dtype::f32, shape{}}));
+  EXPECT_EQ(ops::reduce_sum(x, {}, true).type(), (tensor_type{dtype::f32, shape{1, 1, 1}}));
+  EXPECT_EQ(ops::reduce_mean(x, {0}).type(), (tensor_type{dtype::f32, shape{-1, 6}}));
+  EXPECT_EQ(ops::reduce_max(x, {-1}, true).type(), (tensor_type{dtype::f32, shape{4, -1, 1}}));
+  EXPECT_EQ(ops::reduce_min(x, {1}).type(), (tensor_type{dtype::f32, shape{4, 6}}));
+  const auto p = ops::reduce_prod(x, {2, 0}, false, {.name = "p"});
+  EXPECT_EQ(p.type(), (tensor_type{dtype::f32, shape{-1}}));
+  EXPECT_EQ(p.producer().name, "p");
+  EXPECT_EQ(p.producer().op(), "reduce_prod");
+  const auto i = ops::placeholder(b, "i", dtype::i64, {3});
+  EXPECT_EQ(ops::reduce_sum(i, {0}).type(), (tensor_type{dtype::i64, shape{}}));
+  EXPECT_THROW((void)ops::reduce_mean(i), invalid_argument);
+  EXPECT_THROW((void)ops::reduce_sum(x, {3}), invalid_argument);
+}
+
+}  // namespace
+}  // namespace loom::testing
