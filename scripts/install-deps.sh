@@ -7,7 +7,9 @@ packages=(
   build-essential cmake make pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev
+  libdnnl-dev libdlpack-dev   # oneDNN (CPU matmul, convolution, pooling); DLPack's header
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
+  libomp-dev                 # OpenMP for clang (the fuzz build links oneDNN's OpenMP users)
   python3
 )
 

@@ -2,7 +2,8 @@
 # make test: every test loom has, in four builds.
 #   1. Release: all tests.
 #   2. ASan+UBSan: all tests.
-#   3. TSan: the memory tests (the pools and adaptors are built to be thread-safe).
+#   3. TSan: the memory, device and runtime tests (pools, adaptors, thread pool and
+#      executor are built to be thread-safe).
 #   4. Each libFuzzer target (fuzz/*_fuzz.cpp: the BFC pool's alloc/free/trim sequences,
 #      the allocation-log parser and replay) for FUZZ_SECONDS.
 # Prints one closing line with the totals; exits non-zero when anything failed.
@@ -54,13 +55,13 @@ build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOO
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_ctest build-asan
 
-step "TSan build (memory tests)"
+step "TSan build (memory, device and runtime tests)"
 build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_BUILD_TOOLS=OFF ||
   { echo "TSan build failed"; exit 1; }
 # TSan cannot map its shadow memory under the high ASLR entropy of some kernels;
 # CTEST_WRAP runs ctest (and so the tests) without address randomisation there.
 CTEST_WRAP="setarch $(uname -m) -R" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  run_ctest build-tsan -L memory
+  run_ctest build-tsan -L "memory|device|runtime"
 
 step "libFuzzer targets, ${FUZZ_SECONDS}s each"
 if CC=clang CXX=clang++ build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address \

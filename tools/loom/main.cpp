@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   loom::tools::add_memreplay_command(app);
   loom::tools::add_bench_command(app);
+  loom::tools::add_devices_command(app);
+  loom::tools::add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

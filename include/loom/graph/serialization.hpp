@@ -35,9 +35,11 @@
 //   ("T") included, so a graph reads back the same even if an op's defaults change. The
 //   reader takes any subset: a missing attribute gets its default or is inferred, exactly
 //   as graph::add_node does.
-// - Nodes may appear in any order; the reader adds them in the file's order where it can,
-//   and each node after the nodes it needs otherwise (so a graph written by graph_to_json
-//   reads back with the same node ids).
+// - Nodes may appear in any order. The reader adds them in the file's order, except that
+//   the nodes a node needs (through data or control inputs) that come later in the file are
+//   added just before it. A graph whose node ids are a topological order (any graph without
+//   control edges added by graph::add_control_input to earlier nodes) reads back with the
+//   same node ids.
 // - Keys other than the ones above are errors (a misspelt "input" would otherwise vanish).
 #pragma once
 

@@ -1,4 +1,69 @@
-// Builder functions of this family (filled in with its kernels).
+// Neural-network ops: matmul, bias_add, conv2d, max_pool2d, avg_pool2d.
+//
+// Layouts follow PyTorch for images (NCHW activations, OIHW filters) and TensorFlow for
+// bias_add (the bias runs along the last dimension unless data_format is "NCHW"). On CPU
+// the float32 and bfloat16 kernels call oneDNN; float64 (and what oneDNN lacks on the
+// machine) runs loom's reference loops. The op definitions (attributes,
+// inference) are in src/graph/ops/nn_ops.cpp.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "loom/graph/builder.hpp"
+
+namespace loom::ops {
+
+/// a @ b. Rank 2 ([M, K] x [K, N] -> [M, N]) or batched: the leading dimensions broadcast
+/// NumPy-style ([B, M, K] x [K, N], [B, M, K] x [B, K, N], [1, M, K] x [B, K, N], ...).
+/// transpose_a / transpose_b swap the last two dimensions of that input first. Float types
+/// only. Throws loom::invalid_argument (naming both shapes) when the inner dimensions differ.
+output matmul(output a, output b, bool transpose_a = false, bool transpose_b = false,
+              const node_options& o = {});
+
+/// x + bias along the channel dimension: the last one for data_format "NHWC" (the default,
+/// TensorFlow's), dimension 1 for "NCHW". x has rank >= 2, bias rank 1.
+output bias_add(output x, output bias, const std::string& data_format = "NHWC",
+                const node_options& o = {});
+
+/// Attributes of conv2d. Sizes count elements; a dilation of 1 is no dilation.
+struct conv2d_options {
+  /// [stride_h, stride_w], each >= 1.
+  std::vector<std::int64_t> strides{1, 1};
+  /// [top, bottom, left, right] (or [h, w] for symmetric padding), each >= 0.
+  std::vector<std::int64_t> padding{0, 0, 0, 0};
+  /// [dilation_h, dilation_w], each >= 1.
+  std::vector<std::int64_t> dilations{1, 1};
+  /// Channel groups: input channels and filters both divide by it (groups == channels is
+  /// a depthwise convolution).
+  std::int64_t groups = 1;
+};
+
+/// 2-D convolution (cross-correlation, as every framework computes it) of x [N, C, H, W]
+/// with filter w [O, C / groups, KH, KW]: y [N, O, OH, OW],
+/// OH = (H + top + bottom - dilation_h * (KH - 1) - 1) / stride_h + 1 (likewise OW).
+/// Throws loom::invalid_argument for channel counts that do not fit the groups or the
+/// filter, and for a filter larger than the padded input.
+output conv2d(output x, output w, const conv2d_options& options = {}, const node_options& o = {});
+
+/// Attributes of the pooling ops.
+struct pool_options {
+  /// [kh, kw], each >= 1 (required).
+  std::vector<std::int64_t> kernel;
+  /// [sh, sw]; empty means the kernel size.
+  std::vector<std::int64_t> strides;
+  /// [top, bottom, left, right] (or [h, w]), each smaller than the kernel.
+  std::vector<std::int64_t> padding{0, 0, 0, 0};
+  /// avg_pool2d only: divide by the whole window (true) or by the elements inside the
+  /// input (false, the default, TensorFlow's "SAME" behaviour).
+  bool count_include_pad = false;
+};
+
+/// Maximum over each window of x [N, C, H, W] (padding never wins):
+/// y [N, C, OH, OW], OH = (H + top + bottom - kh) / sh + 1.
+output max_pool2d(output x, const pool_options& options, const node_options& o = {});
+/// Mean over each window of x [N, C, H, W]; shapes as max_pool2d.
+output avg_pool2d(output x, const pool_options& options, const node_options& o = {});
+
+}  // namespace loom::ops

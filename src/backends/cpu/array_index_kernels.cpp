@@ -1,0 +1,226 @@
+// CPU kernels of the indexing array ops: gather (NumPy take) and one_hot. Registered from
+// register_array_kernels (array_kernels.cpp).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "cpu_kernels.hpp"
+
+namespace loom::cpu {
+
+void register_array_index_kernels(kernel_registry& registry);
+
+namespace {
+
+constexpr device_type cpu = device_type::cpu;
+
+std::vector<dtype> all_types() {
+  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
+}
+
+// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
+std::string position(const shape& s, std::int64_t flat) {
+  std::vector<std::int64_t> idx(s.rank(), 0);
+  for (std::size_t k = s.rank(); k-- > 0;) {
+    idx[k] = flat % s[k];
+    flat /= s[k];
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+// Calls f(I{}) with I the C++ type of an index dtype (int32 or int64).
+template <class F>
+void visit_index(dtype t, F&& f) {
+  if (t == dtype::i32) f(std::int32_t{});
+  else f(std::int64_t{});
+}
+
+// Calls f(T{}) with T an unsigned integer of `bytes` bytes: gather moves bits.
+template <class F>
+void visit_bits(std::size_t bytes, F&& f) {
+  switch (bytes) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    default: return f(std::uint64_t{});
+  }
+}
+
+class gather_kernel final : public op_kernel {
+ public:
+  explicit gather_kernel(const kernel_construction& c)
+      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor params = ctx.input_contiguous(0);
+    const tensor indices = ctx.input_contiguous(1);
+    const auto rank = static_cast<std::int64_t>(params.rank());
+    if (rank == 0) ctx.fail("params must have rank >= 1, got {}", params.describe());
+    if (axis_ < -rank || axis_ >= rank) {
+      ctx.fail("axis {} is outside [{}, {}) for params {}", axis_, -rank, rank, params.describe());
+    }
+    const auto ax = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
+    shape out_shape;
+    std::int64_t outer = 1;
+    std::int64_t inner = 1;
+    for (std::size_t d = 0; d < ax; ++d) {
+      out_shape.push_back(params.dim(d));
+      outer *= params.dim(d);
+    }
+    for (auto d : indices.shape().dims()) out_shape.push_back(d);
+    for (std::size_t d = ax + 1; d < params.rank(); ++d) {
+      out_shape.push_back(params.dim(d));
+      inner *= params.dim(d);
+    }
+    const std::int64_t n = params.dim(ax);
+    tensor& out = ctx.allocate_output(0, out_shape);
+    visit_index(indices.type(), [&](auto itag) {
+      using I = decltype(itag);
+      const I* idx = indices.data<I>();
+      const std::int64_t k = indices.num_elements();
+      for (std::int64_t i = 0; i < k; ++i) {
+        if (idx[i] < 0 || idx[i] >= n) {
+          ctx.fail("indices{} = {} is out of range: params {} has {} entries along axis {}",
+                   position(indices.shape(), i), static_cast<std::int64_t>(idx[i]),
+                   params.describe(), n, ax);
+        }
+      }
+      if (out.num_elements() == 0) return;
+      visit_bits(size_of(params.type()), [&](auto btag) {
+        using T = decltype(btag);
+        run<T, I>(ctx, static_cast<const T*>(params.raw_data()), idx,
+                  static_cast<T*>(out.raw_data()), outer, n, inner, k);
+      });
+    });
+  }
+
+ private:
+  // out[o, j, i] = params[o, idx[j], i]; indices already checked.
+  template <class T, class I>
+  static void run(const kernel_context& ctx, const T* params, const I* idx, T* out,
+                  std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t k) {
+    const double cost = static_cast<double>(inner * static_cast<std::int64_t>(sizeof(T))) * 0.15 + 2.0;
+    ctx.parallel_for(outer * k, cost, [&](std::int64_t begin, std::int64_t end) {
+      std::int64_t o = begin / k;
+      std::int64_t j = begin % k;
+      if (inner == 1) {
+        for (std::int64_t u = begin; u < end; ++u) {
+          out[u] = params[o * n + static_cast<std::int64_t>(idx[j])];
+          if (++j == k) {
+            j = 0;
+            ++o;
+          }
+        }
+        return;
+      }
+      const auto row = static_cast<std::size_t>(inner) * sizeof(T);
+      for (std::int64_t u = begin; u < end; ++u) {
+        std::memcpy(out + u * inner, params + (o * n + static_cast<std::int64_t>(idx[j])) * inner,
+                    row);
+        if (++j == k) {
+          j = 0;
+          ++o;
+        }
+      }
+    });
+  }
+
+  std::int64_t axis_;
+};
+
+// on/off as the output's element type: 16-bit floats rounded from float, bool as != 0,
+// integers truncated and wrapped as a C cast from int64 would (NaN as 0), never UB.
+template <class T>
+T value_as(double v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return T(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v != 0.0;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return T{0};
+    return static_cast<T>(static_cast<std::int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+class one_hot_kernel final : public op_kernel {
+ public:
+  explicit one_hot_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        depth_(c.attr<std::int64_t>("depth")),
+        axis_(c.attr<std::int64_t>("axis")),
+        on_(c.attr<double>("on_value")),
+        off_(c.attr<double>("off_value")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor indices = ctx.input_contiguous(0);
+    const auto rank = static_cast<std::int64_t>(indices.rank());
+    if (axis_ < -1 || axis_ > rank) {
+      ctx.fail("axis {} is outside [-1, {}] for indices {}", axis_, rank, indices.describe());
+    }
+    const auto at = static_cast<std::size_t>(axis_ == -1 ? rank : axis_);
+    shape out_shape;
+    std::int64_t prefix = 1;
+    std::int64_t suffix = 1;
+    for (std::size_t d = 0; d < indices.rank(); ++d) {
+      if (d == at) out_shape.push_back(depth_);
+      out_shape.push_back(indices.dim(d));
+      (d < at ? prefix : suffix) *= indices.dim(d);
+    }
+    if (at == indices.rank()) out_shape.push_back(depth_);
+    tensor& out = ctx.allocate_output(0, out_shape);
+    if (out.num_elements() == 0) return;
+    visit_index(indices.type(), [&](auto itag) {
+      using I = decltype(itag);
+      visit_dtype(out.type(), [&](auto ttag) {
+        using T = decltype(ttag);
+        run<T, I>(ctx, indices.data<I>(), out.data<T>(), prefix, suffix);
+      });
+    });
+  }
+
+ private:
+  // out[p, d, s] = idx[p, s] == d ? on : off.
+  template <class T, class I>
+  void run(const kernel_context& ctx, const I* idx, T* out, std::int64_t prefix,
+           std::int64_t suffix) const {
+    const T on = value_as<T>(on_);
+    const T off = value_as<T>(off_);
+    const std::int64_t depth = depth_;
+    const std::int64_t block = depth * suffix;
+    const double cost = static_cast<double>(block * static_cast<std::int64_t>(sizeof(T))) * 0.1 +
+                        static_cast<double>(suffix) + 2.0;
+    ctx.parallel_for(prefix, cost, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t p = begin; p < end; ++p) {
+        T* o = out + p * block;
+        std::fill_n(o, block, off);
+        const I* row = idx + p * suffix;
+        for (std::int64_t s = 0; s < suffix; ++s) {
+          const auto v = static_cast<std::int64_t>(row[s]);
+          if (v >= 0 && v < depth) o[v * suffix + s] = on;
+        }
+      }
+    });
+  }
+
+  std::int64_t depth_;
+  std::int64_t axis_;
+  double on_;
+  double off_;
+};
+
+}  // namespace
+
+void register_array_index_kernels(kernel_registry& r) {
+  r.add(make_kernel_def<gather_kernel>(
+      "gather", cpu, {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
+  r.add(make_kernel_def<one_hot_kernel>(
+      "one_hot", cpu, {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
+}
+
+}  // namespace loom::cpu

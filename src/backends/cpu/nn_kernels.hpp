@@ -1,0 +1,39 @@
+// The nn family's CPU kernels, one file per op group; register_nn_kernels (nn_kernels.cpp)
+// lists them. Note [oneDNN integration] (nn_onednn.hpp) says how they call oneDNN.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "loom/core/half.hpp"
+#include "loom/kernel/kernel_registry.hpp"
+
+namespace loom::cpu {
+
+void register_nn_matmul_kernels(kernel_registry& registry);  // matmul (nn_matmul.cpp)
+void register_nn_conv_kernels(kernel_registry& registry);    // conv2d (nn_conv.cpp)
+void register_nn_pool_kernels(kernel_registry& registry);    // max_pool2d, avg_pool2d (nn_pool.cpp)
+
+namespace nn_detail {
+
+/// The type the reference loops accumulate T in: double for double, float otherwise.
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+/// T -> its accumulation type.
+template <class T>
+inline acc_t<T> widen(T v) noexcept {
+  return static_cast<acc_t<T>>(v);
+}
+/// Accumulation type -> T (rounded to nearest for half and bfloat16).
+template <class T>
+inline T narrow(acc_t<T> v) noexcept {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return T(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+}  // namespace nn_detail
+}  // namespace loom::cpu

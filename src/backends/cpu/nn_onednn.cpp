@@ -1,0 +1,149 @@
+// Note [oneDNN integration] (nn_onednn.hpp).
+#include "nn_onednn.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+
+namespace loom::cpu::onednn {
+
+dnnl::engine& engine() {
+  // Never destroyed: a kernel running while statics are destroyed may still need it.
+  static auto* e = new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  return *e;
+}
+
+std::optional<dnnl::memory::data_type> data_type_of(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32:
+      return dnnl::memory::data_type::f32;
+    case dtype::bf16:
+      return dnnl::memory::data_type::bf16;
+    case dtype::f16:
+      return dnnl::memory::data_type::f16;
+    default:
+      return std::nullopt;
+  }
+}
+
+dnnl::memory::dims dims_of(std::span<const std::int64_t> d) {
+  return dnnl::memory::dims(d.begin(), d.end());
+}
+
+void use_threads(int threads) noexcept {
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+}
+
+dnnl::primitive_attr user_scratchpad_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+std::size_t primitive_cache::key_hash::operator()(const key& k) const noexcept {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the 64-bit values
+  for (const auto v : k) {
+    h ^= static_cast<std::uint64_t>(v);
+    h *= 1099511628211ULL;
+  }
+  return static_cast<std::size_t>(h);
+}
+
+std::shared_ptr<const plan> primitive_cache::get(const key& k, const std::function<plan()>& build) {
+  static std::atomic<std::uint64_t> next_id{1};
+  std::lock_guard lock(mutex_);
+  if (auto it = plans_.find(k); it != plans_.end()) return it->second;
+  plan p;
+  try {
+    p = build();
+  } catch (const dnnl::error&) {
+    p = plan{};  // no implementation: the kernel runs its reference loops
+  }
+  p.id = next_id.fetch_add(1, std::memory_order_relaxed);
+  if (plans_.size() >= capacity_) plans_.erase(plans_.begin());
+  auto shared = std::make_shared<const plan>(std::move(p));
+  plans_.emplace(k, shared);
+  return shared;
+}
+
+std::size_t primitive_cache::size() const {
+  std::lock_guard lock(mutex_);
+  return plans_.size();
+}
+
+std::string describe(const dnnl::error& e) {
+  return fmt::format("oneDNN failed (status {}): {}", static_cast<int>(e.status), e.what());
+}
+
+namespace {
+
+// The memory objects of one plan's arguments on one thread, made on the thread's first
+// call and re-pointed at each call's buffers (set_data_handle costs no allocation).
+struct thread_args {
+  std::uint64_t plan_id = 0;
+  std::unordered_map<int, dnnl::memory> args;
+  std::vector<dnnl::memory> in_order;  // p.args' order, then the scratchpad
+};
+
+// The calling thread's argument sets: a few kernels' worth, replaced round-robin.
+thread_args& args_for(const plan& p) {
+  struct slots {
+    std::array<std::unique_ptr<thread_args>, 16> entries;
+    std::size_t next = 0;
+  };
+  thread_local slots cache;
+  for (const auto& e : cache.entries) {
+    if (e && e->plan_id == p.id) return *e;
+  }
+  auto t = std::make_unique<thread_args>();
+  t->plan_id = p.id;
+  for (const auto& a : p.args) {
+    // No buffer yet; each call points it at the real one.
+    dnnl::memory m(a.md, engine(), DNNL_MEMORY_NONE);
+    t->args.emplace(a.arg, m);
+    t->in_order.push_back(m);
+  }
+  if (p.scratchpad_bytes > 0) {
+    dnnl::memory m(p.scratchpad_md, engine(), DNNL_MEMORY_NONE);
+    t->args.emplace(DNNL_ARG_SCRATCHPAD, m);
+    t->in_order.push_back(m);
+  }
+  auto& slot = cache.entries[cache.next];
+  cache.next = (cache.next + 1) % cache.entries.size();
+  slot = std::move(t);
+  return *slot;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+}  // namespace
+
+void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data) {
+  use_threads(ctx.num_threads());
+  tensor scratch;
+  try {
+    thread_args& t = args_for(p);
+    std::size_t i = 0;
+    for (const void* d : data) {
+      // oneDNN takes a non-const handle for inputs too; it does not write to them.
+      t.in_order.at(i++).set_data_handle(const_cast<void*>(d));  // NOLINT
+    }
+    if (p.scratchpad_bytes > 0) {
+      scratch = ctx.allocate_temp(dtype::u8, shape{static_cast<std::int64_t>(p.scratchpad_bytes)});
+      t.in_order.at(i).set_data_handle(scratch.raw_data());
+    }
+    dnnl::stream& s = thread_stream();
+    p.primitive->execute(s, t.args);
+    s.wait();
+  } catch (const dnnl::error& e) {
+    ctx.fail(describe(e));
+  }
+}
+
+}  // namespace loom::cpu::onednn

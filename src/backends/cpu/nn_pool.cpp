@@ -1,0 +1,158 @@
+// max_pool2d and avg_pool2d on CPU: oneDNN's pooling_forward for the dtypes it has on the
+// machine (float32, bfloat16), a reference loop for float64 and the rest.
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "graph/ops/nn_attrs.hpp"
+#include "nn_kernels.hpp"
+#include "nn_onednn.hpp"
+
+namespace loom::cpu {
+namespace {
+
+using namespace nn_detail;
+
+struct pool_geometry {
+  std::int64_t n, c, h, w, oh, ow;
+  std::array<std::int64_t, 2> kernel, stride;
+  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
+};
+
+// One task per (n, c) plane. The window is clipped to the input; padding never wins a max
+// and counts towards a mean only with count_include_pad (the window is then always whole:
+// inference keeps every window inside the padded input).
+template <class T, bool Max>
+void reference_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry& g,
+                    bool include_pad) {
+  using Acc = acc_t<T>;
+  const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1]);
+  ctx.parallel_for(g.n * g.c, cost, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t p = lo; p < hi; ++p) {
+      const T* in = x + p * g.h * g.w;
+      T* dst = out + p * g.oh * g.ow;
+      for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+        const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
+        const std::int64_t ys = std::max<std::int64_t>(y0, 0);
+        const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+          const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
+          const std::int64_t xs = std::max<std::int64_t>(x0, 0);
+          const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+          Acc v = Max ? -std::numeric_limits<Acc>::infinity() : Acc{0};
+          for (std::int64_t yy = ys; yy < ye; ++yy) {
+            for (std::int64_t xx = xs; xx < xe; ++xx) {
+              const Acc e = widen<T>(in[yy * g.w + xx]);
+              if constexpr (Max) {
+                v = std::max(v, e);
+              } else {
+                v += e;
+              }
+            }
+          }
+          if constexpr (!Max) {
+            const std::int64_t count =
+                include_pad ? g.kernel[0] * g.kernel[1] : (ye - ys) * (xe - xs);
+            v /= static_cast<Acc>(count);
+          }
+          dst[oy * g.ow + ox] = narrow<T>(v);
+        }
+      }
+    }
+  });
+}
+
+template <bool Max>
+class pool_kernel final : public op_kernel {
+ public:
+  explicit pool_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        type_(c.attr<dtype>("T")),
+        include_pad_(!Max && c.attr<bool>("count_include_pad")) {
+    const auto k = c.attr<std::vector<std::int64_t>>("kernel");
+    auto s = c.attr<std::vector<std::int64_t>>("strides");
+    if (s.empty()) s = k;
+    kernel_ = {k.at(0), k.at(1)};
+    stride_ = {s.at(0), s.at(1)};
+    pad_ = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
+  }
+
+  void compute(kernel_context& ctx) override {
+    const tensor& xin = ctx.input(0);
+    if (xin.rank() != 4) ctx.fail("pooling needs an NCHW input of rank 4, got {}", xin.describe());
+    pool_geometry g{};
+    g.n = xin.dim(0), g.c = xin.dim(1), g.h = xin.dim(2), g.w = xin.dim(3);
+    g.kernel = kernel_;
+    g.stride = stride_;
+    g.pad = pad_;
+    g.oh = nn_attrs::window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
+    g.ow = nn_attrs::window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
+    if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", xin.describe());
+    if (g.oh < 0 || g.ow < 0) {
+      ctx.fail("the window [{}, {}] is larger than the padded input {}", g.kernel[0], g.kernel[1],
+               xin.describe());
+    }
+    tensor& out = ctx.allocate_output(0, shape{g.n, g.c, g.oh, g.ow});
+    if (out.num_elements() == 0) return;
+    const tensor x = ctx.input_contiguous(0);
+    if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, out, g, *dt)) return;
+    switch (type_) {
+      case dtype::f32:
+        return reference_pool<float, Max>(ctx, x.data<float>(), out.data<float>(), g, include_pad_);
+      case dtype::f64:
+        return reference_pool<double, Max>(ctx, x.data<double>(), out.data<double>(), g,
+                                           include_pad_);
+      case dtype::f16:
+        return reference_pool<half, Max>(ctx, x.data<half>(), out.data<half>(), g, include_pad_);
+      case dtype::bf16:
+        return reference_pool<bfloat16, Max>(ctx, x.data<bfloat16>(), out.data<bfloat16>(), g,
+                                             include_pad_);
+      default:
+        ctx.fail("pooling has no kernel for {}", to_string(type_));
+    }
+  }
+
+ private:
+  bool run_onednn(kernel_context& ctx, const tensor& x, tensor& out, const pool_geometry& g,
+                  dnnl::memory::data_type dt) {
+    using tag = dnnl::memory::format_tag;
+    const int threads = ctx.num_threads();
+    const onednn::primitive_cache::key key{
+        static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w};
+    const auto plan = cache_.get(key, [&] {
+      onednn::use_threads(threads);
+      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, tag::nchw);
+      const dnnl::memory::desc dst_md({g.n, g.c, g.oh, g.ow}, dt, tag::nchw);
+      const auto alg = Max            ? dnnl::algorithm::pooling_max
+                       : include_pad_ ? dnnl::algorithm::pooling_avg_include_padding
+                                      : dnnl::algorithm::pooling_avg_exclude_padding;
+      const dnnl::pooling_forward::desc desc(
+          dnnl::prop_kind::forward_inference, alg, src_md, dst_md, {g.stride[0], g.stride[1]},
+          {g.kernel[0], g.kernel[1]}, {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
+      const dnnl::pooling_forward::primitive_desc pd(desc, onednn::user_scratchpad_attr(),
+                                                     onednn::engine());
+      return onednn::make_plan<dnnl::pooling_forward>(
+          pd, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}});
+    });
+    if (!plan->primitive) return false;
+    onednn::execute(ctx, *plan, {x.raw_data(), out.raw_data()});
+    return true;
+  }
+
+  dtype type_;
+  bool include_pad_;
+  std::array<std::int64_t, 2> kernel_{};
+  std::array<std::int64_t, 2> stride_{};
+  std::array<std::int64_t, 4> pad_{};
+  onednn::primitive_cache cache_;
+};
+
+}  // namespace
+
+void register_nn_pool_kernels(kernel_registry& r) {
+  const auto floats = type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16});
+  r.add(make_kernel_def<pool_kernel<true>>("max_pool2d", device_type::cpu, floats, "onednn"));
+  r.add(make_kernel_def<pool_kernel<false>>("avg_pool2d", device_type::cpu, floats, "onednn"));
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,179 @@
+// max_pool2d and avg_pool2d against float64 loops: windows, strides, padding (both
+// count_include_pad modes), every float dtype, non-contiguous input, empty batches, bad
+// attributes and shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_test_support.hpp"
+
+namespace loom::testing {
+namespace {
+
+struct pool_case {
+  shape x;
+  std::vector<std::int64_t> kernel;
+  std::vector<std::int64_t> strides{};  // empty: the kernel
+  std::vector<std::int64_t> padding{0, 0, 0, 0};
+  bool include_pad = false;
+};
+
+std::vector<double> reference(bool max, const pool_case& c, const tensor& x, shape& out) {
+  const auto xv = values(x);
+  std::vector<std::int64_t> p = c.padding;
+  if (p.size() == 2) p = {p[0], p[0], p[1], p[1]};
+  const auto s = c.strides.empty() ? c.kernel : c.strides;
+  const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], w = c.x[3];
+  const std::int64_t oh = (h + p[0] + p[1] - c.kernel[0]) / s[0] + 1;
+  const std::int64_t ow = (w + p[2] + p[3] - c.kernel[1]) / s[1] + 1;
+  out = {n, ch, oh, ow};
+  std::vector<double> r;
+  for (std::int64_t plane = 0; plane < n * ch; ++plane) {
+    for (std::int64_t y = 0; y < oh; ++y) {
+      for (std::int64_t xx = 0; xx < ow; ++xx) {
+        double acc = max ? -INFINITY : 0.0;
+        std::int64_t count = 0;
+        for (std::int64_t i = 0; i < c.kernel[0]; ++i) {
+          for (std::int64_t j = 0; j < c.kernel[1]; ++j) {
+            const std::int64_t iy = y * s[0] - p[0] + i;
+            const std::int64_t ix = xx * s[1] - p[2] + j;
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+            const double v = xv[static_cast<std::size_t>((plane * h + iy) * w + ix)];
+            acc = max ? std::max(acc, v) : acc + v;
+            ++count;
+          }
+        }
+        if (!max) acc /= static_cast<double>(c.include_pad ? c.kernel[0] * c.kernel[1] : count);
+        r.push_back(acc);
+      }
+    }
+  }
+  return r;
+}
+
+attr_map attrs_of(bool max, const pool_case& c) {
+  attr_map a{{"kernel", c.kernel}, {"strides", c.strides}, {"padding", c.padding}};
+  if (!max) a.emplace("count_include_pad", c.include_pad);
+  return a;
+}
+
+void check_with(bool max, const pool_case& c, const tensor& x) {
+  SCOPED_TRACE(std::string(max ? "max " : "avg ") + x.describe());
+  const tensor got = run_op1(max ? "max_pool2d" : "avg_pool2d", {x}, attrs_of(max, c));
+  shape s;
+  const auto want = reference(max, c, x, s);
+  // A max is exact; a mean rounds once in the dtype (plus float accumulation).
+  const dtype t = x.type();
+  expect_close(got, s, want, max ? 0.0 : rtol_for(t), max ? 0.0 : atol_for(t));
+}
+
+constexpr dtype float_types[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+
+const std::vector<pool_case>& cases() {
+  static const std::vector<pool_case> c{
+      {.x = {2, 3, 8, 8}, .kernel = {2, 2}},
+      {.x = {1, 2, 9, 7}, .kernel = {3, 3}, .strides = {2, 2}},
+      {.x = {1, 2, 7, 7}, .kernel = {3, 3}, .strides = {2, 2}, .padding = {1, 1}},
+      {.x = {1, 2, 7, 7},
+       .kernel = {3, 3},
+       .strides = {2, 2},
+       .padding = {1, 1},
+       .include_pad = true},
+      {.x = {2, 1, 6, 9}, .kernel = {2, 3}, .strides = {1, 2}, .padding = {1, 0, 2, 1}},
+      {.x = {2, 1, 6, 9},
+       .kernel = {2, 3},
+       .strides = {1, 2},
+       .padding = {1, 0, 2, 1},
+       .include_pad = true},
+      {.x = {1, 3, 5, 5}, .kernel = {5, 5}},
+      {.x = {1, 1, 4, 4}, .kernel = {1, 1}},
+      {.x = {2, 16, 14, 14}, .kernel = {3, 3}, .strides = {2, 2}, .padding = {1, 1}},
+  };
+  return c;
+}
+
+TEST(NnPool, MaxAgainstReference) {
+  for (const dtype t : float_types) {
+    std::uint64_t seed = 1;
+    for (const auto& c : cases()) check_with(true, c, random(t, c.x, seed++));
+  }
+}
+
+TEST(NnPool, AvgAgainstReference) {
+  for (const dtype t : float_types) {
+    std::uint64_t seed = 1;
+    for (const auto& c : cases()) check_with(false, c, random(t, c.x, seed++));
+  }
+}
+
+TEST(NnPool, PaddingNeverWinsAMax) {
+  // All values negative: a padded zero would win a max if padding took part.
+  const pool_case c{.x = {1, 1, 3, 3}, .kernel = {2, 2}, .strides = {2, 2}, .padding = {1, 1}};
+  const tensor x = random(dtype::f32, c.x, 3, -5.0, -1.0);
+  check_with(true, c, x);
+  const tensor got = run_op1("max_pool2d", {x}, attrs_of(true, c));
+  for (const double v : values(got)) EXPECT_LT(v, 0.0);
+}
+
+TEST(NnPool, NonContiguousInput) {
+  for (const dtype t : float_types) {
+    const pool_case c{.x = {2, 3, 6, 7}, .kernel = {2, 3}, .strides = {1, 2}, .padding = {1, 1}};
+    const tensor x = non_contiguous(random(t, c.x, 9));
+    check_with(true, c, x);
+    check_with(false, c, x);
+  }
+}
+
+TEST(NnPool, Empty) {
+  for (const char* op : {"max_pool2d", "avg_pool2d"}) {
+    expect_close(run_op1(op, {random(dtype::f32, {0, 3, 4, 4}, 1)}, {{"kernel", {2, 2}}}),
+                 {0, 3, 2, 2}, {});
+    expect_close(run_op1(op, {random(dtype::f64, {2, 0, 4, 4}, 1)}, {{"kernel", {2, 2}}}),
+                 {2, 0, 2, 2}, {});
+  }
+}
+
+void expect_invalid(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected loom::invalid_argument";
+  } catch (const invalid_argument& e) {
+    for (const auto& p : parts) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+    }
+  }
+}
+
+TEST(NnPool, BadInput) {
+  const auto pool = [](const char* op, shape xs, attr_map attrs) {
+    return [=] { run_op1(op, {random(dtype::f32, xs, 1)}, attrs); };
+  };
+  for (const char* op : {"max_pool2d", "avg_pool2d"}) {
+    expect_invalid(pool(op, {1, 1, 4, 4}, {}), {"under_test", "kernel"});
+    expect_invalid(pool(op, {1, 1, 4, 4}, {{"kernel", {2}}}), {"under_test", "kernel"});
+    expect_invalid(pool(op, {1, 1, 4, 4}, {{"kernel", {0, 2}}}), {"under_test", "kernel"});
+    expect_invalid(pool(op, {1, 1, 4, 4}, {{"kernel", {2, 2}}, {"strides", {0, 1}}}),
+                   {"under_test", "strides"});
+    expect_invalid(pool(op, {1, 1, 4, 4}, {{"kernel", {2, 2}}, {"padding", {2, 2}}}),
+                   {"under_test", "padding", "smaller"});
+    expect_invalid(pool(op, {1, 1, 2, 2}, {{"kernel", {3, 3}}}), {"under_test", "larger"});
+    expect_invalid(pool(op, {1, 4, 4}, {{"kernel", {2, 2}}}), {"under_test", "rank 4"});
+    expect_invalid(pool(op, {1, 1, 0, 4}, {{"kernel", {1, 1}}, {"padding", {0, 0}}}),
+                   {"under_test", "empty"});
+    expect_invalid(
+        [op] {
+          run_op1(op, {random(dtype::i32, {1, 1, 4, 4}, 1)}, {{"kernel", {2, 2}}});
+        },
+        {"under_test", "int32"});
+  }
+  expect_invalid(
+      pool("max_pool2d", {1, 1, 4, 4}, {{"kernel", {2, 2}}, {"count_include_pad", true}}),
+      {"under_test", "count_include_pad"});
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -1,0 +1,103 @@
+// `loom run GRAPH.json --feed name=FILE.npy ... --fetch name ...`: runs a serialized graph
+// and writes each fetch as a .npy file.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "commands.hpp"
+#include "loom/graph/serialization.hpp"
+#include "loom/memory/npy.hpp"
+#include "loom/runtime/session.hpp"
+
+namespace loom::tools {
+namespace {
+
+struct run_args {
+  std::string graph_path;
+  std::vector<std::string> feeds;
+  std::vector<std::string> fetches;
+  std::vector<std::string> targets;
+  std::string output_dir = ".";
+  std::string trace_path;
+  bool explain = false;
+  bool soft = false;
+  int virtual_cpus = 1;
+  int repeat = 1;
+};
+
+// "h:1" → "h_1.npy": a file name for a fetch.
+std::string file_name_for(const std::string& fetch) {
+  std::string out;
+  for (char c : fetch) out += (c == ':' || c == '/') ? '_' : c;
+  return out + ".npy";
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto args = std::make_shared<run_args>();
+  auto* cmd = app.add_subcommand("run", "Run a serialized graph (JSON) with .npy feeds");
+  cmd->add_option("graph", args->graph_path, "The graph, as written by graph_to_json")
+      ->required();
+  cmd->add_option("--feed", args->feeds, "name=FILE.npy (repeatable)");
+  cmd->add_option("--fetch", args->fetches, "A tensor to fetch, 'node' or 'node:k' (repeatable)");
+  cmd->add_option("--target", args->targets, "A node to run without fetching (repeatable)");
+  cmd->add_option("--output-dir,-o", args->output_dir, "Where the fetched .npy files go");
+  cmd->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of the run here");
+  cmd->add_flag("--explain-placement", args->explain, "Print each node's device and why");
+  cmd->add_flag("--soft-placement", args->soft, "Place nodes whose requested device is missing elsewhere");
+  cmd->add_option("--virtual-cpus", args->virtual_cpus, "Split the CPU into N devices")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--repeat", args->repeat, "Run this many times (the last run is written)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->callback([args] {
+    graph g = load_graph(args->graph_path);
+    std::vector<feed> feeds;
+    for (const auto& f : args->feeds) {
+      const auto eq = f.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == f.size()) {
+        throw invalid_argument(fmt::format("--feed '{}': expected name=FILE.npy", f));
+      }
+      const std::string path = f.substr(eq + 1);
+      try {
+        feeds.emplace_back(f.substr(0, eq), memory::read_npy(path));
+      } catch (const parse_error& e) {
+        throw parse_error(fmt::format("--feed {}: {}", f, e.what()), e.line());
+      }
+    }
+    if (args->fetches.empty() && args->targets.empty()) {
+      throw invalid_argument("nothing to do: give at least one --fetch or --target");
+    }
+    session_options options;
+    options.devices.virtual_cpu_devices = args->virtual_cpus;
+    options.allow_soft_placement = args->soft;
+    session s(std::move(g), options);
+    std::vector<std::string> feed_names;
+    for (const auto& f : feeds) feed_names.push_back(f.first);
+    if (args->explain) {
+      for (const auto& d : s.explain_placement(feed_names, args->fetches, args->targets)) {
+        fmt::print("{} ({}) -> {}: {}\n", d.node, d.op, d.device, d.reason);
+      }
+    }
+    std::vector<tensor> out;
+    run_metadata md;
+    run_options ro;
+    ro.trace = !args->trace_path.empty();
+    for (int i = 0; i < args->repeat; ++i) {
+      md = run_metadata();
+      out = s.run(feeds, args->fetches, args->targets, &md, ro);
+    }
+    std::filesystem::create_directories(args->output_dir);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const auto path = (std::filesystem::path(args->output_dir) / file_name_for(args->fetches[i])).string();
+      memory::write_npy(out[i], path);
+      fmt::print("{}: {} -> {}\n", args->fetches[i], out[i].describe(), path);
+    }
+    if (ro.trace) {
+      md.write_chrome_trace(args->trace_path);
+      fmt::print("trace: {} nodes -> {}\n", md.nodes.size(), args->trace_path);
+    }
+  });
+}
+
+}  // namespace loom::tools
