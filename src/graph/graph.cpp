@@ -101,6 +101,7 @@ const node& graph::add_node(node_spec spec) {
       fail(fmt::format("op {} has no attribute '{}'", def->name, attr_name));
     }
   }
+  if (def->derive_attrs) def->derive_attrs(attrs);
   std::size_t fixed_inputs = 0;
   const arg_def* list_arg = nullptr;
   for (const auto& a : def->inputs) {

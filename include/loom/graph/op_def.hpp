@@ -64,6 +64,9 @@ struct op_def {
   /// loom::invalid_argument naming what does not fit. Outputs not set default to their
   /// arg's dtype with an unknown shape.
   std::function<void(inference_context&)> infer;
+  /// Fills attributes that follow from others before validation (const's dtype from its
+  /// value), so hand-written graphs need not repeat them. May be empty.
+  std::function<void(attr_map&)> derive_attrs;
   /// True for ops whose kernels hold state (variables) or have effects (assign): never
   /// pruned as dead when targeted, never folded or deduplicated.
   bool is_stateful = false;

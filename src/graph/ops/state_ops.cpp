@@ -50,6 +50,13 @@ void register_state_ops(op_registry& r) {
     d.summary = "a constant tensor";
     d.outputs = {typed("output", "dtype")};
     d.attrs = {attr("value", attr_type::tensor), type_attr("dtype")};
+    d.derive_attrs = [](attr_map& a) {
+      auto v = a.find("value");
+      if (v != a.end() && v->second.type() == attr_type::tensor && !a.contains("dtype")) {
+        const tensor t = v->second.as<tensor>();
+        if (t.defined()) a.emplace("dtype", t.type());
+      }
+    };
     d.infer = [](inference_context& c) {
       const tensor v = c.attr<tensor>("value");
       if (!v.defined()) c.fail("const needs a value");
@@ -66,6 +73,14 @@ void register_state_ops(op_registry& r) {
     d.outputs = {typed("value", "dtype")};
     d.attrs = {type_attr("dtype"), attr("shape", attr_type::shape),
                attr("initial_value", attr_type::tensor, attr_value(tensor()))};
+    d.derive_attrs = [](attr_map& a) {
+      auto v = a.find("initial_value");
+      if (v == a.end() || v->second.type() != attr_type::tensor) return;
+      const tensor t = v->second.as<tensor>();
+      if (!t.defined()) return;
+      if (!a.contains("dtype")) a.emplace("dtype", t.type());
+      if (!a.contains("shape")) a.emplace("shape", t.shape());
+    };
     d.infer = [](inference_context& c) {
       const auto t = c.attr<dtype>("dtype");
       const auto s = c.attr<shape>("shape");
