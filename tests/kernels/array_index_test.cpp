@@ -36,7 +36,8 @@ ints random_indices(std::int64_t n, std::int64_t limit, std::uint64_t seed) {
 void check_gather(const tensor& params, const ints& indices, const ints& is, std::int64_t axis,
                   dtype index_type = dtype::i32) {
   const ints ps = params.shape().to_vector();
-  const auto ax = static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(ps.size()) : axis);
+  const auto ax =
+      static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(ps.size()) : axis);
   ints expected_shape;
   const doubles expected = gather(values(params), ps, indices, is, ax, &expected_shape);
   SCOPED_TRACE(::testing::Message() << "params " << params.describe() << " indices "
@@ -99,26 +100,39 @@ TEST(Gather, EmptyNonContiguousAndLarge) {
 TEST(Gather, BadIndicesAreNodeErrorsNamingPositionAndValue) {
   const tensor p = random(dtype::f32, {4, 3}, 109);
   expect_node_error(
-      [&] { run_op1("gather", {p, index_tensor(dtype::i32, {3}, {0, -1, 2})}); },
+      [&] {
+        run_op1("gather", {p, index_tensor(dtype::i32, {3}, {0, -1, 2})});
+      },
       "indices[1] = -1");
   expect_node_error(
-      [&] { run_op1("gather", {p, index_tensor(dtype::i64, {2, 2}, {0, 1, 2, 4})}); },
+      [&] {
+        run_op1("gather", {p, index_tensor(dtype::i64, {2, 2}, {0, 1, 2, 4})});
+      },
       "indices[1, 1] = 4");
   expect_node_error(
-      [&] { run_op1("gather", {p, index_tensor(dtype::i64, {2}, {0, 3})}, {{"axis", 1}}); },
+      [&] {
+        run_op1("gather", {p, index_tensor(dtype::i64, {2}, {0, 3})}, {{"axis", 1}});
+      },
       "indices[1] = 3");
   expect_node_error(
-      [&] { run_op1("gather", {random(dtype::f32, {0, 2}, 110), index_tensor(dtype::i32, {1}, {0})}); },
+      [&] {
+        run_op1("gather", {random(dtype::f32, {0, 2}, 110), index_tensor(dtype::i32, {1}, {0})});
+      },
       "out of range");
 }
 
 TEST(Gather, ConstructionErrors) {
   const tensor p = random(dtype::f32, {4, 3}, 111);
   expect_invalid([&] { run_op1("gather", {p, make(dtype::f32, {1}, {0})}); }, "Tindices");
-  expect_invalid([&] { run_op1("gather", {p, index_tensor(dtype::i32, {1}, {0})}, {{"axis", 2}}); },
-                 "out of range");
   expect_invalid(
-      [&] { run_op1("gather", {make(dtype::f32, {}, {1}), index_tensor(dtype::i32, {1}, {0})}); },
+      [&] {
+        run_op1("gather", {p, index_tensor(dtype::i32, {1}, {0})}, {{"axis", 2}});
+      },
+      "out of range");
+  expect_invalid(
+      [&] {
+        run_op1("gather", {make(dtype::f32, {}, {1}), index_tensor(dtype::i32, {1}, {0})});
+      },
       "rank >= 1");
 }
 
@@ -127,17 +141,15 @@ TEST(Gather, ConstructionErrors) {
 void check_one_hot(const ints& indices, const ints& is, std::int64_t depth, std::int64_t axis,
                    dtype t = dtype::f32, double on = 1.0, double off = 0.0,
                    dtype index_type = dtype::i64) {
-  const auto ax = static_cast<std::size_t>(axis == -1 ? static_cast<std::int64_t>(is.size()) : axis);
+  const auto ax =
+      static_cast<std::size_t>(axis == -1 ? static_cast<std::int64_t>(is.size()) : axis);
   ints expected_shape;
   const doubles expected = one_hot(indices, is, depth, on, off, ax, &expected_shape);
   SCOPED_TRACE(::testing::Message() << to_string(t) << " indices " << to_string(shape(is))
                                     << " depth " << depth << " axis " << axis);
-  const tensor out = run_op1("one_hot", {index_tensor(index_type, is, indices)},
-                             {{"depth", depth},
-                              {"axis", axis},
-                              {"dtype", t},
-                              {"on_value", on},
-                              {"off_value", off}});
+  const tensor out = run_op1(
+      "one_hot", {index_tensor(index_type, is, indices)},
+      {{"depth", depth}, {"axis", axis}, {"dtype", t}, {"on_value", on}, {"off_value", off}});
   EXPECT_EQ(out.type(), t);
   expect_exact(out, expected_shape, expected);
 }
@@ -157,6 +169,11 @@ TEST(OneHot, EveryDtypeAndAxis) {
 TEST(OneHot, OutOfRangeIndicesGiveAllOffRows) {
   check_one_hot({0, -1, 3, 7, 2}, {5}, 3, -1);
   check_one_hot({-5, 1, 100, 0}, {2, 2}, 2, 0, dtype::i32, 9.0, 1.0, dtype::i32);
+  // An index equal to depth last: a kernel that let it through would write past the end
+  // (which the sanitizer build catches) or into the next row.
+  check_one_hot({0, 2, 3}, {3}, 3, -1);
+  check_one_hot({1, 4}, {1, 2}, 4, 0);
+  check_one_hot({3, 0, 1, 3}, {2, 2}, 3, 1);
   // Explicit check of one row, independent of the reference.
   const tensor out = run_op1("one_hot", {index_tensor(dtype::i32, {2}, {-1, 1})}, {{"depth", 3}});
   expect_exact(out, {2, 3}, {0, 0, 0, 0, 1, 0});
@@ -173,8 +190,7 @@ TEST(OneHot, ScalarEmptyZeroDepthAndLarge) {
   const tensor nc = non_contiguous(index_tensor(dtype::i64, {2, 3}, {0, 1, 2, 2, 1, 0}));
   const tensor out = run_op1("one_hot", {nc}, {{"depth", 3}});
   const auto v = values(nc);
-  expect_exact(out, {2, 3, 3},
-               one_hot(ints(v.begin(), v.end()), {2, 3}, 3, 1.0, 0.0, 2, nullptr));
+  expect_exact(out, {2, 3, 3}, one_hot(ints(v.begin(), v.end()), {2, 3}, 3, 1.0, 0.0, 2, nullptr));
 }
 
 TEST(OneHot, ConstructionErrors) {
@@ -183,8 +199,11 @@ TEST(OneHot, ConstructionErrors) {
   expect_invalid([&] { run_op1("one_hot", {idx}, {{"depth", 3}, {"axis", -2}}); }, "outside");
   expect_invalid([&] { run_op1("one_hot", {idx}, {{"depth", -1}}); }, "depth");
   expect_invalid([&] { run_op1("one_hot", {idx}); }, "depth");
-  expect_invalid([&] { run_op1("one_hot", {make(dtype::u8, {1}, {0})}, {{"depth", 3}}); },
-                 "Tindices");
+  expect_invalid(
+      [&] {
+        run_op1("one_hot", {make(dtype::u8, {1}, {0})}, {{"depth", 3}});
+      },
+      "Tindices");
 }
 
 // ---- builders --------------------------------------------------------------------------

@@ -85,9 +85,8 @@ TEST(Concat, EmptyPiecesSingleInputAndNonContiguous) {
     check_concat({non_contiguous(random(t, {4, 5}, 61))}, 0);
   }
   check_concat({every_other(random(dtype::i64, {5}, 62)), random(dtype::i64, {3}, 63)}, 0);
-  check_concat({broadcast_view(random(dtype::f32, {1, 3}, 64), {4, 3}),
-                random(dtype::f32, {4, 2}, 65)},
-               1);
+  check_concat(
+      {broadcast_view(random(dtype::f32, {1, 3}, 64), {4, 3}), random(dtype::f32, {4, 2}, 65)}, 1);
 }
 
 TEST(Concat, LargeEnoughToRunOnSeveralThreads) {
@@ -98,10 +97,16 @@ TEST(Concat, LargeEnoughToRunOnSeveralThreads) {
 
 TEST(Concat, ConstructionErrorsNameTheInput) {
   const tensor a = random(dtype::f32, {2, 3}, 72);
-  expect_invalid([&] { run_op1("concat", {a, random(dtype::f32, {3, 4}, 73)}, {{"axis", 1}}); },
-                 "input 1 has shape [3, 4] but input 0 has [2, 3]");
-  expect_invalid([&] { run_op1("concat", {a, a, random(dtype::f32, {2, 3, 1}, 74)}); },
-                 "input 2 has shape [2, 3, 1]");
+  expect_invalid(
+      [&] {
+        run_op1("concat", {a, random(dtype::f32, {3, 4}, 73)}, {{"axis", 1}});
+      },
+      "input 1 has shape [3, 4] but input 0 has [2, 3]");
+  expect_invalid(
+      [&] {
+        run_op1("concat", {a, a, random(dtype::f32, {2, 3, 1}, 74)});
+      },
+      "input 2 has shape [2, 3, 1]");
   expect_invalid([&] { run_op1("concat", {a, random(dtype::i32, {2, 3}, 75)}); }, "int32");
   expect_invalid([&] { run_op1("concat", {a, a}, {{"axis", 2}}); }, "out of range");
   const tensor s = make(dtype::f32, {}, {1});
@@ -113,7 +118,9 @@ TEST(Concat, RunTimeMismatchIsANodeError) {
   const tensor a = random(dtype::f32, {2, 3}, 76);
   const tensor b = random(dtype::f32, {3, 3}, 77);
   expect_node_error(
-      [&] { run_declared("concat", {a, b}, {shape{-1, -1}, shape{-1, -1}}, {{"axis", 1}}); },
+      [&] {
+        run_declared("concat", {a, b}, {shape{-1, -1}, shape{-1, -1}}, {{"axis", 1}});
+      },
       "input 1 is float32[3, 3]");
   const auto ok = run_declared("concat", {a, b}, {shape{-1, -1}, shape{-1, 3}});
   std::vector<std::pair<doubles, ints>> parts{{values(a), {2, 3}}, {values(b), {3, 3}}};
@@ -124,7 +131,8 @@ TEST(Concat, RunTimeMismatchIsANodeError) {
 
 void check_split(const tensor& x, std::int64_t axis, const ints& sizes, attr_map attrs) {
   const ints s = x.shape().to_vector();
-  const auto ax = static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(s.size()) : axis);
+  const auto ax =
+      static_cast<std::size_t>(axis < 0 ? axis + static_cast<std::int64_t>(s.size()) : axis);
   attrs["axis"] = axis;
   const auto outs = run_op("split", {x}, attrs);
   ASSERT_EQ(outs.size(), sizes.size());
@@ -195,23 +203,43 @@ TEST(Split, NonContiguousInputs) {
 
 TEST(Split, Errors) {
   const tensor x = random(dtype::f32, {4, 6}, 88);
-  expect_invalid([&] { run_op("split", {x}, {{"num_splits", 4}, {"axis", 1}}); },
-                 "does not split into 4 equal pieces");
-  expect_invalid([&] { run_op("split", {x}, {{"num_splits", 2}, {"sizes", ints{2, 3}}, {"axis", 1}}); },
-                 "do not add up");
-  expect_invalid([&] { run_op("split", {x}, {{"num_splits", 2}, {"sizes", ints{7, -1}}, {"axis", 1}}); },
-                 "do not add up");
-  expect_invalid([&] { run_op("split", {x}, {{"num_splits", 3}, {"sizes", ints{2, 4}}}); },
-                 "num_splits is 3");
-  expect_invalid([&] { run_op("split", {x}, {{"num_splits", 2}, {"sizes", ints{-1, -1}}}); },
-                 "at most one");
+  expect_invalid(
+      [&] {
+        run_op("split", {x}, {{"num_splits", 4}, {"axis", 1}});
+      },
+      "does not split into 4 equal pieces");
+  expect_invalid(
+      [&] {
+        run_op("split", {x}, {{"num_splits", 2}, {"sizes", ints{2, 3}}, {"axis", 1}});
+      },
+      "do not add up");
+  expect_invalid(
+      [&] {
+        run_op("split", {x}, {{"num_splits", 2}, {"sizes", ints{7, -1}}, {"axis", 1}});
+      },
+      "do not add up");
+  expect_invalid(
+      [&] {
+        run_op("split", {x}, {{"num_splits", 3}, {"sizes", ints{2, 4}}});
+      },
+      "num_splits is 3");
+  expect_invalid(
+      [&] {
+        run_op("split", {x}, {{"num_splits", 2}, {"sizes", ints{-1, -1}}});
+      },
+      "at most one");
   expect_invalid([&] { run_op("split", {x}, {{"num_splits", 0}}); }, "num_splits");
   expect_invalid([&] { run_op("split", {x}, {{"num_splits", 2}, {"axis", 2}}); }, "out of range");
   expect_invalid([&] { run_op("split", {x}); }, "num_splits");
-  expect_invalid([&] { run_op("split", {make(dtype::f32, {}, {1})}, {{"num_splits", 1}}); },
-                 "scalar");
+  expect_invalid(
+      [&] {
+        run_op("split", {make(dtype::f32, {}, {1})}, {{"num_splits", 1}});
+      },
+      "scalar");
   expect_node_error(
-      [&] { run_declared("split", {x}, {shape{-1, -1}}, {{"num_splits", 4}, {"axis", 1}}); },
+      [&] {
+        run_declared("split", {x}, {shape{-1, -1}}, {{"num_splits", 4}, {"axis", 1}});
+      },
       "does not split into 4 equal pieces");
   expect_node_error(
       [&] {
@@ -275,18 +303,32 @@ TEST(Slice, EveryDtypeScalarsEmptyAndNonContiguous) {
 
 TEST(Slice, Errors) {
   const tensor x = random(dtype::f32, {4, 5}, 99);
-  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{1, 2}}, {"size", ints{4, 1}}}); },
-                 "reaches outside");
-  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{0, 6}}, {"size", ints{0, -1}}}); },
-                 "dimension 1");
-  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{0}}, {"size", ints{1}}}); },
-                 "rank-2");
-  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{0, 0}}, {"size", ints{1}}}); },
-                 "differ in length");
-  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{-1, 0}}, {"size", ints{1, 1}}}); },
-                 "below 0");
-  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{0, 0}}, {"size", ints{1, -2}}}); },
-                 "below -1");
+  expect_invalid(
+      [&] {
+        run_op1("slice", {x}, {{"begin", ints{1, 2}}, {"size", ints{4, 1}}});
+      },
+      "reaches outside");
+  expect_invalid(
+      [&] {
+        run_op1("slice", {x}, {{"begin", ints{0, 6}}, {"size", ints{0, -1}}});
+      },
+      "dimension 1");
+  expect_invalid([&] { run_op1("slice", {x}, {{"begin", ints{0}}, {"size", ints{1}}}); }, "rank-2");
+  expect_invalid(
+      [&] {
+        run_op1("slice", {x}, {{"begin", ints{0, 0}}, {"size", ints{1}}});
+      },
+      "differ in length");
+  expect_invalid(
+      [&] {
+        run_op1("slice", {x}, {{"begin", ints{-1, 0}}, {"size", ints{1, 1}}});
+      },
+      "below 0");
+  expect_invalid(
+      [&] {
+        run_op1("slice", {x}, {{"begin", ints{0, 0}}, {"size", ints{1, -2}}});
+      },
+      "below -1");
   expect_node_error(
       [&] {
         run_declared("slice", {x}, {shape{-1, -1}}, {{"begin", ints{3, 0}}, {"size", ints{2, 1}}});

@@ -22,7 +22,7 @@ using ints = std::vector<std::int64_t>;
 using doubles = std::vector<double>;
 
 inline std::vector<dtype> all_dtypes() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
           dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
 }
 
@@ -47,7 +47,9 @@ inline std::int64_t ravel(const ints& idx, const ints& s) {
   return flat;
 }
 
-inline shape to_shape(const ints& s) { return shape(s); }
+inline shape to_shape(const ints& s) {
+  return shape(s);
+}
 
 /// out[i0..] = v[idx with idx[perm[k]] = i_k].
 inline doubles transpose(const doubles& v, const ints& s, const ints& perm, ints* out_shape) {
@@ -123,7 +125,8 @@ inline doubles one_hot(const ints& indices, const ints& is, std::int64_t depth, 
     ints io = unravel(f, o);
     const std::int64_t d = io[axis];
     io.erase(io.begin() + static_cast<std::ptrdiff_t>(axis));
-    out[static_cast<std::size_t>(f)] = indices[static_cast<std::size_t>(ravel(io, is))] == d ? on : off;
+    out[static_cast<std::size_t>(f)] =
+        indices[static_cast<std::size_t>(ravel(io, is))] == d ? on : off;
   }
   if (out_shape != nullptr) *out_shape = o;
   return out;

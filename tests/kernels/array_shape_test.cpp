@@ -88,10 +88,15 @@ TEST(Reshape, ConstructionErrorsNameTheNode) {
 TEST(Reshape, RunTimeMismatchIsANodeError) {
   const tensor x = random(dtype::f32, {2, 3}, 8);
   expect_node_error(
-      [&] { run_declared("reshape", {x}, {shape{-1, 3}}, {{"shape", ints{4, -1}}}); },
+      [&] {
+        run_declared("reshape", {x}, {shape{-1, 3}}, {{"shape", ints{4, -1}}});
+      },
       "cannot reshape");
-  expect_node_error([&] { run_declared("reshape", {x}, {shape{-1, 3}}, {{"shape", ints{5}}}); },
-                    "6 elements");
+  expect_node_error(
+      [&] {
+        run_declared("reshape", {x}, {shape{-1, 3}}, {{"shape", ints{5}}});
+      },
+      "6 elements");
   // With unknown dims the kernel resolves -1 from the real count.
   const auto out = run_declared("reshape", {x}, {shape{-1, -1}}, {{"shape", ints{-1, 2}}});
   expect_exact(out.at(0), {3, 2}, values(x));
@@ -122,7 +127,7 @@ TEST(Transpose, TwoDimsAcrossTileBoundariesForEveryDtype) {
   for (dtype t : all_dtypes()) {
     SCOPED_TRACE(to_string(t));
     for (const ints& s : {ints{1, 1}, ints{3, 5}, ints{32, 32}, ints{33, 65}, ints{67, 131},
-                         ints{1, 70}, ints{129, 2}}) {
+                          ints{1, 70}, ints{129, 2}}) {
       check_transpose(random(t, to_shape(s), 10 + static_cast<std::uint64_t>(s[0])), {1, 0});
     }
   }
@@ -137,7 +142,6 @@ TEST(Transpose, EveryPermutationOfRanks3And4) {
     check_transpose(random(dtype::f16, {17, 3, 1, 35}, 13), p);
   }
 }
-
 
 TEST(Transpose, RankFiveAndDefaultReverse) {
   std::mt19937_64 rng(14);
@@ -206,14 +210,22 @@ TEST(Transpose, LargeEnoughToRunOnSeveralThreads) {
 
 TEST(Transpose, Errors) {
   const tensor x = random(dtype::f32, {2, 3, 4}, 29);
-  expect_invalid([&] { run_op1("transpose", {x}, {{"perm", ints{0, 0, 1}}}); },
-                 "not a permutation");
-  expect_invalid([&] { run_op1("transpose", {x}, {{"perm", ints{0, 1, 3}}}); },
-                 "not a permutation");
+  expect_invalid(
+      [&] {
+        run_op1("transpose", {x}, {{"perm", ints{0, 0, 1}}});
+      },
+      "not a permutation");
+  expect_invalid(
+      [&] {
+        run_op1("transpose", {x}, {{"perm", ints{0, 1, 3}}});
+      },
+      "not a permutation");
   expect_invalid([&] { run_op1("transpose", {x}, {{"perm", ints{1, 0}}}); }, "rank-3");
   // Inference saw rank 2; the kernel gets rank 3.
   expect_node_error(
-      [&] { run_declared("transpose", {x}, {shape{-1, -1}}, {{"perm", ints{1, 0}}}); },
+      [&] {
+        run_declared("transpose", {x}, {shape{-1, -1}}, {{"perm", ints{1, 0}}});
+      },
       "rank-3");
 }
 
@@ -250,8 +262,11 @@ TEST(Squeeze, Errors) {
   const tensor x = random(dtype::f32, {1, 3}, 34);
   expect_invalid([&] { run_op1("squeeze", {x}, {{"axes", ints{1}}}); }, "not 1");
   expect_invalid([&] { run_op1("squeeze", {x}, {{"axes", ints{2}}}); }, "axis");
-  expect_node_error([&] { run_declared("squeeze", {x}, {shape{-1, -1}}, {{"axes", ints{1}}}); },
-                    "not 1");
+  expect_node_error(
+      [&] {
+        run_declared("squeeze", {x}, {shape{-1, -1}}, {{"axes", ints{1}}});
+      },
+      "not 1");
   // Unknown dims with no axes: inference leaves the rank open, the kernel decides.
   const auto out = run_declared("squeeze", {x}, {shape{-1, -1}});
   expect_exact(out.at(0), {3}, values(x));

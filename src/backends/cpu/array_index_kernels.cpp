@@ -18,7 +18,7 @@ namespace {
 constexpr device_type cpu = device_type::cpu;
 
 std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
           dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
 }
 
@@ -35,18 +35,24 @@ std::string position(const shape& s, std::int64_t flat) {
 // Calls f(I{}) with I the C++ type of an index dtype (int32 or int64).
 template <class F>
 void visit_index(dtype t, F&& f) {
-  if (t == dtype::i32) f(std::int32_t{});
-  else f(std::int64_t{});
+  if (t == dtype::i32)
+    f(std::int32_t{});
+  else
+    f(std::int64_t{});
 }
 
 // Calls f(T{}) with T an unsigned integer of `bytes` bytes: gather moves bits.
 template <class F>
 void visit_bits(std::size_t bytes, F&& f) {
   switch (bytes) {
-    case 1: return f(std::uint8_t{});
-    case 2: return f(std::uint16_t{});
-    case 4: return f(std::uint32_t{});
-    default: return f(std::uint64_t{});
+    case 1:
+      return f(std::uint8_t{});
+    case 2:
+      return f(std::uint16_t{});
+    case 4:
+      return f(std::uint32_t{});
+    default:
+      return f(std::uint64_t{});
   }
 }
 
@@ -103,7 +109,8 @@ class gather_kernel final : public op_kernel {
   template <class T, class I>
   static void run(const kernel_context& ctx, const T* params, const I* idx, T* out,
                   std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t k) {
-    const double cost = static_cast<double>(inner * static_cast<std::int64_t>(sizeof(T))) * 0.15 + 2.0;
+    const double cost =
+        static_cast<double>(inner * static_cast<std::int64_t>(sizeof(T))) * 0.15 + 2.0;
     ctx.parallel_for(outer * k, cost, [&](std::int64_t begin, std::int64_t end) {
       std::int64_t o = begin / k;
       std::int64_t j = begin % k;

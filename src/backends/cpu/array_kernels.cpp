@@ -32,7 +32,7 @@ constexpr device_type cpu = device_type::cpu;
 using ints = std::vector<std::int64_t>;
 
 std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
           dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
 }
 
@@ -65,8 +65,10 @@ class reshape_kernel final : public op_kernel {
     std::int64_t known = 1;
     std::ptrdiff_t infer_at = -1;
     for (std::size_t i = 0; i < target_.size(); ++i) {
-      if (target_[i] < 0) infer_at = static_cast<std::ptrdiff_t>(i);
-      else known *= target_[i];
+      if (target_[i] < 0)
+        infer_at = static_cast<std::ptrdiff_t>(i);
+      else
+        known *= target_[i];
     }
     bool ok = infer_at < 0 ? known == n : known != 0 && n % known == 0;
     if (ok && infer_at >= 0) out[static_cast<std::size_t>(infer_at)] = n / known;
@@ -189,10 +191,11 @@ class concat_kernel final : public op_kernel {
     for (std::size_t i = 0; i < n; ++i) {
       const tensor& in = ctx.input(i);
       bool fits = in.rank() == first.rank();
-      for (std::size_t d = 0; fits && d < in.rank(); ++d) fits = d == ax || in.dim(d) == first.dim(d);
+      for (std::size_t d = 0; fits && d < in.rank(); ++d)
+        fits = d == ax || in.dim(d) == first.dim(d);
       if (!fits) {
-        ctx.fail("input {} is {} but input 0 is {}: only dimension {} may differ", i,
-                 in.describe(), first.describe(), ax);
+        ctx.fail("input {} is {} but input 0 is {}: only dimension {} may differ", i, in.describe(),
+                 first.describe(), ax);
       }
       out_shape[ax] += in.dim(ax);
       all_dense = all_dense && in.is_contiguous();
@@ -262,8 +265,10 @@ class split_kernel final : public op_kernel {
       const tensor view = tensor::strided(in.buf(), in.type(), s, in.strides(),
                                           in.offset() + at * in.strides()[ax]);
       at += pieces[k];
-      if (view.is_contiguous()) ctx.set_output(k, view);
-      else output_dense_copy(ctx, k, view);
+      if (view.is_contiguous())
+        ctx.set_output(k, view);
+      else
+        output_dense_copy(ctx, k, view);
     }
   }
 
@@ -281,8 +286,10 @@ class split_kernel final : public op_kernel {
     std::int64_t known = 0;
     std::ptrdiff_t rest_at = -1;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
-      if (pieces[i] < 0) rest_at = static_cast<std::ptrdiff_t>(i);
-      else known += pieces[i];
+      if (pieces[i] < 0)
+        rest_at = static_cast<std::ptrdiff_t>(i);
+      else
+        known += pieces[i];
     }
     if (rest_at >= 0 ? known > dim : known != dim) {
       ctx.fail("sizes [{}] do not add up to dimension {} of {} (size {})", fmt::join(sizes_, ", "),

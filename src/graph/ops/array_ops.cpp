@@ -53,7 +53,9 @@ attr_def validated(attr_def a, std::function<void(const attr_value&)> f) {
   return a;
 }
 
-std::string shape_text(const tensor_type& t) { return to_string(t); }
+std::string shape_text(const tensor_type& t) {
+  return to_string(t);
+}
 
 // reshape: the target with its -1 resolved when the input's element count is known.
 void infer_reshape(inference_context& c) {
@@ -68,8 +70,10 @@ void infer_reshape(inference_context& c) {
   std::int64_t known = 1;
   std::ptrdiff_t infer_at = -1;
   for (std::size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == -1) infer_at = static_cast<std::ptrdiff_t>(i);
-    else known *= target[i];
+    if (target[i] == -1)
+      infer_at = static_cast<std::ptrdiff_t>(i);
+    else
+      known *= target[i];
   }
   const auto mismatch = [&] {
     c.fail(fmt::format("cannot reshape {} ({} elements) to [{}]", shape_text(in), n,
@@ -142,9 +146,10 @@ void infer_concat(inference_context& c) {
       if (d == ax) {
         out[ax] = out[ax] < 0 || have < 0 ? -1 : out[ax] + have;
       } else if (have >= 0 && out[d] >= 0 && have != out[d]) {
-        c.fail(fmt::format(
-            "input {} has shape {} but input {} has {}: dimension {} differs (concat along axis {})",
-            i, to_string(*s), ref, to_string(first), d, ax));
+        c.fail(
+            fmt::format("input {} has shape {} but input {} has {}: dimension {} differs (concat "
+                        "along axis {})",
+                        i, to_string(*s), ref, to_string(first), d, ax));
       } else if (out[d] < 0) {
         out[d] = have;
       }
@@ -177,8 +182,10 @@ void infer_split(inference_context& c) {
     std::int64_t known = 0;
     std::ptrdiff_t rest_at = -1;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] < 0) rest_at = static_cast<std::ptrdiff_t>(i);
-      else known += sizes[i];
+      if (sizes[i] < 0)
+        rest_at = static_cast<std::ptrdiff_t>(i);
+      else
+        known += sizes[i];
       pieces[i] = sizes[i];
     }
     if (dim >= 0) {
@@ -253,8 +260,8 @@ void infer_one_hot(inference_context& c) {
   const auto rank = static_cast<std::int64_t>(indices.shape->rank());
   const auto axis = c.attr<std::int64_t>("axis");
   if (axis < -1 || axis > rank) {
-    c.fail(fmt::format("axis {} is outside [-1, {}] for indices {}", axis, rank,
-                       shape_text(indices)));
+    c.fail(
+        fmt::format("axis {} is outside [-1, {}] for indices {}", axis, rank, shape_text(indices)));
   }
   const auto at = static_cast<std::size_t>(axis == -1 ? rank : axis);
   shape out;
@@ -300,8 +307,8 @@ void infer_expand_dims(inference_context& c) {
   const auto rank = static_cast<std::int64_t>(in.shape->rank());
   const auto axis = c.attr<std::int64_t>("axis");
   if (axis < -rank - 1 || axis > rank) {
-    c.fail(fmt::format("axis {} is outside [{}, {}] for {}", axis, -rank - 1, rank,
-                       shape_text(in)));
+    c.fail(
+        fmt::format("axis {} is outside [{}, {}] for {}", axis, -rank - 1, rank, shape_text(in)));
   }
   const auto at = static_cast<std::size_t>(axis < 0 ? axis + rank + 1 : axis);
   shape out;
@@ -389,9 +396,11 @@ void register_array_ops(op_registry& r) {
     d.outputs = {typed("output", "dtype")};
     attr_def out_type = type_attr("dtype", all_types());
     out_type.default_value = attr_value(dtype::f32);
-    d.attrs = {type_attr("Tindices", {dtype::i32, dtype::i64}), std::move(out_type),
+    d.attrs = {type_attr("Tindices", {dtype::i32, dtype::i64}),
+               std::move(out_type),
                validated(attr("depth", attr_type::integer), at_least_zero),
-               attr("on_value", attr_type::real, 1.0), attr("off_value", attr_type::real, 0.0),
+               attr("on_value", attr_type::real, 1.0),
+               attr("off_value", attr_type::real, 0.0),
                attr("axis", attr_type::integer, std::int64_t{-1})};
     d.infer = infer_one_hot;
     r.add(std::move(d));
@@ -435,8 +444,8 @@ std::vector<output> split(output x, std::int64_t num_splits, std::int64_t axis,
   return x.builder().add("split", {x}, {{"num_splits", num_splits}, {"axis", axis}}, o);
 }
 
-std::vector<output> split_sizes(output x, const std::vector<std::int64_t>& sizes,
-                                std::int64_t axis, const node_options& o) {
+std::vector<output> split_sizes(output x, const std::vector<std::int64_t>& sizes, std::int64_t axis,
+                                const node_options& o) {
   return x.builder().add(
       "split", {x},
       {{"num_splits", static_cast<std::int64_t>(sizes.size())}, {"sizes", sizes}, {"axis", axis}},

@@ -29,14 +29,12 @@ output reshape(output x, const std::vector<std::int64_t>& shape, const node_opti
 /// x with its dimensions permuted: output dim i is x's dim perm[i]. An empty perm reverses
 /// the dimensions. Throws loom::invalid_argument when perm is not a permutation of
 /// 0..rank-1.
-output transpose(output x, const std::vector<std::int64_t>& perm = {},
-                 const node_options& o = {});
+output transpose(output x, const std::vector<std::int64_t>& perm = {}, const node_options& o = {});
 
 /// The inputs joined along `axis` (negative counts from the end). All inputs have one
 /// dtype and rank >= 1, and equal dimensions except on `axis`; throws loom::invalid_argument
 /// naming the first input that differs. Needs at least one input.
-output concat(const std::vector<output>& values, std::int64_t axis = 0,
-              const node_options& o = {});
+output concat(const std::vector<output>& values, std::int64_t axis = 0, const node_options& o = {});
 
 /// x cut along `axis` into `num_splits` pieces of equal size (the dimension must divide).
 std::vector<output> split(output x, std::int64_t num_splits, std::int64_t axis = 0,
