@@ -567,19 +567,40 @@ std::vector<std::size_t> topological_order(const std::vector<parsed_node>& nodes
   return order;
 }
 
+// The 1-based line of byte `offset` of `text`.
+std::size_t line_at(std::string_view text, std::size_t offset) {
+  const auto end = text.begin() + static_cast<std::ptrdiff_t>(std::min(offset, text.size()));
+  return static_cast<std::size_t>(std::count(text.begin(), end, '\n')) + 1;
+}
+
 json parse_document(std::string_view text) {
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
     // e.byte is the 1-based index of the byte where parsing stopped (size + 1 at the end).
-    const std::size_t stop = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    const auto line = static_cast<std::size_t>(std::count(
-                          text.begin(), text.begin() + static_cast<std::ptrdiff_t>(stop), '\n')) +
-                      1;
+    const std::size_t line = line_at(text, e.byte == 0 ? 0 : e.byte - 1);
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 2, column 5: ..." → what follows.
     if (auto colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
     throw parse_error(fmt::format("graph json: line {}: {}", line, what), line);
+  } catch (const json::out_of_range& e) {
+    // "[json.exception.out_of_range.406] number overflow parsing '1e999'": no position, so
+    // the line is the first one holding the number.
+    std::string what = e.what();
+    if (auto bracket = what.find("] "); bracket != std::string::npos)
+      what = what.substr(bracket + 2);
+    std::size_t line = 0;
+    const auto open = what.find('\'');
+    const auto close = what.rfind('\'');
+    if (open != std::string::npos && close > open + 1) {
+      const auto at = text.find(std::string_view(what).substr(open + 1, close - open - 1));
+      if (at != std::string_view::npos) line = line_at(text, at);
+    }
+    throw parse_error(line != 0 ? fmt::format("graph json: line {}: {}", line, what)
+                                : fmt::format("graph json: {}", what),
+                      line);
+  } catch (const json::exception& e) {
+    throw parse_error(fmt::format("graph json: {}", e.what()), 0);
   }
 }
 
@@ -634,7 +655,7 @@ std::string graph_to_json(const graph& g, int indent) {
 
 graph graph_from_json(std::string_view text, const op_registry& ops) {
   std::vector<parsed_node> nodes;
-  {
+  try {
     const json doc = parse_document(text);
     check_keys(doc, {"format", "version", "nodes"}, "the document", "the document");
     const json& format = require(doc, "format", "the document", "the document");
@@ -651,6 +672,10 @@ graph graph_from_json(std::string_view text, const op_registry& ops) {
     if (!list.is_array()) bad("the document", "\"nodes\" must be an array");
     nodes.reserve(list.size());
     for (std::size_t i = 0; i < list.size(); ++i) nodes.push_back(parse_node(list[i], i));
+  } catch (const json::exception& e) {
+    // Not expected (every value's type is checked before it is read); a safety net, so that
+    // only loom errors leave.
+    throw parse_error(fmt::format("graph json: {}", e.what()), 0);
   }
 
   std::unordered_map<std::string_view, std::size_t> index;
