@@ -136,14 +136,25 @@ const node& graph::add_node(node_spec spec) {
     if (!a.list_length_attr.empty()) {
       const auto n = attrs.at(a.list_length_attr).as<std::int64_t>();
       if (n < 0) fail(fmt::format("attribute '{}' must be >= 0", a.list_length_attr));
+      // Checked before any list is built: a length read from a file can be anything.
+      if (static_cast<std::uint64_t>(n) > spec.inputs.size()) {
+        fail(fmt::format("attribute '{}' = {} asks for more inputs than the {} given",
+                         a.list_length_attr, n, spec.inputs.size()));
+      }
       count = static_cast<std::size_t>(n);
     }
-    for (std::size_t k = 0; k < count; ++k) input_args.push_back(&a);
     expected += count;
   }
   if (spec.inputs.size() != expected) {
     fail(fmt::format("expects {} input{}, got {}", expected, expected == 1 ? "" : "s",
                      spec.inputs.size()));
+  }
+  for (const auto& a : def->inputs) {
+    const std::size_t count =
+        a.list_length_attr.empty()
+            ? 1
+            : static_cast<std::size_t>(attrs.at(a.list_length_attr).as<std::int64_t>());
+    for (std::size_t k = 0; k < count; ++k) input_args.push_back(&a);
   }
   for (std::size_t i = 0; i < input_args.size(); ++i) {
     const arg_def& a = *input_args[i];
@@ -193,7 +204,14 @@ const node& graph::add_node(node_spec spec) {
   for (const auto& a : def->outputs) {
     std::size_t count = 1;
     if (!a.list_length_attr.empty()) {
-      count = static_cast<std::size_t>(attrs.at(a.list_length_attr).as<std::int64_t>());
+      // Bounded before the list is built: a length read from a file can be anything.
+      constexpr std::int64_t max_list_outputs = std::int64_t{1} << 16;
+      const auto n = attrs.at(a.list_length_attr).as<std::int64_t>();
+      if (n < 0 || n > max_list_outputs) {
+        fail(fmt::format("attribute '{}' = {} must be in [0, {}]", a.list_length_attr, n,
+                         max_list_outputs));
+      }
+      count = static_cast<std::size_t>(n);
     }
     const dtype t = a.type_attr.empty() ? a.fixed : attrs.at(a.type_attr).as<dtype>();
     for (std::size_t k = 0; k < count; ++k) outputs.push_back({t, std::nullopt});
