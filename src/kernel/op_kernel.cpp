@@ -34,14 +34,18 @@ tensor& kernel_context::allocate_output(std::size_t i, dtype t, const shape& s) 
   return outputs_[i];
 }
 
+bool kernel_context::can_forward(std::size_t input, std::size_t i, const shape& s) const {
+  const tensor& in = inputs_[input];
+  return in.defined() && in.buf()->unique() && in.offset() == 0 && in.is_contiguous() &&
+         size_of(in.type()) == size_of(node_.outputs[i].type) && in.buf()->bytes() == in.nbytes() &&
+         s.num_elements() == in.num_elements() && in.device() == device_.id();
+}
+
 tensor& kernel_context::forward_input_or_allocate_output(std::size_t input, std::size_t i,
                                                          const shape& s) {
-  tensor& in = inputs_[input];
   const dtype t = node_.outputs[i].type;
-  if (in.defined() && in.buf()->unique() && in.offset() == 0 && in.is_contiguous() &&
-      size_of(in.type()) == size_of(t) && in.buf()->bytes() == in.nbytes() &&
-      s.num_elements() == in.num_elements() && in.device() == device_.id()) {
-    outputs_[i] = tensor(in.buf(), t, s);
+  if (can_forward(input, i, s)) {
+    outputs_[i] = tensor(inputs_[input].buf(), t, s);
     return outputs_[i];
   }
   return allocate_output(i, t, s);

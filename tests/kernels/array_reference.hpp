@@ -132,30 +132,10 @@ inline doubles one_hot(const ints& indices, const ints& is, std::int64_t depth, 
   return out;
 }
 
-/// run_op, with the placeholders declared with `declared` shapes (dims -1 allowed) instead
-/// of the fed tensors' shapes: what inference accepts may then fail in the kernel.
+/// run_op with declared shapes: see run_op_declared in kernel_test_support.hpp.
 inline std::vector<tensor> run_declared(std::string_view op, std::vector<tensor> inputs,
                                         const std::vector<shape>& declared, attr_map attrs = {}) {
-  graph g;
-  node_spec spec;
-  spec.name = "under_test";
-  spec.op = std::string(op);
-  spec.attrs = std::move(attrs);
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    node_spec p;
-    p.name = "input_" + std::to_string(i);
-    p.op = "placeholder";
-    p.attrs = {{"dtype", inputs[i].type()}, {"shape", declared.at(i)}};
-    spec.inputs.push_back({g.add_node(std::move(p)).id, 0});
-  }
-  const node& n = g.add_node(std::move(spec));
-  const kernel_def& def = kernel_registry::global().get(n, device_type::cpu);
-  auto kernel = def.create(kernel_construction(n, test_device(), &g));
-  std::vector<tensor> outputs(n.outputs.size());
-  variable_store variables;
-  kernel_context ctx(n, test_device(), inputs, outputs, &variables, nullptr);
-  kernel->compute(ctx);
-  return outputs;
+  return run_op_declared(op, std::move(inputs), declared, std::move(attrs));
 }
 
 /// Expects f() to throw loom::invalid_argument (a construction error) naming the node

@@ -15,7 +15,11 @@ cpu_device& test_device() {
   return device;
 }
 
-std::vector<tensor> run_op(std::string_view op, std::vector<tensor> inputs, attr_map attrs) {
+namespace {
+// Runs one node; `output_types` (when given) receives the types inference declared.
+std::vector<tensor> run_node(std::string_view op, std::vector<tensor> inputs,
+                             const std::vector<shape>& declared, attr_map attrs,
+                             std::vector<dtype>* output_types) {
   graph g;
   node_spec spec;
   spec.name = "under_test";
@@ -25,7 +29,7 @@ std::vector<tensor> run_op(std::string_view op, std::vector<tensor> inputs, attr
     node_spec p;
     p.name = "input_" + std::to_string(i);
     p.op = "placeholder";
-    p.attrs = {{"dtype", inputs[i].type()}, {"shape", inputs[i].shape()}};
+    p.attrs = {{"dtype", inputs[i].type()}, {"shape", declared.at(i)}};
     spec.inputs.push_back({g.add_node(std::move(p)).id, 0});
   }
   const node& n = g.add_node(std::move(spec));
@@ -34,14 +38,42 @@ std::vector<tensor> run_op(std::string_view op, std::vector<tensor> inputs, attr
   std::vector<tensor> outputs(n.outputs.size());
   variable_store variables;
   kernel_context ctx(n, test_device(), inputs, outputs, &variables, nullptr);
+  if (output_types != nullptr) {
+    for (const auto& t : n.outputs) output_types->push_back(t.type);
+  }
   kernel->compute(ctx);
+  return outputs;
+}
+}  // namespace
+
+std::vector<tensor> run_op_declared(std::string_view op, std::vector<tensor> inputs,
+                                    const std::vector<shape>& declared, attr_map attrs) {
+  return run_node(op, std::move(inputs), declared, std::move(attrs), nullptr);
+}
+
+std::vector<tensor> run_op(std::string_view op, std::vector<tensor> inputs, attr_map attrs) {
+  std::vector<shape> declared;
+  for (const auto& in : inputs) declared.push_back(in.shape());
+  std::vector<dtype> types;
+  auto outputs = run_node(op, std::move(inputs), declared, std::move(attrs), &types);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     EXPECT_TRUE(outputs[i].defined()) << "output " << i << " of " << op << " was not set";
     if (outputs[i].defined()) {
-      EXPECT_EQ(outputs[i].type(), n.outputs[i].type) << "output " << i << " of " << op;
+      EXPECT_EQ(outputs[i].type(), types[i]) << "output " << i << " of " << op;
     }
   }
   return outputs;
+}
+
+void expect_invalid_argument(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected loom::invalid_argument";
+  } catch (const invalid_argument& e) {
+    for (const auto& p : parts) {
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+    }
+  }
 }
 
 tensor run_op1(std::string_view op, std::vector<tensor> inputs, attr_map attrs) {

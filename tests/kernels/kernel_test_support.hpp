@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <random>
 #include <string_view>
 #include <vector>
@@ -42,6 +44,15 @@ tensor broadcast_view(const tensor& x, const shape& to);
 /// |a - e| <= atol + rtol·|e| element-wise (NaN matches NaN, infinities must match).
 void expect_close(const tensor& actual, const shape& expected_shape,
                   const std::vector<double>& expected, double rtol = 1e-5, double atol = 1e-6);
+
+/// Expects f() to throw loom::invalid_argument whose message contains every one of `parts`.
+void expect_invalid_argument(const std::function<void()>& f, const std::vector<std::string>& parts);
+
+/// run_op with the placeholders declared with `declared` shapes (dims -1 allowed) instead
+/// of the fed tensors' shapes, so what inference accepts may fail in the kernel. Unlike
+/// run_op it checks nothing about the outputs.
+std::vector<tensor> run_op_declared(std::string_view op, std::vector<tensor> inputs,
+                                    const std::vector<shape>& declared, attr_map attrs = {});
 
 /// Default tolerances for a dtype: tight for f64, looser for f32, loose for f16/bf16,
 /// exact for integers and bool.

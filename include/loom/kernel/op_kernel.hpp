@@ -78,6 +78,9 @@ class kernel_context {
   /// A new contiguous output i of the node's declared dtype (or `t`) and shape `s`.
   tensor& allocate_output(std::size_t i, const shape& s);
   tensor& allocate_output(std::size_t i, dtype t, const shape& s);
+  /// True when forward_input_or_allocate_output(input, i, s) would reuse input `input`'s
+  /// buffer (so a kernel with several candidate inputs can pick one).
+  [[nodiscard]] bool can_forward(std::size_t input, std::size_t i, const shape& s) const;
   /// Output i in the buffer of input `input` when that buffer is held by this node alone,
   /// is contiguous from its start and holds exactly the output's bytes; else a new output.
   /// The kernel must read each input element before it writes the same position.

@@ -23,14 +23,9 @@ shape broadcast_shape_of(const kernel_context& ctx, std::initializer_list<const 
 
 tensor& forward_or_allocate(kernel_context& ctx, const shape& s,
                             std::initializer_list<std::size_t> candidates) {
-  const dtype t = ctx.node().outputs[0].type;
   for (std::size_t i : candidates) {
-    const tensor& in = ctx.input(i);
-    // The conditions of kernel_context::forward_input_or_allocate_output, checked here so that
-    // the next candidate gets its chance.
-    if (in.defined() && in.shape() == s && size_of(in.type()) == size_of(t) && in.buf()->unique() &&
-        in.offset() == 0 && in.is_contiguous() && in.buf()->bytes() == in.nbytes() &&
-        in.device() == ctx.device().id()) {
+    // The element-wise kernels need the same shape, not only the same element count.
+    if (ctx.input(i).defined() && ctx.input(i).shape() == s && ctx.can_forward(i, 0, s)) {
       return ctx.forward_input_or_allocate_output(i, 0, s);
     }
   }
