@@ -49,6 +49,7 @@ fuzz: deps
 
 bench: build
 	./$(BUILD)/loom bench memory
+	./$(BUILD)/loom bench runtime
 
 format:
 	clang-format -i $$(git ls-files '*.hpp' '*.cpp' '*.h' '*.c')

@@ -18,6 +18,9 @@ struct runtime_bench_options {
   int repetitions = 15;
   int threads = 2;
   bool quick = false;
+  /// Which parts run (`loom bench runtime --only executor|kernels`).
+  bool run_executor = true;
+  bool run_kernels = true;
 };
 
 struct runtime_bench_result {

@@ -9,30 +9,9 @@
 
 namespace loom {
 
-shape shape::filled(std::size_t rank, std::int64_t fill) {
-  shape s;
-  s.resize(rank, fill);
-  return s;
-}
-
-shape::shape(shape&& o) noexcept : rank_(o.rank_), heap_(std::move(o.heap_)) {
-  std::memcpy(inline_, o.inline_, sizeof(inline_));
-  o.rank_ = 0;
-}
-
-shape& shape::operator=(const shape& o) {
-  if (this != &o) assign(o.data(), o.rank_);
-  return *this;
-}
-
-shape& shape::operator=(shape&& o) noexcept {
-  if (this != &o) {
-    rank_ = o.rank_;
-    heap_ = std::move(o.heap_);
-    std::memcpy(inline_, o.inline_, sizeof(inline_));
-    o.rank_ = 0;
-  }
-  return *this;
+void shape::copy_heap(const shape& o) {
+  heap_ = std::make_unique<std::int64_t[]>(o.rank_);
+  std::memcpy(heap_.get(), o.heap_.get(), o.rank_ * sizeof(std::int64_t));
 }
 
 void shape::assign(const std::int64_t* dims, std::size_t rank) {
@@ -45,16 +24,6 @@ void shape::assign(const std::int64_t* dims, std::size_t rank) {
   if (rank != 0) std::memmove(data(), dims, rank * sizeof(std::int64_t));
 }
 
-std::int64_t shape::num_elements() const noexcept {
-  std::int64_t n = 1;
-  for (auto d : dims()) n *= d < 0 ? 0 : d;
-  return n;
-}
-
-bool shape::is_fully_defined() const noexcept {
-  return std::none_of(begin(), end(), [](std::int64_t d) { return d < 0; });
-}
-
 std::size_t shape::normalize_axis(std::int64_t axis) const {
   const auto r = static_cast<std::int64_t>(rank_);
   const std::int64_t a = axis < 0 ? axis + r : axis;
@@ -65,7 +34,7 @@ std::size_t shape::normalize_axis(std::int64_t axis) const {
   return static_cast<std::size_t>(a);
 }
 
-void shape::push_back(std::int64_t d) {
+void shape::grow_by_one(std::int64_t d) {
   resize(rank_ + 1);
   data()[rank_ - 1] = d;
 }
@@ -83,10 +52,6 @@ void shape::resize(std::size_t rank, std::int64_t fill) {
   rank_ = rank;
 }
 
-bool operator==(const shape& a, const shape& b) noexcept {
-  return a.rank_ == b.rank_ && std::equal(a.begin(), a.end(), b.begin());
-}
-
 std::string to_string(const shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.rank(); ++i) {
@@ -94,16 +59,6 @@ std::string to_string(const shape& s) {
     out += s[i] < 0 ? std::string("?") : std::to_string(s[i]);
   }
   return out + "]";
-}
-
-shape contiguous_strides(const shape& s) {
-  shape strides = shape::filled(s.rank(), 1);
-  std::int64_t acc = 1;
-  for (std::size_t i = s.rank(); i-- > 0;) {
-    strides[i] = acc;
-    acc *= std::max<std::int64_t>(s[i], 1);
-  }
-  return strides;
 }
 
 shape broadcast_shapes(const shape& a, const shape& b) {

@@ -55,10 +55,6 @@ inline void cpu_relax() noexcept {
 // instructions, depending on the processor.
 constexpr int spin_iterations = 1000;
 
-// parallel_for does not split work below this much per chunk (in cost_per_item units,
-// roughly nanoseconds): below it, waking a thread costs more than it saves.
-constexpr double min_chunk_cost = 20000.0;
-
 // Chunks per thread at most: enough to even out uneven chunks, few enough to keep the
 // per-chunk overhead small.
 constexpr std::int64_t chunks_per_thread = 4;
@@ -71,9 +67,9 @@ void run_task(std::function<void()>& fn) noexcept {
 
 // How many chunks parallel_for splits [0, n) into (1: run inline).
 std::int64_t chunk_count(std::int64_t n, double cost_per_item, int threads) noexcept {
-  if (threads <= 1 || !(cost_per_item > 0.0)) return 1;  // !(x > 0) also catches NaN
+  if (thread_pool::runs_inline(n, cost_per_item, threads)) return 1;
   const std::int64_t most = std::min<std::int64_t>(std::int64_t{threads} * chunks_per_thread, n);
-  const double by_cost = static_cast<double>(n) * cost_per_item / min_chunk_cost;
+  const double by_cost = static_cast<double>(n) * cost_per_item / thread_pool::min_chunk_cost;
   if (by_cost >= static_cast<double>(most)) return most;
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(by_cost));
 }

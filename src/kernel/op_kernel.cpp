@@ -34,21 +34,28 @@ tensor& kernel_context::allocate_output(std::size_t i, dtype t, const shape& s) 
   return outputs_[i];
 }
 
-bool kernel_context::can_forward(std::size_t input, std::size_t i, const shape& s) const {
+tensor* kernel_context::forward_input(std::size_t input, std::size_t i, const shape& s) {
   const tensor& in = inputs_[input];
-  return in.defined() && in.buf()->unique() && in.offset() == 0 && in.is_contiguous() &&
-         size_of(in.type()) == size_of(node_.outputs[i].type) && in.buf()->bytes() == in.nbytes() &&
-         s.num_elements() == in.num_elements() && in.device() == device_.id();
+  const dtype t = node_.outputs[i].type;
+  if (!in.defined() || !in.buf()->unique() || in.offset() != 0 || !in.is_contiguous() ||
+      size_of(in.type()) != size_of(t) || in.buf()->bytes() != in.nbytes() ||
+      s.num_elements() != in.num_elements() || in.device() != device_.id()) {
+    return nullptr;
+  }
+  if (in.type() == t && in.shape() == s) {
+    // The same view: a copy of the tensor (the buffer stays this node's alone: the input
+    // is released when the node finishes).
+    outputs_[i] = in;
+  } else {
+    outputs_[i] = tensor(in.buf(), t, s);
+  }
+  return &outputs_[i];
 }
 
 tensor& kernel_context::forward_input_or_allocate_output(std::size_t input, std::size_t i,
                                                          const shape& s) {
-  const dtype t = node_.outputs[i].type;
-  if (can_forward(input, i, s)) {
-    outputs_[i] = tensor(inputs_[input].buf(), t, s);
-    return outputs_[i];
-  }
-  return allocate_output(i, t, s);
+  if (tensor* out = forward_input(input, i, s)) return *out;
+  return allocate_output(i, node_.outputs[i].type, s);
 }
 
 void kernel_context::set_output(std::size_t i, tensor t) { outputs_[i] = std::move(t); }
@@ -58,15 +65,6 @@ tensor kernel_context::allocate_temp(dtype t, const shape& s) {
 }
 
 thread_pool* kernel_context::pool() const noexcept { return device_.pool(); }
-
-void kernel_context::parallel_for(std::int64_t n, double cost_per_item,
-                                  const std::function<void(std::int64_t, std::int64_t)>& fn) const {
-  if (thread_pool* p = device_.pool(); p != nullptr && p->size() > 1) {
-    p->parallel_for(n, cost_per_item, fn);
-  } else if (n > 0) {
-    fn(0, n);
-  }
-}
 
 int kernel_context::num_threads() const noexcept {
   const thread_pool* p = device_.pool();

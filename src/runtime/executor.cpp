@@ -44,31 +44,45 @@ int small_thread_id() {
 
 struct run_state {
   run_state(const plan& pl, variable_store& v, cancel_flags c, run_metadata* t)
-      : p(pl), slots(static_cast<std::size_t>(pl.slot_count)),
-        pending(std::make_unique<std::atomic<std::int32_t>[]>(pl.nodes.size())),
-        readers(std::make_unique<std::atomic<std::int32_t>[]>(static_cast<std::size_t>(pl.slot_count))),
-        remaining(static_cast<std::int32_t>(pl.nodes.size())), variables(v), cancel(c), trace(t) {
-    std::size_t inputs = 0;
-    input_base.resize(pl.nodes.size());
-    for (std::size_t i = 0; i < pl.nodes.size(); ++i) {
-      pending[i].store(pl.nodes[i].pending, std::memory_order_relaxed);
-      input_base[i] = inputs;
-      inputs += pl.nodes[i].input_slots.size();
+      : p(pl), buffers(pl.buffers.take()), remaining(static_cast<std::int32_t>(pl.nodes.size())),
+        variables(v), cancel(c), trace(t) {
+    const std::size_t n = pl.nodes.size();
+    const auto slot_count = static_cast<std::size_t>(pl.slot_count);
+    if (!buffers) {
+      buffers = std::make_unique<run_buffers>();
+      buffers->slots.resize(slot_count);
+      buffers->pending = std::make_unique<std::atomic<std::int32_t>[]>(n);
+      buffers->readers = std::make_unique<std::atomic<std::int32_t>[]>(slot_count);
     }
-    input_space.resize(inputs);
-    for (std::size_t s = 0; s < static_cast<std::size_t>(pl.slot_count); ++s) {
+    slots = buffers->slots.data();
+    pending = buffers->pending.get();
+    readers = buffers->readers.get();
+    for (std::size_t i = 0; i < n; ++i) {
+      pending[i].store(pl.nodes[i].pending, std::memory_order_relaxed);
+    }
+    for (std::size_t s = 0; s < slot_count; ++s) {
       readers[s].store(pl.slot_readers[s], std::memory_order_relaxed);
     }
-    if (trace != nullptr) records.resize(pl.nodes.size());
+    if (trace != nullptr) records.resize(n);
     start = clock_type::now();
   }
+  // Every slot but these was emptied by its last reader, or at once when nothing reads it;
+  // fetched slots and feeds nobody read still hold tensors. Emptied here, their buffers go
+  // back to their pools before execute_plan returns or throws, and the run buffers go back
+  // clean for the next run.
+  ~run_state() {
+    for (std::int32_t s : p.fetch_slots) slots[s] = tensor();
+    for (std::int32_t s : p.feed_slots) slots[s] = tensor();
+    p.buffers.give_back(std::move(buffers));
+  }
+  run_state(const run_state&) = delete;
+  run_state& operator=(const run_state&) = delete;
 
   const plan& p;
-  std::vector<tensor> slots;
-  std::vector<tensor> input_space;
-  std::vector<std::size_t> input_base;
-  std::unique_ptr<std::atomic<std::int32_t>[]> pending;
-  std::unique_ptr<std::atomic<std::int32_t>[]> readers;
+  std::unique_ptr<run_buffers> buffers;
+  tensor* slots = nullptr;
+  std::atomic<std::int32_t>* pending = nullptr;
+  std::atomic<std::int32_t>* readers = nullptr;
   std::atomic<std::int32_t> remaining;
   variable_store& variables;
   cancel_flags cancel;
@@ -124,10 +138,10 @@ std::exception_ptr wrap_error(const exec_node& e) {
   }
 }
 
-void run_one(run_state& st, std::int32_t index) {
+// Runs node `index`, its inputs taken into `inputs` (room for the plan's max_inputs).
+void run_one(run_state& st, std::int32_t index, tensor* inputs) {
   const exec_node& e = st.p.nodes[static_cast<std::size_t>(index)];
   const std::size_t n_in = e.input_slots.size();
-  tensor* inputs = st.input_space.data() + st.input_base[static_cast<std::size_t>(index)];
   for (std::size_t k = 0; k < n_in; ++k) read_slot(st, e.input_slots[k], inputs[k]);
 
   if (st.cancel.raised() && !st.failed.load(std::memory_order_relaxed)) {
@@ -135,7 +149,7 @@ void run_one(run_state& st, std::int32_t index) {
         cancelled_error("the run was cancelled before node " + e.n->describe() + " ran")));
   }
   const std::size_t n_out = e.n->outputs.size();
-  tensor* outputs = st.slots.data() + e.first_output;
+  tensor* outputs = st.slots + e.first_output;
   if (!st.failed.load(std::memory_order_acquire)) {
     clock_type::time_point t0;
     if (st.trace != nullptr) t0 = clock_type::now();
@@ -181,16 +195,24 @@ void schedule(run_state& st, std::int32_t index) {
 void execute_from(run_state& st, std::int32_t first) {
   // A small stack of nodes this thread runs next; a chain never grows it past one.
   std::vector<std::int32_t> stack;
+  // Where this thread puts the inputs of the node it runs.
+  std::vector<tensor> inputs(st.p.max_inputs);
+  // Nodes this thread finished since it last told `remaining` (told once, at the end, so a
+  // chain pays no atomic per node for it).
+  std::int32_t finished = 0;
   std::int32_t next = first;
   for (;;) {
-    run_one(st, next);
+    run_one(st, next, inputs.data());
+    ++finished;
     const exec_node& e = st.p.nodes[static_cast<std::size_t>(next)];
     std::int32_t inline_expensive = -1;
     for (std::int32_t c : e.consumers) {
-      if (st.pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_acq_rel) != 1) {
+      const exec_node& ce = st.p.nodes[static_cast<std::size_t>(c)];
+      // A node waiting for one edge has no other decrementer: it is ready now.
+      if (ce.pending != 1 &&
+          st.pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_acq_rel) != 1) {
         continue;
       }
-      const exec_node& ce = st.p.nodes[static_cast<std::size_t>(c)];
       if (ce.cheap || st.failed.load(std::memory_order_relaxed)) {
         stack.push_back(c);
       } else if (inline_expensive < 0 || ce.dev->pool() == nullptr ||
@@ -202,14 +224,14 @@ void execute_from(run_state& st, std::int32_t first) {
       }
     }
     if (inline_expensive >= 0) stack.push_back(inline_expensive);
-    if (st.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(st.done_mutex);
-      st.done = true;
-      st.done_cv.notify_all();
-    }
-    if (stack.empty()) return;
+    if (stack.empty()) break;
     next = stack.back();
     stack.pop_back();
+  }
+  if (st.remaining.fetch_sub(finished, std::memory_order_acq_rel) == finished) {
+    std::lock_guard lock(st.done_mutex);
+    st.done = true;
+    st.done_cv.notify_all();
   }
 }
 
@@ -220,7 +242,7 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
                                  run_metadata* trace) {
   run_state st(p, variables, cancel, trace);
   for (std::size_t i = 0; i < feeds.size(); ++i) {
-    st.slots[static_cast<std::size_t>(p.feed_slots[i])] = std::move(feeds[i]);
+    st.slots[p.feed_slots[i]] = std::move(feeds[i]);
   }
   feeds.clear();
   if (!p.nodes.empty()) {
@@ -240,7 +262,7 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
   std::vector<tensor> out;
   if (!st.failed.load(std::memory_order_acquire)) {
     out.reserve(p.fetch_slots.size());
-    for (std::int32_t s : p.fetch_slots) out.push_back(st.slots[static_cast<std::size_t>(s)]);
+    for (std::int32_t s : p.fetch_slots) out.push_back(st.slots[s]);
   }
   if (trace != nullptr) {
     trace->total_ns =
@@ -249,7 +271,6 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
       if (!r.node.empty()) trace->nodes.push_back(std::move(r));
     }
   }
-  st.slots.clear();
   if (st.error) std::rethrow_exception(st.error);
   return out;
 }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,38 @@ struct exec_node {
   bool cheap = false;
 };
 
+/// The per-run memory of a plan (slots and counters), kept between runs so that a run
+/// neither allocates nor first-touches memory proportional to the plan's size. Between
+/// runs every slot is empty.
+struct run_buffers {
+  std::vector<tensor> slots;
+  std::unique_ptr<std::atomic<std::int32_t>[]> pending;
+  std::unique_ptr<std::atomic<std::int32_t>[]> readers;
+};
+
+/// run_buffers not in use, shared by the concurrent runs of one plan (each run takes its
+/// own). Thread-safe.
+class run_buffer_cache {
+ public:
+  std::unique_ptr<run_buffers> take() {
+    const std::lock_guard lock(mutex_);
+    if (free_.empty()) return nullptr;
+    auto b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  void give_back(std::unique_ptr<run_buffers> b) {
+    const std::lock_guard lock(mutex_);
+    // As many as runs have overlapped, at most a few: more would only hold memory.
+    if (free_.size() < max_kept) free_.push_back(std::move(b));
+  }
+
+ private:
+  static constexpr std::size_t max_kept = 8;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<run_buffers>> free_;
+};
+
 struct plan {
   std::vector<exec_node> nodes;
   /// Nodes ready at the start (nothing to wait for).
@@ -38,6 +72,8 @@ struct plan {
   std::int32_t slot_count = 0;
   /// For each slot: how many inputs read it (the last reader may take it).
   std::vector<std::int32_t> slot_readers;
+  /// The most inputs any node has.
+  std::size_t max_inputs = 0;
   /// Feeds: the slot each one fills, in the order of the signature's feed names.
   std::vector<std::int32_t> feed_slots;
   std::vector<endpoint> feed_endpoints;
@@ -47,6 +83,8 @@ struct plan {
   std::vector<placement_decision> placement;
   /// _send/_recv nodes live here (the graph's nodes live in the session's graph).
   std::deque<node> transfer_nodes;
+  /// Per-run memory for the executor (mutable: a plan is otherwise immutable once built).
+  mutable run_buffer_cache buffers;
 };
 
 /// Decides a device for every node in `needed` (ids of g), in topological order.

@@ -55,6 +55,46 @@ TEST(Executor, ElementwiseChainsRunInPlace) {
   EXPECT_EQ(feed.span<float>()[0], -2048.0f);
 }
 
+TEST(Executor, RepeatedRunsReuseTheirRunBuffersAndHoldNothingBetweenRuns) {
+  // A run takes its slots from the plan's cache and gives them back (Note [buffer
+  // forwarding]); whatever a run fetched, fed or computed must not stay alive in them.
+  testing::tracked_devices devices(1);
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {64});
+  auto y = ops::placeholder(b, "y", dtype::f32, {shape::unknown});  // checked at run time
+  auto h = ops::exp(x * 0.5, {.name = "h"});  // fetched and read by the next node
+  auto z = ops::add(h, y, {.name = "z"});
+  ops::neg(z, {.name = "unfetched"});
+  session s(std::move(g), on(devices));
+  for (int rep = 0; rep < 5; ++rep) {
+    const float shift = static_cast<float>(rep);
+    const auto xv = host_tensor<float>({64}, iota(64, -32));
+    const auto yv = host_tensor<float>({64}, std::vector<float>(64, shift));
+    {
+      // x is fetched as it was fed (a feed slot that is also a fetch slot).
+      const auto out = s.run({{"x", xv}, {"y", yv}}, {"z", "h", "x"});
+      const auto zs = out[0].span<float>();
+      const auto hs = out[1].span<float>();
+      for (std::size_t i = 0; i < 64; ++i) {
+        const float want_h = std::exp((static_cast<float>(i) - 32.0f) * 0.5f);
+        ASSERT_FLOAT_EQ(hs[i], want_h) << i;
+        ASSERT_FLOAT_EQ(zs[i], want_h + shift) << i;
+      }
+      EXPECT_EQ(out[2].buf().get(), xv.buf().get());
+      // Only the two fetched results are live on the device.
+      EXPECT_EQ(devices.outstanding_count(), 2u) << devices.devices[0]->tracking().leak_report();
+    }
+    EXPECT_EQ(devices.outstanding_count(), 0u) << devices.devices[0]->tracking().leak_report();
+    // A run of the same plan that fails half-way (z's inputs do not broadcast, after h ran)
+    // leaves nothing behind in the buffers either.
+    const auto bad = host_tensor<float>({3}, {1.0f, 2.0f, 3.0f});
+    EXPECT_THROW((void)s.run({{"x", xv}, {"y", bad}}, {"z", "h", "x"}), loom::node_error);
+    EXPECT_EQ(devices.outstanding_count(), 0u) << devices.devices[0]->tracking().leak_report();
+  }
+  EXPECT_EQ(s.plan_count(), 1u);
+}
+
 TEST(Executor, NoForwardingIntoABufferSomeoneElseReads) {
   graph g;
   graph_builder b(g);

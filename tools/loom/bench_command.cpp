@@ -49,6 +49,7 @@ void add_bench_command(CLI::App& app) {
     bench::runtime_bench_options options;
     bool json = false;
     bool quick = false;
+    std::string only;
   };
   auto rflags = std::make_shared<runtime_flags>();
   runtime->add_flag("--json", rflags->json, "Print the results as JSON");
@@ -57,9 +58,13 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   runtime->add_option("--threads", rflags->options.threads, "Threads for matmul and conv2d")
       ->check(CLI::Range(1, 1024));
+  runtime->add_option("--only", rflags->only, "Run one part: the executor chain or the kernels")
+      ->check(CLI::IsMember({"executor", "kernels"}));
   runtime->callback([rflags] {
     bench::runtime_bench_options o = rflags->options;
     o.quick = rflags->quick;
+    o.run_executor = rflags->only.empty() || rflags->only == "executor";
+    o.run_kernels = rflags->only.empty() || rflags->only == "kernels";
     if (o.quick) o.repetitions = std::min(o.repetitions, 3);
     const auto r = bench::run_runtime_bench(o);
     fmt::print("{}", rflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));

@@ -32,6 +32,18 @@ class thread_pool {
   /// Threads counting the caller.
   [[nodiscard]] int size() const noexcept;
 
+  /// parallel_for does not split work below this much per range (in cost_per_item units,
+  /// roughly nanoseconds): below it, waking a thread costs more than it saves.
+  static constexpr double min_chunk_cost = 20000.0;
+  /// True when parallel_for(n, cost_per_item, fn) on a pool of `threads` runs fn(0, n)
+  /// inline on the caller, so callers can skip building a std::function for small work.
+  [[nodiscard]] static constexpr bool runs_inline(std::int64_t n, double cost_per_item,
+                                                  int threads) noexcept {
+    // !(x > 0) also catches NaN.
+    return threads <= 1 || !(cost_per_item > 0.0) || n < 2 ||
+           static_cast<double>(n) * cost_per_item < 2.0 * min_chunk_cost;
+  }
+
   /// Queues `fn` to run on a worker (or, with no workers, runs it now on the caller).
   /// Tasks start in the order queued, on whichever worker is free first (an idle worker
   /// picks up new work within microseconds). `fn` must not throw (if it does, the program

@@ -24,12 +24,12 @@
 #include "loom/core/error.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/device/device.hpp"
+#include "loom/device/thread_pool.hpp"
 #include "loom/graph/graph.hpp"
 
 namespace loom {
 
 class variable_store;
-class thread_pool;
 
 /// What a kernel's constructor sees.
 class kernel_construction {
@@ -78,12 +78,12 @@ class kernel_context {
   /// A new contiguous output i of the node's declared dtype (or `t`) and shape `s`.
   tensor& allocate_output(std::size_t i, const shape& s);
   tensor& allocate_output(std::size_t i, dtype t, const shape& s);
-  /// True when forward_input_or_allocate_output(input, i, s) would reuse input `input`'s
-  /// buffer (so a kernel with several candidate inputs can pick one).
-  [[nodiscard]] bool can_forward(std::size_t input, std::size_t i, const shape& s) const;
-  /// Output i in the buffer of input `input` when that buffer is held by this node alone,
-  /// is contiguous from its start and holds exactly the output's bytes; else a new output.
-  /// The kernel must read each input element before it writes the same position.
+  /// Output i of shape `s` in the buffer of input `input`, when that buffer is held by this
+  /// node alone (Note [buffer forwarding]), is contiguous from its start, lives on this
+  /// device and holds exactly the output's bytes; else nullptr and nothing changes. The
+  /// kernel must read each input element before it writes the same position.
+  [[nodiscard]] tensor* forward_input(std::size_t input, std::size_t i, const shape& s);
+  /// forward_input(input, i, s), or a new output when the buffer cannot be reused.
   tensor& forward_input_or_allocate_output(std::size_t input, std::size_t i, const shape& s);
   /// Sets output i to an existing tensor (views, identity, variable reads).
   void set_output(std::size_t i, tensor t);
@@ -95,9 +95,18 @@ class kernel_context {
   /// The device's thread pool (nullptr on devices without one).
   [[nodiscard]] thread_pool* pool() const noexcept;
   /// Calls fn(begin, end) over [0, n) on the device's threads (see thread_pool::parallel_for);
-  /// inline when the device has no pool.
-  void parallel_for(std::int64_t n, double cost_per_item,
-                    const std::function<void(std::int64_t, std::int64_t)>& fn) const;
+  /// inline, with no std::function made, when the device has no pool or the work is too
+  /// small to split.
+  template <class F>
+  void parallel_for(std::int64_t n, double cost_per_item, F&& fn) const {
+    if (n <= 0) return;
+    thread_pool* p = pool();
+    if (p == nullptr || thread_pool::runs_inline(n, cost_per_item, p->size())) {
+      fn(std::int64_t{0}, n);
+      return;
+    }
+    p->parallel_for(n, cost_per_item, std::function<void(std::int64_t, std::int64_t)>(fn));
+  }
   /// Threads a kernel may use (the device's pool size; 1 without a pool).
   [[nodiscard]] int num_threads() const noexcept;
 

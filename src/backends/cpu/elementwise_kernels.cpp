@@ -25,8 +25,8 @@ tensor& forward_or_allocate(kernel_context& ctx, const shape& s,
                             std::initializer_list<std::size_t> candidates) {
   for (std::size_t i : candidates) {
     // The element-wise kernels need the same shape, not only the same element count.
-    if (ctx.input(i).defined() && ctx.input(i).shape() == s && ctx.can_forward(i, 0, s)) {
-      return ctx.forward_input_or_allocate_output(i, 0, s);
+    if (ctx.input(i).defined() && ctx.input(i).shape() == s) {
+      if (tensor* out = ctx.forward_input(i, 0, s)) return *out;
     }
   }
   return ctx.allocate_output(0, s);

@@ -209,10 +209,18 @@ void run_unary(kernel_context& ctx, const Op& op, double cost_ns) {
   const tensor& x = ctx.input(0);
   const shape s = x.shape();
   tensor& y = sizeof(R) == sizeof(T) ? forward_or_allocate(ctx, s, {0}) : ctx.allocate_output(0, s);
-  if (s.num_elements() == 0) return;
-  const auto p = make_plan<2>(s, {&x});
+  const std::int64_t count = s.num_elements();
+  if (count == 0) return;
   R* out = y.template data<R>();
   const T* a = x.template data<T>();
+  if (x.is_contiguous()) {
+    // The common case needs no plan: one run over dense memory.
+    ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
+      unary_run(out + begin, a + begin, 1, end - begin, op);
+    });
+    return;
+  }
+  const auto p = make_plan<2>(s, {&x});
   ctx.parallel_for(p.count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
     for_each_run(p, begin, end, [&](const std::array<std::int64_t, 2>& off, std::int64_t n) {
       unary_run(out + off[0], a + off[1], p.inner[1], n, op);
@@ -228,11 +236,24 @@ void run_binary(kernel_context& ctx, const Op& op, double cost_ns) {
   const shape s = broadcast_shape_of(ctx, {&x.shape(), &y.shape()});
   tensor& z =
       sizeof(R) == sizeof(T) ? forward_or_allocate(ctx, s, {0, 1}) : ctx.allocate_output(0, s);
-  if (s.num_elements() == 0) return;
-  const auto p = make_plan<3>(s, {&x, &y});
+  const std::int64_t count = s.num_elements();
+  if (count == 0) return;
   R* out = z.template data<R>();
   const T* a = x.template data<T>();
   const T* b = y.template data<T>();
+  // The common cases need no plan: dense operands of the output's element count, or a
+  // single element against a dense operand (stride 0).
+  const bool x_flat = x.is_contiguous() && (x.num_elements() == count || x.num_elements() == 1);
+  const bool y_flat = y.is_contiguous() && (y.num_elements() == count || y.num_elements() == 1);
+  if (x_flat && y_flat) {
+    const std::int64_t as = x.num_elements() == count ? 1 : 0;
+    const std::int64_t bs = y.num_elements() == count ? 1 : 0;
+    ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
+      binary_run(out + begin, a + begin * as, as, b + begin * bs, bs, end - begin, op);
+    });
+    return;
+  }
+  const auto p = make_plan<3>(s, {&x, &y});
   ctx.parallel_for(p.count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
     for_each_run(p, begin, end, [&](const std::array<std::int64_t, 3>& off, std::int64_t n) {
       binary_run(out + off[0], a + off[1], p.inner[1], b + off[2], p.inner[2], n, op);
