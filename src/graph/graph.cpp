@@ -160,6 +160,7 @@ const node& graph::add_node(node_spec spec) {
     const arg_def& a = *input_args[i];
     const dtype have = input_types[i].type;
     const node& src = nodes_[static_cast<std::size_t>(spec.inputs[i].node)];
+    if (a.any_type) continue;
     if (a.type_attr.empty()) {
       if (have != a.fixed) {
         fail(fmt::format("input {} ('{}', from {}) must be {}, got {}", i, a.name, src.name,

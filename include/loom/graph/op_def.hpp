@@ -39,6 +39,10 @@ struct arg_def {
   dtype fixed = dtype::f32;
   /// The integer attribute holding this list's length; empty for a single tensor.
   std::string list_length_attr;
+  /// Inputs only: any dtype, each list element its own (TensorFlow's list(type)), as a
+  /// fused optimizer over parameters of mixed precision takes. type_attr and fixed are
+  /// ignored; the op's inference checks what it accepts.
+  bool any_type = false;
 };
 
 struct attr_def {

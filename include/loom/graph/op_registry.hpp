@@ -46,5 +46,6 @@ void register_nn_ops(op_registry& registry);           // matmul, conv2d, poolin
 void register_reduction_ops(op_registry& registry);    // reductions, softmax, layer_norm, xent, argmax
 void register_array_ops(op_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
 void register_transfer_ops(op_registry& registry);     // _send / _recv (inserted by the partitioner)
+void register_optimizer_ops(op_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
 
 }  // namespace loom

@@ -1,0 +1,102 @@
+// Gradients of the array ops (array_ops.cpp): shape ops reshape the gradient back;
+// transpose transposes it by the inverse permutation; concat and split exchange roles;
+// slice pads its gradient with zeros; gather scatters it (gather_grad).
+#include "loom/graph/gradients.hpp"
+#include "loom/graph/ops/array.hpp"
+#include "loom/graph/ops/math.hpp"
+
+namespace loom {
+namespace {
+
+using grads = std::vector<std::optional<output>>;
+using ints = std::vector<std::int64_t>;
+
+grads reshape_back(const gradient_context& c) {
+  grads g(c.num_inputs());
+  g[0] = ops::reshape(c.grad(0), c.input_shape(0).to_vector());
+  return g;
+}
+
+grads transpose_grad(const gradient_context& c) {
+  const std::size_t rank = c.input_shape(0).rank();
+  ints perm = c.attr<ints>("perm");
+  if (perm.empty()) {
+    for (std::size_t d = rank; d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
+  }
+  ints inverse(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    const std::size_t p = c.input_shape(0).normalize_axis(perm[d]);
+    inverse[p] = static_cast<std::int64_t>(d);
+  }
+  return {ops::transpose(c.grad(0), inverse)};
+}
+
+grads concat_grad(const gradient_context& c) {
+  const std::size_t n = c.num_inputs();
+  const std::size_t axis = c.output_shape(0).normalize_axis(c.attr<std::int64_t>("axis"));
+  ints sizes;
+  for (std::size_t i = 0; i < n; ++i) sizes.push_back(c.input_shape(i)[axis]);
+  const auto parts = ops::split_sizes(c.grad(0), sizes, static_cast<std::int64_t>(axis));
+  return grads(parts.begin(), parts.end());
+}
+
+grads split_grad(const gradient_context& c) {
+  // Outputs the loss does not read contribute zeros (c.grad makes them).
+  std::vector<output> parts;
+  for (std::size_t k = 0; k < c.forward().outputs.size(); ++k) parts.push_back(c.grad(k));
+  const std::size_t axis = c.input_shape(0).normalize_axis(c.attr<std::int64_t>("axis"));
+  return {ops::concat(parts, static_cast<std::int64_t>(axis))};
+}
+
+grads slice_grad(const gradient_context& c) {
+  // The block goes back where it came from, zeros around it.
+  const shape& in = c.input_shape(0);
+  const shape& out = c.output_shape(0);
+  const auto begin = c.attr<ints>("begin");
+  ints paddings;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    const std::int64_t b = d < begin.size() ? begin[d] : 0;
+    paddings.push_back(b);
+    paddings.push_back(in[d] - b - out[d]);
+  }
+  return {c.builder().add1("pad", {c.grad(0)}, {{"paddings", paddings}})};
+}
+
+grads gather_grad(const gradient_context& c) {
+  return {c.builder().add1("gather_grad", {c.grad(0), c.input(1)},
+                           {{"axis", c.attr<std::int64_t>("axis")},
+                            {"params_shape", c.input_shape(0)}}),
+          std::nullopt};
+}
+
+grads pad_grad(const gradient_context& c) {
+  const auto paddings = c.attr<ints>("paddings");
+  const shape& in = c.input_shape(0);
+  ints begin;
+  ints size;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    begin.push_back(paddings.at(2 * d));
+    size.push_back(in[d]);
+  }
+  return {ops::slice(c.grad(0), begin, size)};
+}
+
+}  // namespace
+
+void register_array_gradients(gradient_registry& r) {
+  r.add("reshape", reshape_back);
+  r.add("squeeze", reshape_back);
+  r.add("expand_dims", reshape_back);
+  r.add("transpose", transpose_grad);
+  r.add("concat", concat_grad);
+  r.add("split", split_grad);
+  r.add("slice", slice_grad);
+  r.add("gather", gather_grad);
+  r.add("pad", pad_grad);
+  r.add("broadcast_to", [](const gradient_context& c) -> grads {
+    return {c.unbroadcast(c.grad(0), 0)};
+  });
+  r.add_none("one_hot");
+}
+
+}  // namespace loom

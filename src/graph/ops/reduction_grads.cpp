@@ -1,0 +1,166 @@
+// Gradients of the reduction-family ops (reduction_ops.cpp). A reduction's gradient
+// broadcasts dy back over the reduced axes (reshaped to the keepdims shape, then
+// broadcast_to the input's shape, a view); softmax, log_softmax and layer_norm use their
+// outputs; softmax_cross_entropy its own backprop output.
+#include <fmt/format.h>
+
+#include "loom/graph/gradients.hpp"
+#include "loom/graph/ops/array.hpp"
+#include "loom/graph/ops/math.hpp"
+#include "loom/graph/ops/reduction.hpp"
+
+namespace loom {
+namespace {
+
+using grads = std::vector<std::optional<output>>;
+using ints = std::vector<std::int64_t>;
+
+// The reduced axes of the forward reduction (all of them when "axes" is empty), sorted.
+std::vector<bool> reduced_axes(const gradient_context& c) {
+  const shape& in = c.input_shape(0);
+  std::vector<bool> reduced(in.rank(), false);
+  const auto axes = c.attr<ints>("axes");
+  if (axes.empty()) {
+    reduced.assign(in.rank(), true);
+  } else {
+    for (std::int64_t a : axes) reduced[in.normalize_axis(a)] = true;
+  }
+  return reduced;
+}
+
+// `v`, an output (or its gradient) of a reduction over `reduced`, broadcast back to the
+// input's shape.
+output broadcast_back(const gradient_context& c, output v, const std::vector<bool>& reduced) {
+  const shape& in = c.input_shape(0);
+  shape kept = in;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (reduced[d]) kept[d] = 1;
+  }
+  const output k = ops::reshape(v, kept.to_vector());
+  return c.builder().add1("broadcast_to", {k}, {{"shape", in}});
+}
+
+std::int64_t reduced_count(const gradient_context& c, const std::vector<bool>& reduced) {
+  const shape& in = c.input_shape(0);
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (reduced[d]) n *= in[d];
+  }
+  return n;
+}
+
+grads sum_grad(const gradient_context& c) {
+  return {broadcast_back(c, c.grad(0), reduced_axes(c))};
+}
+
+grads mean_grad(const gradient_context& c) {
+  const auto reduced = reduced_axes(c);
+  const std::int64_t n = reduced_count(c, reduced);
+  // An empty reduction's mean is NaN; its gradient reaches no element, so any scale will do.
+  const double scale = n == 0 ? 0.0 : 1.0 / static_cast<double>(n);
+  return {broadcast_back(c, c.grad(0) * scale, reduced)};
+}
+
+// max / min: the gradient is shared evenly between the elements equal to the result
+// (TensorFlow's rule).
+grads extremum_grad(const gradient_context& c) {
+  const auto reduced = reduced_axes(c);
+  const output x = c.input(0);
+  const dtype t = c.input_type(0);
+  const output y = broadcast_back(c, c.output_of(0), reduced);
+  const output hit = ops::cast(ops::equal(x, y), t);
+  ints axes;
+  for (std::size_t d = 0; d < reduced.size(); ++d) {
+    if (reduced[d]) axes.push_back(static_cast<std::int64_t>(d));
+  }
+  const output count = broadcast_back(c, ops::reduce_sum(hit, axes), reduced);
+  return {hit * broadcast_back(c, c.grad(0), reduced) / count};
+}
+
+// prod: d/dx_i = prod / x_i. Exact where no reduced element is zero; where one is, this
+// divides by zero (documented in docs/training.md).
+grads prod_grad(const gradient_context& c) {
+  const auto reduced = reduced_axes(c);
+  const output y = broadcast_back(c, c.output_of(0) * c.grad(0), reduced);
+  return {y / c.input(0)};
+}
+
+std::int64_t axis_of(const gradient_context& c) {
+  return static_cast<std::int64_t>(c.input_shape(0).normalize_axis(c.attr<std::int64_t>("axis")));
+}
+
+grads softmax_grad(const gradient_context& c) {
+  // dx = y (dy - sum(dy y, axis)).
+  const output y = c.output_of(0);
+  const output dy = c.grad(0);
+  const output s = ops::reduce_sum(dy * y, {axis_of(c)}, true);
+  return {y * (dy - s)};
+}
+
+grads log_softmax_grad(const gradient_context& c) {
+  // dx = dy - softmax(x) sum(dy, axis), softmax(x) = exp(y).
+  const output dy = c.grad(0);
+  const output s = ops::reduce_sum(dy, {axis_of(c)}, true);
+  return {dy - ops::exp(c.output_of(0)) * s};
+}
+
+grads layer_norm_grad(const gradient_context& c) {
+  // xhat = (x - mean) rstd, y = xhat gamma + beta, over the normalised dims [axis, rank).
+  // dxhat = dy gamma; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat));
+  // dgamma = sum over the leading dims of dy xhat; dbeta = sum of dy.
+  // mean and rstd (outputs 1 and 2) are only statistics: gradients sent to them are not
+  // propagated (their consumers are the training graph's bookkeeping, not the loss).
+  if (c.has_grad(1) || c.has_grad(2)) {
+    c.fail("gradients through layer_norm's mean or rstd outputs are not supported");
+  }
+  const shape& xs = c.input_shape(0);
+  const auto axis = static_cast<std::size_t>(axis_of(c));
+  ints lead;
+  ints norm;
+  shape stat_shape = xs;  // the keepdims shape of mean and rstd
+  for (std::size_t d = 0; d < xs.rank(); ++d) {
+    if (d < axis) {
+      lead.push_back(static_cast<std::int64_t>(d));
+    } else {
+      norm.push_back(static_cast<std::int64_t>(d));
+      stat_shape[d] = 1;
+    }
+  }
+  const output x = c.input(0);
+  const output gamma = c.input(1);
+  const output dy = c.grad(0);
+  const output mean = ops::reshape(c.output_of(1), stat_shape.to_vector());
+  const output rstd = ops::reshape(c.output_of(2), stat_shape.to_vector());
+  const output xhat = (x - mean) * rstd;
+  const output dxhat = dy * gamma;
+  const output m1 = ops::reduce_mean(dxhat, norm, true);
+  const output m2 = ops::reduce_mean(dxhat * xhat, norm, true);
+  const output dx = rstd * (dxhat - m1 - xhat * m2);
+  const output dgamma = lead.empty() ? dy * xhat : ops::reduce_sum(dy * xhat, lead);
+  const output dbeta = lead.empty() ? dy : ops::reduce_sum(dy, lead);
+  return {dx, dgamma, dbeta};
+}
+
+grads xent_grad(const gradient_context& c) {
+  // d loss_n / d logits_n = backprop_n (softmax - one_hot), scaled by the incoming dloss_n.
+  if (c.has_grad(1)) c.fail("gradients through softmax_cross_entropy's backprop output are not supported");
+  const output dloss = ops::expand_dims(c.grad(0), -1);
+  return {c.output_of(1) * dloss, std::nullopt};
+}
+
+}  // namespace
+
+void register_reduction_gradients(gradient_registry& r) {
+  r.add("reduce_sum", sum_grad);
+  r.add("reduce_mean", mean_grad);
+  r.add("reduce_max", extremum_grad);
+  r.add("reduce_min", extremum_grad);
+  r.add("reduce_prod", prod_grad);
+  r.add("softmax", softmax_grad);
+  r.add("log_softmax", log_softmax_grad);
+  r.add("layer_norm", layer_norm_grad);
+  r.add("softmax_cross_entropy", xent_grad);
+  r.add_none("argmax");
+}
+
+}  // namespace loom
