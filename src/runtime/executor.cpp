@@ -138,7 +138,7 @@ std::exception_ptr wrap_error(const exec_node& e) {
   }
 }
 
-// Runs node `index`, its inputs taken into `inputs` (room for the plan's max_inputs).
+// Runs node `index`, its inputs taken into `inputs` (room for all of them).
 void run_one(run_state& st, std::int32_t index, tensor* inputs) {
   const exec_node& e = st.p.nodes[static_cast<std::size_t>(index)];
   const std::size_t n_in = e.input_slots.size();
@@ -195,13 +195,16 @@ void schedule(run_state& st, std::int32_t index) {
 void execute_from(run_state& st, std::int32_t first) {
   // A small stack of nodes this thread runs next; a chain never grows it past one.
   std::vector<std::int32_t> stack;
-  // Where this thread puts the inputs of the node it runs.
-  std::vector<tensor> inputs(st.p.max_inputs);
+  // Where this thread puts the inputs of the node it runs: grown to the largest node it
+  // meets, so a root without inputs (a variable, a constant) allocates nothing.
+  std::vector<tensor> inputs;
   // Nodes this thread finished since it last told `remaining` (told once, at the end, so a
   // chain pays no atomic per node for it).
   std::int32_t finished = 0;
   std::int32_t next = first;
   for (;;) {
+    const std::size_t n_in = st.p.nodes[static_cast<std::size_t>(next)].input_slots.size();
+    if (inputs.size() < n_in) inputs.resize(n_in);
     run_one(st, next, inputs.data());
     ++finished;
     const exec_node& e = st.p.nodes[static_cast<std::size_t>(next)];

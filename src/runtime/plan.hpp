@@ -72,8 +72,6 @@ struct plan {
   std::int32_t slot_count = 0;
   /// For each slot: how many inputs read it (the last reader may take it).
   std::vector<std::int32_t> slot_readers;
-  /// The most inputs any node has.
-  std::size_t max_inputs = 0;
   /// Feeds: the slot each one fills, in the order of the signature's feed names.
   std::vector<std::int32_t> feed_slots;
   std::vector<endpoint> feed_endpoints;

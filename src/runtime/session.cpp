@@ -244,7 +244,6 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
   p->slot_readers.assign(static_cast<std::size_t>(slots), 0);
   for (std::size_t i = 0; i < p->nodes.size(); ++i) {
     auto& e = p->nodes[i];
-    p->max_inputs = std::max(p->max_inputs, e.input_slots.size());
     for (std::int32_t s : e.input_slots) {
       ++p->slot_readers[static_cast<std::size_t>(s)];
       const std::int32_t producer = producer_of_slot[static_cast<std::size_t>(s)];

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/graph/graph.hpp"
+#include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -73,6 +74,47 @@ TEST(Graph, UniqueNamesStayLinear) {
   output cur = ops::placeholder(b, "x", dtype::f32, {1});
   for (int i = 0; i < 5000; ++i) cur = ops::identity(cur);
   EXPECT_EQ(cur.name(), "identity_4999");
+}
+
+// arg_def::any_type: each element of such a list keeps its own dtype (a fused optimizer's
+// parameters of mixed precision), while a typed list and a fixed input next to it are
+// still unified and checked.
+TEST(Graph, AnyTypeListsTakeMixedDtypesAndOthersAreStillChecked) {
+  op_registry r;
+  register_state_ops(r);
+  op_def d;
+  d.name = "mixed_lists";
+  d.inputs = {arg_def{"xs", {}, dtype::f32, "N", true}, arg_def{"ys", "T", dtype::f32, "M"},
+              arg_def{"z", {}, dtype::f32, {}}};
+  d.outputs = {arg_def{"out", {}, dtype::f32, {}}};
+  d.attrs = {{"N", attr_type::integer, std::nullopt, {}, {}},
+             {"M", attr_type::integer, std::nullopt, {}, {}},
+             {"T", attr_type::type, std::nullopt, {}, {}}};
+  r.add(d);
+  graph g(r);
+  graph_builder b(g);
+  auto f = ops::placeholder(b, "f", dtype::f32, {2});
+  auto h = ops::placeholder(b, "h", dtype::bf16, {3});
+  auto i = ops::placeholder(b, "i", dtype::i32, {});
+  auto f16 = ops::placeholder(b, "f16", dtype::f16, {2});
+  const attr_map lengths = {{"N", std::int64_t{3}}, {"M", std::int64_t{2}}};
+  const node& ok = g.add_node({.name = "ok", .op = "mixed_lists",
+                               .inputs = {f.ep(), h.ep(), i.ep(), f.ep(), f.ep(), f.ep()},
+                               .attrs = lengths});
+  EXPECT_EQ(ok.attr<dtype>("T"), dtype::f32);
+  const auto typed_msg = message_of([&] {
+    g.add_node({.name = "bad_typed", .op = "mixed_lists",
+                .inputs = {f.ep(), h.ep(), i.ep(), f.ep(), f16.ep(), f.ep()}, .attrs = lengths});
+  });
+  EXPECT_NE(typed_msg.find("'bad_typed'"), std::string::npos) << typed_msg;
+  EXPECT_NE(typed_msg.find("input 4 ('ys', from f16) is float16 but T is float32"), std::string::npos)
+      << typed_msg;
+  const auto fixed_msg = message_of([&] {
+    g.add_node({.name = "bad_fixed", .op = "mixed_lists",
+                .inputs = {h.ep(), h.ep(), h.ep(), f.ep(), f.ep(), i.ep()}, .attrs = lengths});
+  });
+  EXPECT_NE(fixed_msg.find("input 5 ('z', from i) must be float32, got int32"), std::string::npos)
+      << fixed_msg;
 }
 
 }  // namespace

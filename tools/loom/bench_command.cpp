@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "memory/memory_bench.hpp"
 #include "runtime/runtime_bench.hpp"
+#include "train/train_bench.hpp"
 
 namespace loom::tools {
 
@@ -68,6 +69,26 @@ void add_bench_command(CLI::App& app) {
     if (o.quick) o.repetitions = std::min(o.repetitions, 3);
     const auto r = bench::run_runtime_bench(o);
     fmt::print("{}", rflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
+  });
+
+  auto* train = bench->add_subcommand(
+      "train", "Training-step parts: Adam fused vs per-tensor, against the STREAM-triad floor");
+  struct train_flags {
+    bench::train_bench_options options;
+    bool json = false;
+  };
+  auto tflags = std::make_shared<train_flags>();
+  train->add_flag("--json", tflags->json, "Print the results as JSON");
+  train->add_flag("--quick", tflags->options.quick, "Fewer repetitions (a smoke run)");
+  train->add_option("--repetitions", tflags->options.repetitions, "Timed repetitions per measurement")
+      ->check(CLI::Range(1, 1000));
+  train->add_option("--threads", tflags->options.threads, "Threads of the CPU device")
+      ->check(CLI::Range(1, 1024));
+  train->add_option("--only", tflags->options.only, "Run one part")
+      ->check(CLI::IsMember(bench::train_bench_parts()));
+  train->callback([tflags] {
+    const auto r = bench::run_train_bench(tflags->options);
+    fmt::print("{}", tflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
   });
 }
 

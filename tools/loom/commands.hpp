@@ -18,6 +18,8 @@ void add_devices_command(CLI::App& app);
 /// `loom run GRAPH.json --feed name=FILE.npy --fetch name`: runs a serialized graph.
 void add_run_command(CLI::App& app);
 
+void add_train_command(CLI::App& app);
+
 /// Set by a subcommand's callback: the process exit status.
 int& exit_status();
 

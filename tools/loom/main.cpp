@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   loom::tools::add_bench_command(app);
   loom::tools::add_devices_command(app);
   loom::tools::add_run_command(app);
+  loom::tools::add_train_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

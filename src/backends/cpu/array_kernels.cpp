@@ -25,6 +25,8 @@ namespace loom::cpu {
 
 // Defined in array_index_kernels.cpp: gather, one_hot.
 void register_array_index_kernels(kernel_registry& registry);
+// Defined in array_grad_kernels.cpp: pad, gather_grad, broadcast_to.
+void register_array_grad_kernels(kernel_registry& registry);
 
 namespace {
 
@@ -351,6 +353,7 @@ void register_array_kernels(kernel_registry& r) {
   r.add(make_kernel_def<split_kernel>("split", cpu, any));
   r.add(make_kernel_def<slice_kernel>("slice", cpu, any));
   register_array_index_kernels(r);
+  register_array_grad_kernels(r);
 }
 
 }  // namespace loom::cpu

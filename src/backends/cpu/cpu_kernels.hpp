@@ -12,5 +12,6 @@ void register_elementwise_kernels(kernel_registry& registry);  // unary, binary,
 void register_nn_kernels(kernel_registry& registry);           // matmul, conv2d, pooling, bias_add (oneDNN)
 void register_reduction_kernels(kernel_registry& registry);    // reductions, softmax, layer_norm, xent, argmax
 void register_array_kernels(kernel_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
+void register_optimizer_kernels(kernel_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
 
 }  // namespace loom::cpu

@@ -1,6 +1,8 @@
 // Array ops: reshape, transpose, concat, split, slice, gather, one_hot, squeeze,
-// expand_dims. Definitions with their inference, and the builder functions of
-// loom/graph/ops/array.hpp. Kernels: src/backends/cpu/array_kernels.cpp.
+// expand_dims, and pad, gather_grad, broadcast_to (the gradients of slice and gather, and
+// the view that sums' gradients broadcast through). Definitions with their inference, and
+// the builder functions of loom/graph/ops/array.hpp. Kernels:
+// src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp, array_grad_kernels.cpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -319,6 +321,90 @@ void infer_expand_dims(inference_context& c) {
   c.set_output(0, in.type, out);
 }
 
+void infer_pad(inference_context& c) {
+  const auto& in = c.input(0);
+  const ints p = c.attr<ints>("paddings");
+  const std::size_t rank = p.size() / 2;
+  if (!in.shape) return c.set_output(0, in.type, shape::filled(rank, -1));
+  const shape& s = *in.shape;
+  if (s.rank() != rank) {
+    c.fail(
+        fmt::format("paddings [{}] has {} entries for the rank-{} input {}: it needs 2 per "
+                    "dimension",
+                    fmt::join(p, ", "), p.size(), s.rank(), shape_text(in)));
+  }
+  shape out = s;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (s[d] >= 0) out[d] = s[d] + p[2 * d] + p[2 * d + 1];
+  }
+  c.set_output(0, in.type, out);
+}
+
+// gather_grad(dy, indices): d_params of params_shape. dy has gather's output shape,
+// params_shape[:axis] + indices.shape + params_shape[axis+1:]; unknown (-1) dimensions of
+// params_shape other than the axis are taken from dy.
+void infer_gather_grad(inference_context& c) {
+  const auto& dy = c.input(0);
+  const auto& indices = c.input(1);
+  shape ps = c.attr<shape>("params_shape");
+  const std::size_t ax = ps.normalize_axis(c.attr<std::int64_t>("axis"));
+  if (dy.shape && indices.shape) {
+    const shape& s = *dy.shape;
+    const std::size_t k = indices.shape->rank();
+    if (s.rank() != ps.rank() - 1 + k) {
+      c.fail(
+          fmt::format("dy {} must have rank {}: params_shape {} with axis {} replaced by the "
+                      "indices' shape {}",
+                      shape_text(dy), ps.rank() - 1 + k, to_string(ps), ax, shape_text(indices)));
+    }
+    // Position in dy of params dimension d (d != ax), and of indices dimension j.
+    const auto dy_dim = [&](std::size_t d) { return d < ax ? d : d - 1 + k; };
+    for (std::size_t d = 0; d < ps.rank(); ++d) {
+      if (d == ax) continue;
+      const std::int64_t have = s[dy_dim(d)];
+      if (ps[d] < 0) {
+        ps[d] = have;
+      } else if (have >= 0 && have != ps[d]) {
+        c.fail(
+            fmt::format("dy {} does not match params_shape {} in dimension {} (gather along "
+                        "axis {} with indices {})",
+                        shape_text(dy), to_string(ps), dy_dim(d), ax, shape_text(indices)));
+      }
+    }
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::int64_t have = s[ax + j];
+      const std::int64_t want = (*indices.shape)[j];
+      if (have >= 0 && want >= 0 && have != want) {
+        c.fail(
+            fmt::format("dy {} does not match the indices {} in dimension {} (gather along "
+                        "axis {} of params_shape {})",
+                        shape_text(dy), shape_text(indices), ax + j, ax, to_string(ps)));
+      }
+    }
+  }
+  c.set_output(0, dy.type, ps);
+}
+
+void infer_broadcast_to(inference_context& c) {
+  const auto& in = c.input(0);
+  const shape target = c.attr<shape>("shape");
+  if (in.shape) {
+    const shape& s = *in.shape;
+    if (s.rank() > target.rank()) {
+      c.fail(fmt::format("cannot broadcast {} to {}: the target has fewer dimensions",
+                         shape_text(in), to_string(target)));
+    }
+    const std::size_t lead = target.rank() - s.rank();
+    for (std::size_t d = 0; d < s.rank(); ++d) {
+      if (s[d] >= 0 && s[d] != 1 && s[d] != target[lead + d]) {
+        c.fail(fmt::format("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}",
+                           shape_text(in), to_string(target), d, s[d], target[lead + d]));
+      }
+    }
+  }
+  c.set_output(0, in.type, target);
+}
+
 op_def unary_def(std::string name, std::string summary) {
   op_def d;
   d.name = std::move(name);
@@ -406,6 +492,45 @@ void register_array_ops(op_registry& r) {
     r.add(std::move(d));
   }
   {
+    op_def d = unary_def("pad", "a tensor surrounded by a constant (the gradient of slice)");
+    d.attrs.push_back(validated(attr("paddings", attr_type::ints), [](const attr_value& v) {
+      const ints p = v.as<ints>();
+      if (p.size() % 2 != 0) {
+        throw invalid_argument(
+            fmt::format("[{}] has {} entries: it needs 2 per dimension (before, after)",
+                        fmt::join(p, ", "), p.size()));
+      }
+      all_at_least(v, 0, "padding");
+    }));
+    d.attrs.push_back(attr("constant_value", attr_type::real, 0.0));
+    d.infer = infer_pad;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "gather_grad";
+    d.summary = "dy's slices added at indices along an axis of zeros (the gradient of gather)";
+    d.inputs = {typed("dy"), typed("indices", "Tindices")};
+    d.outputs = {typed("output")};
+    d.attrs = {type_attr("T", numeric_types()), type_attr("Tindices", {dtype::i32, dtype::i64}),
+               attr("axis", attr_type::integer, std::int64_t{0}),
+               validated(attr("params_shape", attr_type::shape), [](const attr_value& v) {
+                 const shape s = v.as<shape>();
+                 if (s.rank() == 0) throw invalid_argument("params must have rank >= 1, got []");
+                 all_at_least(v, -1, "dimension");
+               })};
+    d.infer = infer_gather_grad;
+    r.add(std::move(d));
+  }
+  {
+    op_def d = unary_def("broadcast_to", "x broadcast to a shape, NumPy-style (a view)");
+    d.attrs.push_back(validated(attr("shape", attr_type::shape),
+                                [](const attr_value& v) { all_at_least(v, 0, "dimension"); }));
+    d.infer = infer_broadcast_to;
+    d.is_cheap = true;
+    r.add(std::move(d));
+  }
+  {
     op_def d = unary_def("squeeze", "dimensions of size 1 removed (a view)");
     d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
     d.infer = infer_squeeze;
@@ -474,6 +599,22 @@ output squeeze(output x, const std::vector<std::int64_t>& axes, const node_optio
 
 output expand_dims(output x, std::int64_t axis, const node_options& o) {
   return x.builder().add1("expand_dims", {x}, {{"axis", axis}}, o);
+}
+
+output pad(output x, const std::vector<std::int64_t>& paddings, double constant_value,
+           const node_options& o) {
+  return x.builder().add1("pad", {x}, {{"paddings", paddings}, {"constant_value", constant_value}},
+                          o);
+}
+
+output gather_grad(output dy, output indices, shape params_shape, std::int64_t axis,
+                   const node_options& o) {
+  return dy.builder().add1("gather_grad", {dy, indices},
+                           {{"params_shape", std::move(params_shape)}, {"axis", axis}}, o);
+}
+
+output broadcast_to(output x, shape s, const node_options& o) {
+  return x.builder().add1("broadcast_to", {x}, {{"shape", std::move(s)}}, o);
 }
 
 }  // namespace ops

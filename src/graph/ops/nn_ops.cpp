@@ -1,8 +1,12 @@
-// matmul, bias_add, conv2d, max_pool2d, avg_pool2d: definitions, inference and builders.
+// matmul, bias_add, conv2d, max_pool2d, avg_pool2d and the gradients conv2d_backprop_input,
+// conv2d_backprop_filter, max_pool2d_grad, avg_pool2d_grad: definitions, inference and
+// builders.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <string_view>
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/nn.hpp"
@@ -106,29 +110,28 @@ void infer_bias_add(inference_context& c) {
   c.set_output(0, x);
 }
 
-void infer_conv2d(inference_context& c) {
-  const tensor_type& x = c.input(0);
-  const tensor_type& w = c.input(1);
-  if (x.shape && x.shape->rank() != 4) {
-    c.fail(fmt::format("conv2d needs an NCHW input of rank 4, got {}", to_string(*x.shape)));
-  }
-  if (w.shape && w.shape->rank() != 4) {
-    c.fail(fmt::format("conv2d needs an OIHW filter of rank 4, got {}", to_string(*w.shape)));
-  }
-  if (!x.shape || !w.shape) {
-    // The output is NCHW whatever the ranks not known yet: N from x, channels from w.
-    c.set_output(0, x.type,
-                 shape{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1});
-    return;
-  }
-  const shape& sx = *x.shape;
-  const shape& sw = *w.shape;
-  const auto groups = c.attr<std::int64_t>("groups");
-  const auto strides = c.attr<std::vector<std::int64_t>>("strides");
-  const auto dilations = c.attr<std::vector<std::int64_t>>("dilations");
-  const auto pad = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
+// The attributes conv2d and its gradients share.
+struct conv_attrs {
+  std::int64_t groups;
+  std::vector<std::int64_t> strides;
+  std::vector<std::int64_t> dilations;
+  std::array<std::int64_t, 4> pad;
+};
+
+conv_attrs read_conv_attrs(const inference_context& c) {
+  return {c.attr<std::int64_t>("groups"), c.attr<std::vector<std::int64_t>>("strides"),
+          c.attr<std::vector<std::int64_t>>("dilations"),
+          nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"))};
+}
+
+// conv2d's output shape for an input `sx` and a filter `sw` of rank 4 (dimensions may be
+// unknown, -1); fails when the channels do not fit the groups or the filter does not fit
+// the padded input. `x_name` names sx in messages ("input", "input_shape").
+shape conv_forward_shape(const inference_context& c, const shape& sx, const shape& sw,
+                         const conv_attrs& a, std::string_view x_name) {
+  const std::int64_t groups = a.groups;
   const auto describe = [&] {
-    return fmt::format("input {}, filter {}, groups {}", to_string(sx), to_string(sw), groups);
+    return fmt::format("{} {}, filter {}, groups {}", x_name, to_string(sx), to_string(sw), groups);
   };
   if (sx[1] >= 0 && sx[1] % groups != 0) {
     c.fail(fmt::format("input channels {} do not divide into {} groups ({})", sx[1], groups,
@@ -147,27 +150,110 @@ void infer_conv2d(inference_context& c) {
   if (sw[2] == 0 || sw[3] == 0) c.fail(fmt::format("empty filter window ({})", describe()));
   shape out{sx[0], sw[0], -1, -1};
   for (std::size_t d = 0; d < 2; ++d) {
-    const std::int64_t size = nn_attrs::window_out_size(sx[2 + d], sw[2 + d], strides[d],
-                                                        dilations[d], pad[2 * d], pad[2 * d + 1]);
+    const std::int64_t size = nn_attrs::window_out_size(
+        sx[2 + d], sw[2 + d], a.strides[d], a.dilations[d], a.pad[2 * d], a.pad[2 * d + 1]);
     if (size == -2) {
       c.fail(fmt::format("the filter (dilated) is larger than the padded input ({}, padding {})",
-                         describe(), fmt::join(pad, ", ")));
+                         describe(), fmt::join(a.pad, ", ")));
     }
     out[2 + d] = size;
   }
-  c.set_output(0, x.type, std::move(out));
+  return out;
 }
 
-void infer_pool(inference_context& c) {
+void infer_conv2d(inference_context& c) {
   const tensor_type& x = c.input(0);
-  if (!x.shape) {
-    c.set_output(0, x.type, std::nullopt);
+  const tensor_type& w = c.input(1);
+  if (x.shape && x.shape->rank() != 4) {
+    c.fail(fmt::format("conv2d needs an NCHW input of rank 4, got {}", to_string(*x.shape)));
+  }
+  if (w.shape && w.shape->rank() != 4) {
+    c.fail(fmt::format("conv2d needs an OIHW filter of rank 4, got {}", to_string(*w.shape)));
+  }
+  if (!x.shape || !w.shape) {
+    // The output is NCHW whatever the ranks not known yet: N from x, channels from w.
+    c.set_output(0, x.type,
+                 shape{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1});
     return;
   }
-  const shape& s = *x.shape;
-  if (s.rank() != 4) {
-    c.fail(fmt::format("{} needs an NCHW input of rank 4, got {}", c.def().name, to_string(s)));
+  c.set_output(0, x.type, conv_forward_shape(c, *x.shape, *w.shape, read_conv_attrs(c), "input"));
+}
+
+// Fails unless `dy` (the gradient fed to a backward op) has the forward output's shape
+// `expected` wherever both are known. `from` says what `expected` was computed from.
+void check_dy(const inference_context& c, const tensor_type& dy, const shape& expected,
+              const std::string& from) {
+  if (!dy.shape) return;
+  const shape& s = *dy.shape;
+  if (s.rank() != expected.rank()) {
+    c.fail(fmt::format("dy {} must have rank {}, as the forward output {} of {}", to_string(s),
+                       expected.rank(), to_string(expected), from));
   }
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    if (s[d] >= 0 && expected[d] >= 0 && s[d] != expected[d]) {
+      c.fail(fmt::format("dy {} does not match the forward output {} of {} (dimension {})",
+                         to_string(s), to_string(expected), from, d));
+    }
+  }
+}
+
+// A tensor of rank 4 named `what` (for messages), or fail.
+void require_rank4(const inference_context& c, const tensor_type& t, std::string_view what) {
+  if (t.shape && t.shape->rank() != 4) {
+    c.fail(fmt::format("{} needs {} of rank 4, got {}", c.def().name, what, to_string(*t.shape)));
+  }
+}
+
+// conv2d_backprop_input(dy, filter): dx of input_shape, whose unknown N and C are taken
+// from dy and the filter.
+void infer_conv2d_backprop_input(inference_context& c) {
+  const tensor_type& dy = c.input(0);
+  const tensor_type& w = c.input(1);
+  require_rank4(c, dy, "an NCHW dy");
+  require_rank4(c, w, "an OIHW filter");
+  const conv_attrs a = read_conv_attrs(c);
+  shape in = c.attr<shape>("input_shape");
+  if (in[0] < 0 && dy.shape) in[0] = (*dy.shape)[0];
+  if (in[1] < 0 && w.shape && (*w.shape)[1] >= 0) in[1] = (*w.shape)[1] * a.groups;
+  if (w.shape) {
+    const shape expected = conv_forward_shape(c, in, *w.shape, a, "input_shape");
+    check_dy(c, dy, expected,
+             fmt::format("input_shape {} and filter {}", to_string(in), to_string(*w.shape)));
+  } else if (dy.shape && (*dy.shape)[0] >= 0 && in[0] >= 0 && (*dy.shape)[0] != in[0]) {
+    c.fail(fmt::format("dy {} and input_shape {} differ in the batch dimension",
+                       to_string(*dy.shape), to_string(in)));
+  }
+  c.set_output(0, dy.type, std::move(in));
+}
+
+// conv2d_backprop_filter(input, dy): dw of filter_shape, whose unknown O and C / groups are
+// taken from dy and the input.
+void infer_conv2d_backprop_filter(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  const tensor_type& dy = c.input(1);
+  require_rank4(c, x, "an NCHW input");
+  require_rank4(c, dy, "an NCHW dy");
+  const conv_attrs a = read_conv_attrs(c);
+  shape fs = c.attr<shape>("filter_shape");
+  if (fs[0] < 0 && dy.shape) fs[0] = (*dy.shape)[1];
+  if (fs[1] < 0 && x.shape && (*x.shape)[1] >= 0 && (*x.shape)[1] % a.groups == 0) {
+    fs[1] = (*x.shape)[1] / a.groups;
+  }
+  if (x.shape) {
+    const shape expected = conv_forward_shape(c, *x.shape, fs, a, "input");
+    check_dy(c, dy, expected,
+             fmt::format("input {} and filter_shape {}", to_string(*x.shape), to_string(fs)));
+  } else if (dy.shape && (*dy.shape)[1] >= 0 && fs[0] >= 0 && (*dy.shape)[1] != fs[0]) {
+    c.fail(fmt::format("dy {} has {} channels but filter_shape {} has {} filters",
+                       to_string(*dy.shape), (*dy.shape)[1], to_string(fs), fs[0]));
+  }
+  c.set_output(0, x.type, std::move(fs));
+}
+
+// The pooling ops' output shape for an input `s` of rank 4 (dimensions may be unknown);
+// fails for padding not smaller than the window, an empty image, or a window larger than
+// the padded input.
+shape pool_forward_shape(const inference_context& c, const shape& s) {
   const auto kernel = c.attr<std::vector<std::int64_t>>("kernel");
   auto strides = c.attr<std::vector<std::int64_t>>("strides");
   if (strides.empty()) strides = kernel;
@@ -187,7 +273,64 @@ void infer_pool(inference_context& c) {
     }
     out[2 + d] = size;
   }
-  c.set_output(0, x.type, std::move(out));
+  return out;
+}
+
+void infer_pool(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  if (!x.shape) {
+    c.set_output(0, x.type, std::nullopt);
+    return;
+  }
+  const shape& s = *x.shape;
+  if (s.rank() != 4) {
+    c.fail(fmt::format("{} needs an NCHW input of rank 4, got {}", c.def().name, to_string(s)));
+  }
+  c.set_output(0, x.type, pool_forward_shape(c, s));
+}
+
+// max_pool2d_grad(input, dy): dx shaped as the input.
+void infer_max_pool2d_grad(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  const tensor_type& dy = c.input(1);
+  require_rank4(c, x, "an NCHW input");
+  require_rank4(c, dy, "an NCHW dy");
+  if (x.shape) {
+    check_dy(c, dy, pool_forward_shape(c, *x.shape),
+             fmt::format("max_pool2d over input {}", to_string(*x.shape)));
+  }
+  c.set_output(0, x);
+}
+
+// avg_pool2d_grad(dy): dx of input_shape, whose unknown N and C are taken from dy.
+void infer_avg_pool2d_grad(inference_context& c) {
+  const tensor_type& dy = c.input(0);
+  require_rank4(c, dy, "an NCHW dy");
+  shape in = c.attr<shape>("input_shape");
+  if (dy.shape) {
+    if (in[0] < 0) in[0] = (*dy.shape)[0];
+    if (in[1] < 0) in[1] = (*dy.shape)[1];
+  }
+  check_dy(c, dy, pool_forward_shape(c, in),
+           fmt::format("avg_pool2d over input_shape {}", to_string(in)));
+  c.set_output(0, dy.type, std::move(in));
+}
+
+// A shape attribute of rank 4 whose dimensions are >= 0, or -1 where the op can take them
+// from its inputs (its doc comment says which).
+attr_def shape4_attr(std::string name) {
+  attr_def a = attr(std::move(name), attr_type::shape);
+  a.validate = [](const attr_value& v) {
+    const shape s = v.as<shape>();
+    if (s.rank() != 4) {
+      throw invalid_argument(fmt::format("expected a shape of rank 4, got {}", to_string(s)));
+    }
+    for (const auto d : s.dims()) {
+      if (d < -1)
+        throw invalid_argument(fmt::format("dimension {} of {} is below -1", d, to_string(s)));
+    }
+  };
+  return a;
 }
 
 }  // namespace
@@ -219,12 +362,8 @@ void register_nn_ops(op_registry& r) {
     d.infer = infer_bias_add;
     r.add(std::move(d));
   }
-  {
-    op_def d;
-    d.name = "conv2d";
-    d.summary = "2-D convolution, NCHW input, OIHW filter";
-    d.inputs = {typed("input"), typed("filter")};
-    d.outputs = {typed("output")};
+  // conv2d and its gradients: the type attribute and the window attributes.
+  const auto conv_attr_defs = [] {
     auto strides = attr("strides", attr_type::ints, ints({1, 1}));
     strides.validate = int_list({2}, 1);
     auto padding = attr("padding", attr_type::ints, ints({0, 0, 0, 0}));
@@ -233,30 +372,84 @@ void register_nn_ops(op_registry& r) {
     dilations.validate = int_list({2}, 1);
     auto groups = attr("groups", attr_type::integer, std::int64_t{1});
     groups.validate = at_least(1);
-    d.attrs = {type_attr("T", float_types()), std::move(strides), std::move(padding),
-               std::move(dilations), std::move(groups)};
+    return std::vector<attr_def>{type_attr("T", float_types()), std::move(strides),
+                                 std::move(padding), std::move(dilations), std::move(groups)};
+  };
+  {
+    op_def d;
+    d.name = "conv2d";
+    d.summary = "2-D convolution, NCHW input, OIHW filter";
+    d.inputs = {typed("input"), typed("filter")};
+    d.outputs = {typed("output")};
+    d.attrs = conv_attr_defs();
     d.infer = infer_conv2d;
     r.add(std::move(d));
   }
-  for (const char* name : {"max_pool2d", "avg_pool2d"}) {
+  {
     op_def d;
-    d.name = name;
-    d.summary = std::string_view(name) == "max_pool2d" ? "maximum over 2-D windows, NCHW"
-                                                       : "mean over 2-D windows, NCHW";
-    d.inputs = {typed("input")};
-    d.outputs = {typed("output")};
+    d.name = "conv2d_backprop_input";
+    d.summary = "the gradient of conv2d with respect to its input";
+    d.inputs = {typed("dy"), typed("filter")};
+    d.outputs = {typed("dx")};
+    d.attrs = conv_attr_defs();
+    d.attrs.push_back(shape4_attr("input_shape"));
+    d.infer = infer_conv2d_backprop_input;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "conv2d_backprop_filter";
+    d.summary = "the gradient of conv2d with respect to its filter";
+    d.inputs = {typed("input"), typed("dy")};
+    d.outputs = {typed("dw")};
+    d.attrs = conv_attr_defs();
+    d.attrs.push_back(shape4_attr("filter_shape"));
+    d.infer = infer_conv2d_backprop_filter;
+    r.add(std::move(d));
+  }
+  // The pooling ops and their gradients: the type attribute and the window attributes.
+  const auto pool_attr_defs = [](bool avg) {
     auto kernel = attr("kernel", attr_type::ints);
     kernel.validate = int_list({2}, 1);
     auto strides = attr("strides", attr_type::ints, ints({}));
     strides.validate = int_list({0, 2}, 1);
     auto padding = attr("padding", attr_type::ints, ints({0, 0, 0, 0}));
     padding.validate = int_list({2, 4}, 0);
-    d.attrs = {type_attr("T", float_types()), std::move(kernel), std::move(strides),
-               std::move(padding)};
-    if (std::string_view(name) == "avg_pool2d") {
-      d.attrs.push_back(attr("count_include_pad", attr_type::boolean, false));
-    }
+    std::vector<attr_def> attrs{type_attr("T", float_types()), std::move(kernel),
+                                std::move(strides), std::move(padding)};
+    if (avg) attrs.push_back(attr("count_include_pad", attr_type::boolean, false));
+    return attrs;
+  };
+  for (const char* name : {"max_pool2d", "avg_pool2d"}) {
+    const bool avg = std::string_view(name) == "avg_pool2d";
+    op_def d;
+    d.name = name;
+    d.summary = avg ? "mean over 2-D windows, NCHW" : "maximum over 2-D windows, NCHW";
+    d.inputs = {typed("input")};
+    d.outputs = {typed("output")};
+    d.attrs = pool_attr_defs(avg);
     d.infer = infer_pool;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "max_pool2d_grad";
+    d.summary = "the gradient of max_pool2d: dy routed to each window's maximum";
+    d.inputs = {typed("input"), typed("dy")};
+    d.outputs = {typed("dx")};
+    d.attrs = pool_attr_defs(false);
+    d.infer = infer_max_pool2d_grad;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "avg_pool2d_grad";
+    d.summary = "the gradient of avg_pool2d: dy spread evenly over each window";
+    d.inputs = {typed("dy")};
+    d.outputs = {typed("dx")};
+    d.attrs = pool_attr_defs(true);
+    d.attrs.push_back(shape4_attr("input_shape"));
+    d.infer = infer_avg_pool2d_grad;
     r.add(std::move(d));
   }
 }
@@ -281,6 +474,28 @@ output conv2d(output x, output w, const conv2d_options& options, const node_opti
                           o);
 }
 
+output conv2d_backprop_input(output dy, output w, shape input_shape, const conv2d_options& options,
+                             const node_options& o) {
+  return dy.builder().add1("conv2d_backprop_input", {dy, w},
+                           {{"strides", options.strides},
+                            {"padding", options.padding},
+                            {"dilations", options.dilations},
+                            {"groups", options.groups},
+                            {"input_shape", std::move(input_shape)}},
+                           o);
+}
+
+output conv2d_backprop_filter(output x, output dy, shape filter_shape,
+                              const conv2d_options& options, const node_options& o) {
+  return x.builder().add1("conv2d_backprop_filter", {x, dy},
+                          {{"strides", options.strides},
+                           {"padding", options.padding},
+                           {"dilations", options.dilations},
+                           {"groups", options.groups},
+                           {"filter_shape", std::move(filter_shape)}},
+                          o);
+}
+
 namespace {
 attr_map pool_attrs(const pool_options& options) {
   return {{"kernel", options.kernel}, {"strides", options.strides}, {"padding", options.padding}};
@@ -295,6 +510,18 @@ output avg_pool2d(output x, const pool_options& options, const node_options& o) 
   attr_map attrs = pool_attrs(options);
   attrs.emplace("count_include_pad", options.count_include_pad);
   return x.builder().add1("avg_pool2d", {x}, std::move(attrs), o);
+}
+
+output max_pool2d_grad(output x, output dy, const pool_options& options, const node_options& o) {
+  return x.builder().add1("max_pool2d_grad", {x, dy}, pool_attrs(options), o);
+}
+
+output avg_pool2d_grad(output dy, shape input_shape, const pool_options& options,
+                       const node_options& o) {
+  attr_map attrs = pool_attrs(options);
+  attrs.emplace("count_include_pad", options.count_include_pad);
+  attrs.emplace("input_shape", std::move(input_shape));
+  return dy.builder().add1("avg_pool2d_grad", {dy}, std::move(attrs), o);
 }
 
 }  // namespace ops

@@ -1,17 +1,19 @@
 // Array ops: shape changes and data movement. reshape, transpose, concat, split, slice,
-// gather, one_hot, squeeze, expand_dims.
+// gather, one_hot, squeeze, expand_dims, pad, gather_grad, broadcast_to.
 //
 // Every builder adds one node to x's graph and runs inference, so a shape or attribute that
 // cannot fit (a reshape to a different element count, a perm that is not a permutation, a
 // slice past the end, ...) throws loom::invalid_argument naming the node, wherever the
 // shapes are known; what is only known at run time fails then with a loom::node_error.
-// Each op works on every dtype (f32 f64 f16 bf16 i32 i64 i8 u8 bool).
+// Each op works on every dtype (f32 f64 f16 bf16 i32 i64 i8 u8 bool), except gather_grad
+// (every dtype but bool).
 //
 // Views and copies (Note [array views] in src/backends/cpu/array_kernels.cpp): reshape of a
 // contiguous tensor, squeeze and expand_dims return views that share the input's buffer;
 // split returns views when each piece is a contiguous block of its input (splitting along
-// the first non-trivial axis of a contiguous tensor); transpose, concat, slice, gather and
-// one_hot write new contiguous tensors.
+// the first non-trivial axis of a contiguous tensor); broadcast_to returns a view with
+// stride 0 on the broadcast dimensions; transpose, concat, slice, gather, one_hot, pad and
+// gather_grad write new contiguous tensors.
 #pragma once
 
 #include <cstdint>
@@ -69,5 +71,30 @@ output squeeze(output x, const std::vector<std::int64_t>& axes = {}, const node_
 /// x with a dimension of size 1 inserted at `axis` (in [-rank-1, rank]; negative counts
 /// from the end of the output). A view.
 output expand_dims(output x, std::int64_t axis, const node_options& o = {});
+
+/// x surrounded by `constant_value`: `paddings` holds 2 values per dimension of x (before0,
+/// after0, before1, after1, ...), each >= 0; output dimension d is x's plus both. The
+/// gradient of slice. constant_value is converted to x's dtype (rounded for 16-bit floats,
+/// truncated for integers, != 0 for bool). Throws loom::invalid_argument when paddings is
+/// negative or does not have 2 entries per dimension.
+output pad(output x, const std::vector<std::int64_t>& paddings, double constant_value = 0.0,
+           const node_options& o = {});
+
+/// The gradient of gather(params, indices, axis) for params of `params_shape`: zeros of
+/// params_shape, plus dy's slices added at `indices` along `axis` (a duplicate index
+/// accumulates every slice it picked). dy has gather's output shape,
+/// params_shape[:axis] + indices.shape + params_shape[axis+1:]; params_shape's dimensions
+/// may be -1 except the axis (taken from dy). As for gather, an index outside
+/// [0, params_shape[axis]) fails at run time (loom::node_error naming the position and the
+/// value); negative indices do not wrap. Every dtype but bool. The result does not depend on
+/// the thread count (each output row sums its slices in the order of the indices).
+output gather_grad(output dy, output indices, shape params_shape, std::int64_t axis = 0,
+                   const node_options& o = {});
+
+/// x broadcast to shape `s` by NumPy's rules (x's dimensions align with the last ones of s;
+/// each is 1 or equal to s's). A view with stride 0 on the broadcast dimensions: no copy.
+/// Throws loom::invalid_argument when x does not broadcast to s or s has a negative
+/// dimension.
+output broadcast_to(output x, shape s, const node_options& o = {});
 
 }  // namespace loom::ops

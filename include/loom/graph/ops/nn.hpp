@@ -1,4 +1,5 @@
-// Neural-network ops: matmul, bias_add, conv2d, max_pool2d, avg_pool2d.
+// Neural-network ops: matmul, bias_add, conv2d, max_pool2d, avg_pool2d, and the gradients
+// of conv2d and the pooling ops (the backward ops the symbolic gradients build on).
 //
 // Layouts follow PyTorch for images (NCHW activations, OIHW filters) and TensorFlow for
 // bias_add (the bias runs along the last dimension unless data_format is "NCHW"). On CPU
@@ -47,6 +48,22 @@ struct conv2d_options {
 /// filter, and for a filter larger than the padded input.
 output conv2d(output x, output w, const conv2d_options& options = {}, const node_options& o = {});
 
+/// The gradient of conv2d(x, w, options) with respect to x: dx [N, C, H, W] =
+/// `input_shape` from dy [N, O, OH, OW] and the filter w [O, C / groups, KH, KW] (the
+/// transposed convolution). conv2d of `input_shape` with w must give dy's shape; its N and
+/// C may be -1 (taken from dy and w), H and W must be known. Throws loom::invalid_argument
+/// naming the shapes when they do not fit (at construction where they are known, else a
+/// loom::node_error at run time).
+output conv2d_backprop_input(output dy, output w, shape input_shape,
+                             const conv2d_options& options = {}, const node_options& o = {});
+
+/// The gradient of conv2d(x, w, options) with respect to w: dw [O, C / groups, KH, KW] =
+/// `filter_shape` from x [N, C, H, W] and dy [N, O, OH, OW]. conv2d of x with a filter of
+/// `filter_shape` must give dy's shape; its O and C / groups may be -1 (taken from dy and
+/// x), KH and KW must be known. Errors as conv2d_backprop_input.
+output conv2d_backprop_filter(output x, output dy, shape filter_shape,
+                              const conv2d_options& options = {}, const node_options& o = {});
+
 /// Attributes of the pooling ops.
 struct pool_options {
   /// [kh, kw], each >= 1 (required).
@@ -65,5 +82,19 @@ struct pool_options {
 output max_pool2d(output x, const pool_options& options, const node_options& o = {});
 /// Mean over each window of x [N, C, H, W]; shapes as max_pool2d.
 output avg_pool2d(output x, const pool_options& options, const node_options& o = {});
+
+/// The gradient of max_pool2d(x, options): dx shaped as x, where each window's dy goes to
+/// the position of the window's maximum (the first in row-major window order on ties;
+/// padding never wins), summed where windows overlap. dy must have max_pool2d's output
+/// shape; throws loom::invalid_argument naming both shapes otherwise.
+output max_pool2d_grad(output x, output dy, const pool_options& options,
+                       const node_options& o = {});
+
+/// The gradient of avg_pool2d over an input of `input_shape`: dx, where each window's dy is
+/// divided by the window's count (as the forward, count_include_pad included) and added to
+/// every input position in it. `input_shape`'s N and C may be -1 (taken from dy), H and W
+/// must be known; avg_pool2d over it must give dy's shape.
+output avg_pool2d_grad(output dy, shape input_shape, const pool_options& options,
+                       const node_options& o = {});
 
 }  // namespace loom::ops

@@ -1,0 +1,96 @@
+// The trainer behind `loom train` and `loom bench train`: builds a classifier (an MLP or a
+// small CNN) as a loom graph, its gradients (gradients()) and an optimizer step (fused
+// multi-tensor or per-tensor), and runs it through a session batch by batch.
+//
+// One training step is one session.run: feeds x [B, F] and labels [B], fetches the loss and
+// the batch accuracy, and runs the update as a target. Batches have a fixed size (the graph's
+// shapes are static); the last partial batch of an epoch is skipped, as drop_last does.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/train/dataset.hpp"
+
+namespace loom::train {
+
+struct train_options {
+  /// "mlp" or "cnn" (conv 3×3 32, relu, max-pool, conv 3×3 64, relu, max-pool, fc; images
+  /// of 1×28×28 only).
+  std::string model = "mlp";
+  /// The MLP's hidden layer sizes.
+  std::vector<std::int64_t> hidden = {512, 512};
+  int epochs = 3;
+  std::int64_t batch = 128;
+  double lr = 1e-3;
+  /// "adam", "adamw" or "sgd" (momentum 0.9).
+  std::string optimizer = "adam";
+  /// One fused multi-tensor update for all parameters, or one update node per parameter.
+  bool fused = true;
+  /// Virtual CPU devices; layer i runs on device i mod devices.
+  int devices = 1;
+  /// CPU threads in all, shared among the devices (0: the machine's cores).
+  int threads = 0;
+  std::uint64_t seed = 1;
+  /// When set, a Chrome trace of one training step (the fifth) is written here.
+  std::filesystem::path trace_path;
+  /// When set, the variables and optimizer state are saved here after every epoch
+  /// (checkpoint.safetensors, written atomically).
+  std::filesystem::path checkpoint_dir;
+  /// Continue from checkpoint_dir's checkpoint (its epoch count and state).
+  bool resume = false;
+  /// Stop each epoch after this many steps (0: the whole epoch); benchmarks use it.
+  std::int64_t max_steps_per_epoch = 0;
+  /// Skip the test-set evaluation (benchmarks).
+  bool evaluate = true;
+};
+
+/// One step's figures, for progress display.
+struct step_progress {
+  int epoch = 0;  // 1-based
+  int epochs = 0;
+  std::int64_t step = 0;  // 1-based within the epoch
+  std::int64_t steps = 0;
+  double loss = 0;
+  double accuracy = 0;            // running mean over the epoch so far
+  double samples_per_second = 0;  // over the epoch so far
+};
+
+struct epoch_report {
+  int epoch = 0;
+  double loss = 0;            // mean over the epoch's steps
+  double train_accuracy = 0;  // mean over the epoch's steps
+  double test_accuracy = 0;   // after the epoch (NaN when not evaluated)
+  double seconds = 0;
+  double samples_per_second = 0;
+};
+
+struct train_report {
+  std::vector<epoch_report> epochs;
+  std::string model_summary;
+  std::int64_t parameters = 0;
+  std::int64_t steps = 0;
+  double test_accuracy = 0;
+  /// Training samples per second over all epochs (steps only, not evaluation).
+  double samples_per_second = 0;
+  double train_seconds = 0;
+  /// Time in the optimizer's update nodes, estimated from traced steps (every 10th step).
+  double optimizer_seconds = 0;
+  /// The largest bytes in use at once on the devices, summed, and the worst fragmentation
+  /// seen at the end.
+  std::size_t peak_bytes = 0;
+  double fragmentation = 0;
+  /// The epoch the run resumed after (0 when it started fresh).
+  int resumed_epoch = 0;
+};
+
+/// Trains on `train_set`, evaluates on `test_set` after every epoch. Throws
+/// loom::invalid_argument for options that do not fit (an unknown model or optimizer, a CNN
+/// on non-image data, batch larger than the dataset, ...).
+train_report train(const dataset& train_set, const dataset& test_set, const train_options& options,
+                   const std::function<void(const step_progress&)>& progress = {});
+
+}  // namespace loom::train

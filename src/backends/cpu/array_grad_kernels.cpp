@@ -1,0 +1,347 @@
+// CPU kernels of the array ops that gradients build on: pad (the gradient of slice),
+// gather_grad (of gather) and broadcast_to (a stride-0 view, Note [array views] in
+// array_kernels.cpp). Registered from register_array_kernels (array_kernels.cpp).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "array_copy.hpp"
+#include "cpu_kernels.hpp"
+
+namespace loom::cpu {
+
+void register_array_grad_kernels(kernel_registry& registry);
+
+namespace {
+
+constexpr device_type cpu = device_type::cpu;
+using ints = std::vector<std::int64_t>;
+
+std::vector<dtype> all_types() {
+  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
+          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
+}
+
+// The unsigned integer of T's size: pad moves bits, so one instantiation per size serves
+// every dtype.
+template <class T>
+using bits_t = std::conditional_t<
+    sizeof(T) == 1, std::uint8_t,
+    std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                       std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+
+// v as the element type T: 16-bit floats rounded from float, bool as != 0, integers
+// truncated and wrapped as a C cast from int64 would (NaN as 0), never UB. (As one_hot's
+// on/off values.)
+template <class T>
+T value_as(double v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return T(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v != 0.0;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return T{0};
+    return static_cast<T>(static_cast<std::int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
+std::string position(const shape& s, std::int64_t flat) {
+  std::vector<std::int64_t> idx(s.rank(), 0);
+  for (std::size_t k = s.rank(); k-- > 0;) {
+    idx[k] = flat % s[k];
+    flat /= s[k];
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+// ---- pad --------------------------------------------------------------------------------
+
+class pad_kernel final : public op_kernel {
+ public:
+  explicit pad_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        paddings_(c.attr<ints>("paddings")),
+        constant_(c.attr<double>("constant_value")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& in = ctx.input(0);
+    const std::size_t rank = in.rank();
+    if (paddings_.size() != 2 * rank) {
+      ctx.fail("paddings [{}] has {} entries for the rank-{} input {}: it needs 2 per dimension",
+               fmt::join(paddings_, ", "), paddings_.size(), rank, in.describe());
+    }
+    if (std::all_of(paddings_.begin(), paddings_.end(), [](auto p) { return p == 0; })) {
+      if (in.is_contiguous()) return ctx.set_output(0, in);
+      return output_dense_copy(ctx, 0, in);
+    }
+    shape s = in.shape();
+    for (std::size_t d = 0; d < rank; ++d) s[d] += paddings_[2 * d] + paddings_[2 * d + 1];
+    tensor& out = ctx.allocate_output(0, s);
+    if (out.num_elements() == 0) return;
+    visit_dtype(in.type(), [&](auto ttag) {
+      using T = decltype(ttag);
+      using B = bits_t<T>;
+      static_assert(sizeof(B) == sizeof(T));
+      const T value = value_as<T>(constant_);
+      B bits;
+      std::memcpy(&bits, &value, sizeof(B));
+      run<B>(ctx, in, out, bits);
+    });
+  }
+
+ private:
+  // One task per output row (the last dimension): rows outside the input are the constant;
+  // the others are the constant, the input's row, the constant. Every element is written
+  // once.
+  template <class B>
+  void run(const kernel_context& ctx, const tensor& in, tensor& out, B value) const {
+    const std::size_t rank = out.rank();
+    const std::int64_t len = out.dim(rank - 1);
+    const std::int64_t in_len = in.dim(rank - 1);
+    const std::int64_t before = paddings_[2 * (rank - 1)];
+    const std::int64_t last_stride = in.strides()[rank - 1];
+    const std::int64_t rows = out.num_elements() / len;
+    const auto* src = in.num_elements() > 0 ? static_cast<const B*>(in.raw_data()) : nullptr;
+    auto* dst = static_cast<B*>(out.raw_data());
+    const double cost = static_cast<double>(len * static_cast<std::int64_t>(sizeof(B))) * 0.1 +
+                        5.0 * static_cast<double>(rank);
+    ctx.parallel_for(rows, cost, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t r = lo; r < hi; ++r) {
+        B* row = dst + r * len;
+        // The input row this output row holds, if any.
+        std::int64_t rest = r;
+        std::int64_t at = 0;
+        bool inside = in_len > 0;
+        for (std::size_t d = rank - 1; d-- > 0;) {
+          const std::int64_t k = rest % out.dim(d) - paddings_[2 * d];
+          rest /= out.dim(d);
+          if (k < 0 || k >= in.dim(d)) inside = false;
+          at += k * in.strides()[d];
+        }
+        if (!inside) {
+          std::fill_n(row, len, value);
+          continue;
+        }
+        std::fill_n(row, before, value);
+        const B* from = src + at;
+        if (last_stride == 1) {
+          std::memcpy(row + before, from, static_cast<std::size_t>(in_len) * sizeof(B));
+        } else {
+          for (std::int64_t i = 0; i < in_len; ++i) row[before + i] = from[i * last_stride];
+        }
+        std::fill(row + before + in_len, row + len, value);
+      }
+    });
+  }
+
+  ints paddings_;
+  double constant_;
+};
+
+// ---- gather_grad ------------------------------------------------------------------------
+
+// The sum type of gather_grad: float for float32 and the 16-bit floats, double for float64,
+// uint64 for integers (wrapping, as the integer's own addition would, without UB).
+template <class T>
+using sum_t = std::conditional_t<std::is_integral_v<T>, std::uint64_t,
+                                 std::conditional_t<std::is_same_v<T, double>, double, float>>;
+
+template <class T>
+sum_t<T> to_sum(T v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return static_cast<float>(v);
+  } else {
+    return static_cast<sum_t<T>>(v);
+  }
+}
+
+template <class T>
+T from_sum(sum_t<T> v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return T(v);
+  } else {
+    return static_cast<T>(v);  // integers: modulo 2^bits (C++20)
+  }
+}
+
+class gather_grad_kernel final : public op_kernel {
+ public:
+  explicit gather_grad_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        axis_(c.attr<std::int64_t>("axis")),
+        params_shape_(c.attr<shape>("params_shape")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor dy = ctx.input_contiguous(0);
+    const tensor indices = ctx.input_contiguous(1);
+    shape ps = params_shape_;
+    const auto rank = static_cast<std::int64_t>(ps.rank());
+    if (axis_ < -rank || axis_ >= rank) {
+      ctx.fail("axis {} is outside [{}, {}) for params_shape {}", axis_, -rank, rank,
+               to_string(ps));
+    }
+    const auto ax = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
+    const std::size_t k = indices.rank();
+    // dy must be gather's output: ps[:ax] + indices.shape + ps[ax+1:].
+    const auto mismatch = [&] {
+      ctx.fail("dy {} is not gather's output for params_shape {}, indices {} and axis {}",
+               dy.describe(), to_string(params_shape_), indices.describe(), ax);
+    };
+    if (dy.rank() != ps.rank() - 1 + k) mismatch();
+    for (std::size_t d = 0; d < ps.rank(); ++d) {
+      if (d == ax) continue;
+      const std::int64_t have = dy.dim(d < ax ? d : d - 1 + k);
+      if (ps[d] < 0) ps[d] = have;
+      if (ps[d] != have) mismatch();
+    }
+    for (std::size_t j = 0; j < k; ++j) {
+      if (dy.dim(ax + j) != indices.dim(j)) mismatch();
+    }
+    if (ps[ax] < 0) {
+      ctx.fail("params_shape {} leaves the gathered dimension {} unknown", to_string(ps), ax);
+    }
+    std::int64_t outer = 1;
+    std::int64_t inner = 1;
+    for (std::size_t d = 0; d < ax; ++d) outer *= ps[d];
+    for (std::size_t d = ax + 1; d < ps.rank(); ++d) inner *= ps[d];
+    const std::int64_t n = ps[ax];
+    tensor& out = ctx.allocate_output(0, ps);
+    visit_index(indices.type(), [&](auto itag) {
+      using I = decltype(itag);
+      const I* idx = indices.data<I>();
+      const std::int64_t count = indices.num_elements();
+      for (std::int64_t i = 0; i < count; ++i) {
+        if (idx[i] < 0 || idx[i] >= n) {
+          ctx.fail("indices{} = {} is out of range: params_shape {} has {} entries along axis {}",
+                   position(indices.shape(), i), static_cast<std::int64_t>(idx[i]), to_string(ps),
+                   n, ax);
+        }
+      }
+      if (out.num_elements() == 0) return;
+      if (count == 0) {  // nothing was gathered: zeros
+        std::memset(out.raw_data(), 0, out.nbytes());
+        return;
+      }
+      visit_dtype(out.type(), [&](auto ttag) {
+        using T = decltype(ttag);
+        if constexpr (std::is_same_v<T, bool>) {
+          ctx.fail("gather_grad has no kernel for bool");
+        } else {
+          run<T, I>(ctx, dy.data<T>(), idx, out.data<T>(), outer, n, inner, count);
+        }
+      });
+    });
+  }
+
+ private:
+  template <class F>
+  static void visit_index(dtype t, F&& f) {
+    if (t == dtype::i32)
+      f(std::int32_t{});
+    else
+      f(std::int64_t{});
+  }
+
+  // out[o, r, :] = sum over the positions j with idx[j] == r, in increasing j, of
+  // dy[o, j, :]. The positions are bucketed by destination first (a stable counting
+  // sort), so each task owns whole output rows (or a block of columns of one): no two
+  // tasks write one element, and each element's sum has a fixed order.
+  template <class T, class I>
+  static void run(const kernel_context& ctx, const T* dy, const I* idx, T* out, std::int64_t outer,
+                  std::int64_t n, std::int64_t inner, std::int64_t count) {
+    std::vector<std::int64_t> start(static_cast<std::size_t>(n + 1), 0);
+    for (std::int64_t j = 0; j < count; ++j) ++start[static_cast<std::size_t>(idx[j]) + 1];
+    for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) start[r + 1] += start[r];
+    std::vector<std::int64_t> order(static_cast<std::size_t>(count));
+    {
+      std::vector<std::int64_t> next(start.begin(), start.end() - 1);
+      for (std::int64_t j = 0; j < count; ++j) {
+        order[static_cast<std::size_t>(next[static_cast<std::size_t>(idx[j])]++)] = j;
+      }
+    }
+    // Wide rows are cut into blocks of columns, so one index picked many times still
+    // spreads over the threads.
+    constexpr std::int64_t block = 1024;
+    const std::int64_t blocks = (inner + block - 1) / block;
+    const std::int64_t width = std::min(inner, block);
+    const double cost =
+        (static_cast<double>(count) / static_cast<double>(n) + 1.0) * static_cast<double>(width);
+    ctx.parallel_for(outer * n * blocks, cost, [&](std::int64_t lo, std::int64_t hi) {
+      std::vector<sum_t<T>> acc(static_cast<std::size_t>(width));
+      for (std::int64_t item = lo; item < hi; ++item) {
+        const std::int64_t row = item / blocks;  // o * n + r
+        const std::int64_t c0 = (item % blocks) * block;
+        const std::int64_t c1 = std::min(inner, c0 + block);
+        const std::int64_t o = row / n;
+        const auto r = static_cast<std::size_t>(row % n);
+        std::fill(acc.begin(), acc.end(), sum_t<T>{0});
+        for (std::int64_t q = start[r]; q < start[r + 1]; ++q) {
+          const T* src = dy + (o * count + order[static_cast<std::size_t>(q)]) * inner;
+          for (std::int64_t c = c0; c < c1; ++c) {
+            acc[static_cast<std::size_t>(c - c0)] += to_sum<T>(src[c]);
+          }
+        }
+        T* dst = out + row * inner;
+        for (std::int64_t c = c0; c < c1; ++c) {
+          dst[c] = from_sum<T>(acc[static_cast<std::size_t>(c - c0)]);
+        }
+      }
+    });
+  }
+
+  std::int64_t axis_;
+  shape params_shape_;
+};
+
+// ---- broadcast_to -----------------------------------------------------------------------
+
+class broadcast_to_kernel final : public op_kernel {
+ public:
+  explicit broadcast_to_kernel(const kernel_construction& c)
+      : op_kernel(c), target_(c.attr<shape>("shape")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& in = ctx.input(0);
+    if (in.rank() > target_.rank()) {
+      ctx.fail("cannot broadcast {} to {}: the target has fewer dimensions", in.describe(),
+               to_string(target_));
+    }
+    const std::size_t lead = target_.rank() - in.rank();
+    shape strides = shape::filled(target_.rank(), 0);
+    for (std::size_t d = 0; d < in.rank(); ++d) {
+      const std::int64_t want = target_[lead + d];
+      if (in.dim(d) == want) {
+        strides[lead + d] = in.strides()[d];
+      } else if (in.dim(d) != 1) {
+        ctx.fail("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}", in.describe(),
+                 to_string(target_), d, in.dim(d), want);
+      }
+    }
+    ctx.set_output(0, tensor::strided(in.buf(), in.type(), target_, strides, in.offset()));
+  }
+
+ private:
+  shape target_;
+};
+
+}  // namespace
+
+void register_array_grad_kernels(kernel_registry& r) {
+  r.add(make_kernel_def<pad_kernel>("pad", cpu, type_constraint(all_types())));
+  r.add(make_kernel_def<gather_grad_kernel>("gather_grad", cpu,
+                                            {{"T",
+                                              {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
+                                               dtype::i32, dtype::i64, dtype::i8, dtype::u8}},
+                                             {"Tindices", {dtype::i32, dtype::i64}}}));
+  r.add(make_kernel_def<broadcast_to_kernel>("broadcast_to", cpu, type_constraint(all_types())));
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,106 @@
+// `loom train`: loom's main job. Trains a classifier (MLP or CNN) on the embedded digits
+// dataset or a CSV file, shows progress, and prints a summary.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "loom/core/memory_stats.hpp"
+#include "loom/train/dataset.hpp"
+#include "loom/train/trainer.hpp"
+
+namespace loom::tools {
+namespace {
+
+struct train_flags {
+  train::train_options options;
+  std::string data;
+  std::int64_t examples = 24000;
+  double test_fraction = 1.0 / 6.0;
+  bool no_fused = false;
+  bool quiet = false;
+};
+
+// "epoch 1/3 [##########..........] 120/156  loss 0.3521  acc 91.4%  15234 samples/s"
+void show_progress(const train::step_progress& p, bool tty) {
+  if (!tty) return;
+  constexpr int width = 24;
+  const int filled = static_cast<int>(width * p.step / std::max<std::int64_t>(p.steps, 1));
+  fmt::print(stderr, "\repoch {}/{} [{:#<{}}{:.<{}}] {}/{}  loss {:.4f}  acc {:5.1f}%  {:.0f} samples/s ",
+             p.epoch, p.epochs, "", filled, "", width - filled, p.step, p.steps, p.loss,
+             100 * p.accuracy, p.samples_per_second);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "train", "Train a classifier (MLP or CNN) on the embedded digits dataset or a CSV file");
+  auto f = std::make_shared<train_flags>();
+  auto& o = f->options;
+  cmd->add_option("--model", o.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+  cmd->add_option("--data", f->data,
+                  "A CSV file of label,feature,... rows (default: the embedded digits dataset)");
+  cmd->add_option("--examples", f->examples, "Examples of the embedded dataset")
+      ->check(CLI::Range(std::int64_t{20}, std::int64_t{10'000'000}));
+  cmd->add_option("--epochs", o.epochs, "Epochs")->check(CLI::Range(0, 100000));
+  cmd->add_option("--batch", o.batch, "Batch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--lr", o.lr, "Learning rate")->check(CLI::PositiveNumber);
+  cmd->add_option("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)")
+      ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
+  cmd->add_flag("--fused,!--no-fused", o.fused,
+                "One fused multi-tensor update (default) or one update per parameter");
+  cmd->add_option("--devices", o.devices, "Virtual CPU devices to spread the layers over")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--threads", o.threads, "CPU threads in all (0: the machine's)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o.seed, "Seed of the data, the initial weights and the shuffling");
+  cmd->add_option("--trace", o.trace_path, "Write a Chrome trace of one training step here");
+  cmd->add_option("--checkpoint", o.checkpoint_dir,
+                  "Save variables and optimizer state here after every epoch");
+  cmd->add_flag("--resume", o.resume, "Continue from the checkpoint in --checkpoint");
+  cmd->add_flag("--quiet", f->quiet, "No progress bar");
+  cmd->callback([f] {
+    auto& opts = f->options;
+    train::dataset all = f->data.empty() ? train::make_digits(f->examples, opts.seed)
+                                         : train::load_csv(f->data);
+    auto [train_set, test_set] = train::split(all, f->test_fraction, opts.seed);
+    const bool tty = !f->quiet && isatty(fileno(stderr)) != 0;
+    fmt::print("loom train: {} examples of {} ({} train, {} test, {} classes), model {}, "
+               "{} optimizer ({}), batch {}, lr {}\n",
+               all.size(), all.name, train_set.size(), test_set.size(), all.num_classes,
+               opts.model, opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch,
+               opts.lr);
+    std::fflush(stdout);
+    const auto report = train::train(train_set, test_set, opts, [&](const train::step_progress& p) {
+      show_progress(p, tty);
+    });
+    if (tty) fmt::print(stderr, "\n");
+    if (report.resumed_epoch > 0) fmt::print("resumed after epoch {}\n", report.resumed_epoch);
+    for (const auto& e : report.epochs) {
+      fmt::print("epoch {:>3}: loss {:.4f}  train acc {:6.2f}%  test acc {:6.2f}%  {:.0f} samples/s\n",
+                 e.epoch, e.loss, 100 * e.train_accuracy, 100 * e.test_accuracy,
+                 e.samples_per_second);
+    }
+    fmt::print("\nsummary\n");
+    fmt::print("  model              {} ({} parameters)\n", report.model_summary, report.parameters);
+    fmt::print("  test accuracy      {:.2f}%\n", 100 * report.test_accuracy);
+    fmt::print("  throughput         {:.0f} samples/s ({} steps in {:.2f} s)\n",
+               report.samples_per_second, report.steps, report.train_seconds);
+    fmt::print("  optimizer steps    {:.3f} s ({:.1f}% of training, estimated from traced steps)\n",
+               report.optimizer_seconds,
+               report.train_seconds > 0 ? 100 * report.optimizer_seconds / report.train_seconds : 0.0);
+    fmt::print("  peak memory        {}\n", format_bytes(report.peak_bytes));
+    fmt::print("  fragmentation      {:.3f}\n", report.fragmentation);
+    if (!opts.checkpoint_dir.empty()) {
+      fmt::print("  checkpoint         {}\n", (opts.checkpoint_dir / "checkpoint.safetensors").string());
+    }
+    if (!opts.trace_path.empty()) fmt::print("  trace              {}\n", opts.trace_path.string());
+  });
+}
+
+}  // namespace loom::tools
