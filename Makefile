@@ -24,11 +24,9 @@ build: deps
 	$(CMAKE_CONFIGURE) -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j$(JOBS)
 
-# The main job. Until training lands, it replays the bundled allocation log of a training
-# run against two pool configurations and prints what each would need.
+# The main job: trains an MLP classifier on the embedded digits dataset (loom train).
 run: build
-	./$(BUILD)/loom memreplay data/mlp_training.alloc.csv --pool growing
-	./$(BUILD)/loom memreplay data/mlp_training.alloc.csv --pool fixed --initial-size 64MiB
+	./$(BUILD)/loom train
 
 # Every test: the Release build, ASan+UBSan, TSan, and a bounded libFuzzer run.
 test: deps
@@ -50,6 +48,7 @@ fuzz: deps
 bench: build
 	./$(BUILD)/loom bench memory
 	./$(BUILD)/loom bench runtime
+	./$(BUILD)/loom bench train
 
 format:
 	clang-format -i $$(git ls-files '*.hpp' '*.cpp' '*.h' '*.c')

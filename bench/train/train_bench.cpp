@@ -10,7 +10,7 @@
 namespace loom::bench {
 
 const std::vector<std::string>& train_bench_parts() {
-  static const std::vector<std::string> parts = {"optimizer"};
+  static const std::vector<std::string> parts = {"optimizer", "models"};
   return parts;
 }
 
@@ -28,18 +28,24 @@ train_bench_result run_train_bench(const train_bench_options& options) {
     r.optimizer = run_optimizer_bench(
         {.repetitions = repetitions, .threads = options.threads, .quick = options.quick});
   }
+  if (wants("models")) r.models = run_model_bench(options.threads, repetitions, options.quick);
   return r;
 }
 
 nlohmann::json to_json(const train_bench_result& r) {
   nlohmann::json j = nlohmann::json::object();
   if (r.optimizer) j["optimizer"] = to_json(*r.optimizer);
+  if (r.models) j["models"] = to_json(*r.models);
   return j;
 }
 
 std::string to_text(const train_bench_result& r) {
   std::string out;
   if (r.optimizer) out += to_text(*r.optimizer);
+  if (r.models) {
+    if (!out.empty()) out += '\n';
+    out += to_text(*r.models);
+  }
   return out;
 }
 

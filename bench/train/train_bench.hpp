@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "train/model_bench.hpp"
 #include "train/optimizer_bench.hpp"
 
 namespace loom::bench {
@@ -17,13 +18,14 @@ struct train_bench_options {
   int threads = 2;
   /// Fewer repetitions (a smoke run).
   bool quick = false;
-  /// Run one part only ("optimizer"); empty: every part.
+  /// Run one part only ("optimizer" or "models"); empty: every part.
   std::string only;
 };
 
 struct train_bench_result {
   train_bench_options options;
   std::optional<optimizer_bench_result> optimizer;
+  std::optional<model_bench_result> models;
 };
 
 /// The part names `only` accepts.

@@ -275,7 +275,8 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     double acc_sum = 0;
     for (std::int64_t step = 0; step < steps; ++step) {
       fill_batch(train_set, order, step * o.batch, o.batch, x, labels);
-      const bool trace_this = step % 10 == 0 || (report.steps == 4 && !o.trace_path.empty());
+      const bool trace_this = (o.sample_optimizer_time && step % 10 == 0) ||
+                              (report.steps == 4 && !o.trace_path.empty());
       run_metadata meta;
       run_options ro;
       ro.trace = trace_this;
