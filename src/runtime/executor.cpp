@@ -3,8 +3,9 @@
 // Every plan node has a count of the edges it waits for; a run copies the counts, starts
 // the roots, and each node that finishes decrements its consumers' counts. A node whose
 // count reaches zero is ready. The thread that made it ready runs it next when it is cheap,
-// or when it is the first expensive node made ready; other expensive ready nodes go to
-// their device's thread pool. A dependent chain therefore runs on one thread with no
+// when its kernel uses all of the device's threads itself (oneDNN's: those also hold the
+// device's whole_device_mutex, so two never overlap), or when it is the first expensive
+// node made ready; other expensive ready nodes go to their device's thread pool. A dependent chain therefore runs on one thread with no
 // scheduling at all, and independent branches spread over the pool.
 //
 // Outputs live in per-run *slots*; each slot counts the inputs that read it.
@@ -156,7 +157,12 @@ void run_one(run_state& st, std::int32_t index, tensor* inputs) {
     try {
       kernel_context ctx(*e.n, *e.dev, std::span<tensor>(inputs, n_in),
                          std::span<tensor>(outputs, n_out), &st.variables, st.cancel.session);
-      e.kernel->compute(ctx);
+      if (e.whole_device) {
+        const std::lock_guard lock(e.dev->whole_device_mutex());
+        e.kernel->compute(ctx);
+      } else {
+        e.kernel->compute(ctx);
+      }
       for (std::size_t k = 0; k < n_out; ++k) {
         if (!outputs[k].defined()) ctx.fail("the kernel did not produce output {}", k);
       }
@@ -216,7 +222,10 @@ void execute_from(run_state& st, std::int32_t first) {
           st.pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_acq_rel) != 1) {
         continue;
       }
-      if (ce.cheap || st.failed.load(std::memory_order_relaxed)) {
+      // Cheap nodes, and nodes that use all of the device's threads themselves, run on
+      // this thread: scheduling them beside other work would only add overhead or
+      // oversubscribe the cores (op_kernel::uses_all_threads).
+      if (ce.cheap || ce.whole_device || st.failed.load(std::memory_order_relaxed)) {
         stack.push_back(c);
       } else if (inline_expensive < 0 || ce.dev->pool() == nullptr ||
                  ce.dev->pool()->size() <= 1) {
@@ -252,7 +261,7 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
     // The caller runs the first root itself; the others go to their devices' pools.
     for (std::size_t i = 1; i < p.roots.size(); ++i) {
       const exec_node& e = p.nodes[static_cast<std::size_t>(p.roots[i])];
-      if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap) {
+      if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap && !e.whole_device) {
         schedule(st, p.roots[i]);
       } else {
         execute_from(st, p.roots[i]);

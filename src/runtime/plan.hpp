@@ -31,6 +31,8 @@ struct exec_node {
   /// Edges this node waits for.
   std::int32_t pending = 0;
   bool cheap = false;
+  /// The kernel uses all of the device's threads (op_kernel::uses_all_threads).
+  bool whole_device = false;
 };
 
 /// The per-run memory of a plan (slots and counters), kept between runs so that a run

@@ -276,6 +276,7 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
     if (def == nullptr) (void)kernels.get(*e.n, e.dev->type());  // throws, listing kernels
     e.kernel = def->create(kernel_construction(*e.n, *e.dev, &g));
     e.cheap = e.kernel->is_cheap();
+    e.whole_device = e.kernel->uses_all_threads();
   }
   return p;
 }

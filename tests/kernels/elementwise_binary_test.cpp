@@ -58,6 +58,8 @@ std::vector<binary_case> cases() {
       {"less_equal", [](double a, double b) { return double(a <= b); }, num, true},
       {"greater", [](double a, double b) { return double(a > b); }, num, true},
       {"greater_equal", [](double a, double b) { return double(a >= b); }, num, true},
+      // relu's gradient: x (dy) where y (relu's output) > 0.
+      {"relu_grad", [](double dy, double y) { return y > 0 ? dy : 0.0; }, num},
   };
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "loom/core/device_id.hpp"
@@ -47,6 +48,10 @@ class device {
   /// Waits until all work queued on the device is done (a no-op on CPU, where kernels
   /// finish before they return).
   virtual void sync() {}
+  /// Held by kernels that use all of the device's threads themselves (op_kernel::
+  /// uses_all_threads: oneDNN's, whose OpenMP threads do not share loom's pool), so two such
+  /// kernels never run at once and oversubscribe the cores.
+  [[nodiscard]] std::mutex& whole_device_mutex() noexcept { return whole_device_mutex_; }
 
   /// A new contiguous tensor on this device (from allocator()); its buffer goes back to
   /// allocator() when the last view is gone, so the device must outlive it. Throws
@@ -67,6 +72,7 @@ class device {
 
  private:
   device_attributes attributes_;
+  std::mutex whole_device_mutex_;
 };
 
 }  // namespace loom

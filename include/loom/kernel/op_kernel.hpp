@@ -145,6 +145,12 @@ class op_kernel {
   /// True for kernels so cheap that the executor runs them inline instead of scheduling
   /// them on the device's pool (shape ops, identities, small element-wise work).
   [[nodiscard]] virtual bool is_cheap() const noexcept { return node_->def->is_cheap; }
+  /// True for kernels that run on all of the device's threads by themselves, outside loom's
+  /// pool (oneDNN's primitives, on OpenMP threads). The executor runs them on the thread
+  /// that made them ready, one at a time per device (device::whole_device_mutex), instead
+  /// of beside other nodes on the pool: two of them at once would put twice as many
+  /// threads as cores to work, and each would run at well under half speed.
+  [[nodiscard]] virtual bool uses_all_threads() const noexcept { return false; }
   [[nodiscard]] const loom::node& node() const noexcept { return *node_; }
 
  private:

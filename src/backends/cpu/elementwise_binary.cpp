@@ -146,6 +146,18 @@ LOOM_COMPARISON(logical_and_op, (a & b) != 0, (std::is_same_v<T, bool>))
 LOOM_COMPARISON(logical_or_op, (a | b) != 0, (std::is_same_v<T, bool>))
 #undef LOOM_COMPARISON
 
+// relu's gradient from its output: dy where y > 0, else 0 (one pass, where the composed
+// form would be greater + where).
+struct relu_grad_op {
+  template <class T>
+  static constexpr bool supports = is_number<T>;
+  static constexpr bool bool_out = false;
+  template <class C>
+  C operator()(C dy, C y) const noexcept {
+    return y > C{0} ? dy : C{0};
+  }
+};
+
 template <class Op>
 class binary_kernel final : public op_kernel {
  public:
@@ -218,6 +230,7 @@ void register_binary_kernels(kernel_registry& r) {
   r.add(binary_def<greater_equal_op>("greater_equal", num));
   r.add(binary_def<logical_and_op>("logical_and", {}));
   r.add(binary_def<logical_or_op>("logical_or", {}));
+  r.add(binary_def<relu_grad_op>("relu_grad", num));
 }
 
 }  // namespace loom::cpu

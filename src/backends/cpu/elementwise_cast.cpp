@@ -84,7 +84,31 @@ class where_kernel final : public op_kernel {
     const tensor& y = ctx.input(2);
     const shape s = broadcast_shape_of(ctx, {&c.shape(), &x.shape(), &y.shape()});
     tensor& z = forward_or_allocate(ctx, s, {1, 2});
-    if (s.num_elements() == 0) return;
+    const std::int64_t count = s.num_elements();
+    if (count == 0) return;
+    // Dense operands of the output's size or single elements need no plan (the common
+    // case: a mask against a tensor and a scalar).
+    auto flat_stride = [count](const tensor& t) -> std::int64_t {
+      if (!t.is_contiguous()) return -1;
+      return t.num_elements() == count ? 1 : t.num_elements() == 1 ? 0 : -1;
+    };
+    const std::int64_t cs = flat_stride(c);
+    const std::int64_t xs = flat_stride(x);
+    const std::int64_t ys = flat_stride(y);
+    if (cs >= 0 && xs >= 0 && ys >= 0) {
+      visit_dtype(x.type(), [&](auto tag) {
+        using T = decltype(tag);
+        T* out = z.template data<T>();
+        const bool* cp = c.template data<bool>();
+        const T* xp = x.template data<T>();
+        const T* yp = y.template data<T>();
+        ctx.parallel_for(count, 0.7, [&](std::int64_t begin, std::int64_t end) {
+          where_run(out + begin, cp + begin * cs, cs, xp + begin * xs, xs, yp + begin * ys, ys,
+                    end - begin);
+        });
+      });
+      return;
+    }
     const auto p = make_plan<4>(s, {&c, &x, &y});
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);

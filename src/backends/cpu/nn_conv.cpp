@@ -74,6 +74,8 @@ void reference_conv(kernel_context& ctx, const T* x, const T* w, T* out, const c
 
 class conv2d_kernel final : public op_kernel {
  public:
+  // oneDNN runs on its own (OpenMP) threads, all of the device's.
+  [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
   explicit conv2d_kernel(const kernel_construction& c)
       : op_kernel(c), type_(c.attr<dtype>("T")), groups_(c.attr<std::int64_t>("groups")) {
     const auto s = c.attr<std::vector<std::int64_t>>("strides");

@@ -136,6 +136,10 @@ void reference_backprop_filter(const kernel_context& ctx, const T* x, const T* d
 // What both gradient kernels share: conv2d's attributes, the checks of the geometry, and
 // the oneDNN descriptors of the forward convolution.
 class conv_backward_kernel : public op_kernel {
+ public:
+  // oneDNN runs on its own (OpenMP) threads, all of the device's.
+  [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
+
  protected:
   explicit conv_backward_kernel(const kernel_construction& c)
       : op_kernel(c), type_(c.attr<dtype>("T")), groups_(c.attr<std::int64_t>("groups")) {

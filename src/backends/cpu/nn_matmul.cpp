@@ -177,6 +177,8 @@ void reference_matmul(kernel_context& ctx, const operand& a, const operand& b, t
 
 class matmul_kernel final : public op_kernel {
  public:
+  // oneDNN runs on its own (OpenMP) threads, all of the device's.
+  [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
   explicit matmul_kernel(const kernel_construction& c)
       : op_kernel(c),
         transpose_a_(c.attr<bool>("transpose_a")),

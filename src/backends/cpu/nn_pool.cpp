@@ -65,6 +65,8 @@ void reference_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry
 template <bool Max>
 class pool_kernel final : public op_kernel {
  public:
+  // oneDNN runs on its own (OpenMP) threads, all of the device's.
+  [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
   explicit pool_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("T")),

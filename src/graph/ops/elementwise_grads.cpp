@@ -67,9 +67,9 @@ void register_elementwise_gradients(gradient_registry& r) {
   r.add("rsqrt", unary([](auto&, output, output y, output dy) { return dy * (y * y * y) * -0.5; }));
   r.add("tanh", unary([](auto&, output, output y, output dy) { return dy * (1.0 - y * y); }));
   r.add("sigmoid", unary([](auto&, output, output y, output dy) { return dy * (y * (1.0 - y)); }));
-  r.add("relu", unary([](auto& c, output x, output, output dy) {
-          const output zero = c.scalar(0.0, c.input_type(0));
-          return ops::where(ops::greater(x, zero), dy, zero);
+  // From the output: y > 0 exactly where x > 0. One fused pass (relu_grad).
+  r.add("relu", unary([](auto& c, output, output y, output dy) {
+          return c.builder().add1("relu_grad", {dy, y});
         }));
   r.add("gelu", gelu_grad);
   r.add("erf", unary([](auto&, output x, output, output dy) {

@@ -152,6 +152,8 @@ void register_elementwise_ops(op_registry& r) {
   add_binary(r, "div", num, false, "x / y (broadcasting; integers truncate)");
   add_binary(r, "pow", fl, false, "x ^ y (broadcasting)");
   add_binary(r, "maximum", num, false, "max(x, y) (broadcasting; NaN propagates)");
+  add_binary(r, "relu_grad", num, false,
+             "relu's gradient from its output: x (dy) where y > 0, else 0");
   add_binary(r, "minimum", num, false, "min(x, y) (broadcasting; NaN propagates)");
   add_binary(r, "equal", all_types(), true, "x == y (broadcasting)");
   add_binary(r, "not_equal", all_types(), true, "x != y (broadcasting)");
