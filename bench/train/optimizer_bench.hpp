@@ -36,6 +36,9 @@ struct adam_case_result {
   double fused_kernel_ms = 0;     // median of traced runs: time inside fused_adam
   double fused_one_pass_kernel_ms = 0;
   double speedup = 0;   // unfused / fused
+  /// median: PyTorch's single-tensor Adam as a chain of element-wise nodes per parameter
+  double op_by_op_ms = 0;
+  double speedup_vs_op_by_op = 0;  // op_by_op / fused
   double bytes = 0;     // 28 per element
   double floor_ms = 0;  // bytes / triad bandwidth
   double fused_over_floor = 0;
