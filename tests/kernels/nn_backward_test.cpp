@@ -498,6 +498,9 @@ std::vector<double> avg_grad_reference(const pool_case& c, const std::vector<dou
 const std::vector<pool_case>& pool_cases() {
   static const std::vector<pool_case> c{
       {.x = {2, 3, 8, 8}, .kernel = {2, 2}},
+      // 2x2 stride 2 over odd sizes: the last row and column lie in no window (the
+      // max gradient's tiled fast path must zero them).
+      {.x = {1, 2, 7, 9}, .kernel = {2, 2}},
       // Overlapping windows (stride < kernel).
       {.x = {1, 2, 9, 7}, .kernel = {3, 3}, .strides = {2, 2}},
       {.x = {2, 2, 6, 7}, .kernel = {3, 2}, .strides = {1, 1}},
@@ -564,6 +567,13 @@ TEST(NnBackward, MaxPoolGradTies) {
     const tensor dy = make(t, {1, 1, 2, 2}, {1, 2, 4, 8});
     expect_close(run_op1("max_pool2d_grad", {x, dy}, pool_attrs(true, c)), c.x,
                  {1, 2, 0, 4, 8, 0, 0, 0, 0}, 0, 0);
+  }
+  // Ties in tiled 2x2 windows (the fast path), odd sizes.
+  const pool_case tiled{.x = {2, 3, 7, 8}, .kernel = {2, 2}};
+  for (const dtype t : float_types) {
+    std::vector<double> v(static_cast<std::size_t>(tiled.x.num_elements()));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 5) % 2);
+    check_pool(true, tiled, make(t, tiled.x, v), random(t, tiled.y(), 5));
   }
   // Many ties from a few distinct values, overlapping windows, padding.
   const pool_case p{

@@ -63,10 +63,61 @@ void for_each_plane(const kernel_context& ctx, const T* dy, T* dx, const pool_ge
   });
 }
 
+// The common 2x2, stride 2, unpadded case in float or double: windows tile the plane, so
+// each window writes its four positions directly (dy at its maximum, 0 elsewhere), with
+// no zeroing pass and no accumulator: one read of x and one write of dx. The maximum is
+// chosen exactly as the general loop does (first strictly greater element, from -inf).
+template <class T>
+bool max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx,
+                       const pool_geometry& g) {
+  if constexpr (!std::is_same_v<T, acc_t<T>>) {
+    return false;  // half and bfloat16 accumulate in float: the general loop
+  } else {
+    if (g.kernel != std::array<std::int64_t, 2>{2, 2} ||
+        g.stride != std::array<std::int64_t, 2>{2, 2} || g.pad != std::array<std::int64_t, 4>{}) {
+      return false;
+    }
+    const std::int64_t plane = g.h * g.w;
+    ctx.parallel_for(g.n * g.c, static_cast<double>(plane), [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t p = lo; p < hi; ++p) {
+        const T* in = x + p * plane;
+        T* out = dx + p * plane;
+        const T* grad = dy + p * g.oh * g.ow;
+        // An odd last row or column lies in no window.
+        if (g.h % 2 != 0 || g.w % 2 != 0) std::fill_n(out, plane, T{0});
+        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+          const T* r0 = in + 2 * oy * g.w;
+          const T* r1 = r0 + g.w;
+          T* o0 = out + 2 * oy * g.w;
+          T* o1 = o0 + g.w;
+          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+            const std::int64_t c0 = 2 * ox;
+            const T e[4] = {r0[c0], r0[c0 + 1], r1[c0], r1[c0 + 1]};
+            T best = -std::numeric_limits<T>::infinity();
+            int at = 0;
+            for (int k = 0; k < 4; ++k) {
+              const bool greater = e[k] > best;
+              at = greater ? k : at;
+              best = greater ? e[k] : best;
+            }
+            const T v = grad[oy * g.ow + ox];
+            o0[c0] = at == 0 ? v : T{0};
+            o0[c0 + 1] = at == 1 ? v : T{0};
+            o1[c0] = at == 2 ? v : T{0};
+            o1[c0 + 1] = at == 3 ? v : T{0};
+          }
+        }
+      }
+    });
+    return true;
+  }
+}
+
 // dx[argmax of each window] += dy[window].
 template <class T>
 void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
                    const pool_geometry& g) {
+  if (max_pool_grad_2x2<T>(ctx, x, dy, dx, g)) return;
   using Acc = acc_t<T>;
   const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1] + g.h * g.w);
   for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t p, Acc* acc, const T* grad) {
