@@ -47,7 +47,9 @@ class direct_onednn {
  public:
   virtual ~direct_onednn() = default;
   void run() {
+    for (auto& r : before_) r.prim.execute(stream_, r.from, r.to);
     primitive_.execute(stream_, args_);
+    for (auto& r : after_) r.prim.execute(stream_, r.from, r.to);
     stream_.wait();
   }
   [[nodiscard]] const std::string& implementation() const { return implementation_; }
@@ -62,8 +64,30 @@ class direct_onednn {
     return m;
   }
 
+  // A reorder between the user's plain buffer and the layout the primitive chose.
+  struct staged {
+    dnnl::reorder prim;
+    dnnl::memory from, to;
+  };
+  // The argument `arg` of the primitive in layout `chosen`, over user data in `plain`: the
+  // memory the primitive gets, with a reorder before the primitive (inputs) or after it
+  // (outputs) when the layouts differ.
+  dnnl::memory stage(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen,
+                     bool output, unsigned seed) {
+    dnnl::memory user = make_memory(plain, seed);
+    if (chosen == plain) return user;
+    dnnl::memory inner(chosen, engine_);
+    if (output) {
+      after_.push_back({dnnl::reorder(inner, user), inner, user});
+    } else {
+      before_.push_back({dnnl::reorder(user, inner), user, inner});
+    }
+    return inner;
+  }
+
   dnnl::engine engine_;
   dnnl::stream stream_;
+  std::vector<staged> before_, after_;
   dnnl::primitive primitive_;
   std::unordered_map<int, dnnl::memory> args_;
   std::string implementation_;
@@ -94,15 +118,20 @@ class direct_conv2d final : public direct_onednn {
     const dnnl::memory::desc src({c.n, c.channels, c.size, c.size}, f32, tag::nchw);
     const dnnl::memory::desc wei({c.filters, c.channels, c.kernel, c.kernel}, f32, tag::oihw);
     const dnnl::memory::desc dst({c.n, c.filters, out, out}, f32, tag::nchw);
+    // As oneDNN recommends for NCHW data: the primitive picks its layouts (tag::any), and
+    // the call reorders the input and weights into them and the output back, every call.
+    const auto any = [](const dnnl::memory::desc& md) {
+      return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
+    };
     const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                               dnnl::algorithm::convolution_direct, src, wei, dst,
-                                               {1, 1}, {pad, pad}, {pad, pad});
+                                               dnnl::algorithm::convolution_direct, any(src),
+                                               any(wei), any(dst), {1, 1}, {pad, pad}, {pad, pad});
     const dnnl::convolution_forward::primitive_desc pd(desc, engine_);
     primitive_ = dnnl::convolution_forward(pd);
     implementation_ = pd.impl_info_str();
-    args_ = {{DNNL_ARG_SRC, make_memory(src, 1)},
-             {DNNL_ARG_WEIGHTS, make_memory(wei, 2)},
-             {DNNL_ARG_DST, make_memory(dst, 3)}};
+    args_ = {{DNNL_ARG_SRC, stage(src, pd.src_desc(), false, 1)},
+             {DNNL_ARG_WEIGHTS, stage(wei, pd.weights_desc(), false, 2)},
+             {DNNL_ARG_DST, stage(dst, pd.dst_desc(), true, 3)}};
   }
 };
 

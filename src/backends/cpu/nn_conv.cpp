@@ -154,14 +154,20 @@ class conv2d_kernel final : public op_kernel {
               ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
               : dnnl::memory::desc({groups_, g.o / groups_, g.cg, g.kh, g.kw}, dt, tag::goihw);
       const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
+      // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]).
+      const auto any = [](const dnnl::memory::desc& md) {
+        return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
+      };
       const dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_md, wei_md,
-          dst_md, {g.stride[0], g.stride[1]}, {g.dilation[0] - 1, g.dilation[1] - 1},
-          {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(src_md),
+          any(wei_md), any(dst_md), {g.stride[0], g.stride[1]},
+          {g.dilation[0] - 1, g.dilation[1] - 1}, {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
       const dnnl::convolution_forward::primitive_desc pd(desc, onednn::user_scratchpad_attr(),
                                                          onednn::engine());
       return onednn::make_plan<dnnl::convolution_forward>(
-          pd, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_WEIGHTS, wei_md}, {DNNL_ARG_DST, dst_md}});
+          pd, {{DNNL_ARG_SRC, src_md, pd.src_desc()},
+               {DNNL_ARG_WEIGHTS, wei_md, pd.weights_desc()},
+               {DNNL_ARG_DST, dst_md, pd.dst_desc(), true}});
     });
     if (!plan->primitive) return false;
     onednn::execute(ctx, *plan, {x.raw_data(), w.raw_data(), out.raw_data()});

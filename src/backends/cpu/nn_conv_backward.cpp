@@ -194,10 +194,15 @@ class conv_backward_kernel : public op_kernel {
                 : dnnl::memory::desc({groups_, g.o / groups_, g.cg, g.kh, g.kw}, dt, tag::goihw);
     d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
     const dnnl::convolution_forward::desc forward(
-        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, d.src, d.wei, d.dst,
-        strides(), dilates(), padding_l(), padding_r());
+        dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(d.src),
+        any(d.wei), any(d.dst), strides(), dilates(), padding_l(), padding_r());
     d.forward = dnnl::convolution_forward::primitive_desc(forward, onednn::engine());
     return d;
+  }
+
+  // The same descriptor with the layout left to oneDNN (Note [blocked layouts]).
+  static dnnl::memory::desc any(const dnnl::memory::desc& md) {
+    return dnnl::memory::desc(md.dims(), md.data_type(), dnnl::memory::format_tag::any);
   }
 
   [[nodiscard]] dnnl::memory::dims strides() const { return {stride_[0], stride_[1]}; }
@@ -283,13 +288,15 @@ class conv2d_backprop_input_kernel final : public conv_backward_kernel {
     const auto plan = cache_.get(key_of(g, threads), [&] {
       onednn::use_threads(threads);
       const descriptors d = describe(g, dt);
-      const dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, d.src,
-                                                       d.wei, d.dst, strides(), dilates(),
-                                                       padding_l(), padding_r());
+      const dnnl::convolution_backward_data::desc desc(
+          dnnl::algorithm::convolution_direct, any(d.src), any(d.wei), any(d.dst), strides(),
+          dilates(), padding_l(), padding_r());
       const dnnl::convolution_backward_data::primitive_desc pd(desc, onednn::user_scratchpad_attr(),
                                                                onednn::engine(), d.forward);
       return onednn::make_plan<dnnl::convolution_backward_data>(
-          pd, {{DNNL_ARG_DIFF_DST, d.dst}, {DNNL_ARG_WEIGHTS, d.wei}, {DNNL_ARG_DIFF_SRC, d.src}});
+          pd, {{DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc()},
+               {DNNL_ARG_WEIGHTS, d.wei, pd.weights_desc()},
+               {DNNL_ARG_DIFF_SRC, d.src, pd.diff_src_desc(), true}});
     });
     if (!plan->primitive) return false;
     onednn::execute(ctx, *plan, {dy.raw_data(), w.raw_data(), dx.raw_data()});
@@ -349,13 +356,15 @@ class conv2d_backprop_filter_kernel final : public conv_backward_kernel {
     const auto plan = cache_.get(key_of(g, threads), [&] {
       onednn::use_threads(threads);
       const descriptors d = describe(g, dt);
-      const dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct,
-                                                          d.src, d.wei, d.dst, strides(), dilates(),
-                                                          padding_l(), padding_r());
+      const dnnl::convolution_backward_weights::desc desc(
+          dnnl::algorithm::convolution_direct, any(d.src), any(d.wei), any(d.dst), strides(),
+          dilates(), padding_l(), padding_r());
       const dnnl::convolution_backward_weights::primitive_desc pd(
           desc, onednn::user_scratchpad_attr(), onednn::engine(), d.forward);
       return onednn::make_plan<dnnl::convolution_backward_weights>(
-          pd, {{DNNL_ARG_SRC, d.src}, {DNNL_ARG_DIFF_DST, d.dst}, {DNNL_ARG_DIFF_WEIGHTS, d.wei}});
+          pd, {{DNNL_ARG_SRC, d.src, pd.src_desc()},
+               {DNNL_ARG_DIFF_DST, d.dst, pd.diff_dst_desc()},
+               {DNNL_ARG_DIFF_WEIGHTS, d.wei, pd.diff_weights_desc(), true}});
     });
     if (!plan->primitive) return false;
     onednn::execute(ctx, *plan, {x.raw_data(), dy.raw_data(), dw.raw_data()});

@@ -86,6 +86,9 @@ struct thread_args {
   std::uint64_t plan_id = 0;
   std::unordered_map<int, dnnl::memory> args;
   std::vector<dnnl::memory> in_order;  // p.args' order, then the scratchpad
+  // For arguments in another layout (plan::reorders): the memory over loom's buffer, in
+  // p.args' order (empty where no reorder is needed).
+  std::vector<std::optional<dnnl::memory>> user;
 };
 
 // The calling thread's argument sets: a few kernels' worth, replaced round-robin.
@@ -102,9 +105,15 @@ thread_args& args_for(const plan& p) {
   t->plan_id = p.id;
   for (const auto& a : p.args) {
     // No buffer yet; each call points it at the real one.
-    dnnl::memory m(a.md, engine(), DNNL_MEMORY_NONE);
+    const bool reordered = a.inner.get_size() != 0;
+    dnnl::memory m(reordered ? a.inner : a.md, engine(), DNNL_MEMORY_NONE);
     t->args.emplace(a.arg, m);
     t->in_order.push_back(m);
+    if (reordered) {
+      t->user.emplace_back(dnnl::memory(a.md, engine(), DNNL_MEMORY_NONE));
+    } else {
+      t->user.emplace_back();
+    }
   }
   if (p.scratchpad_bytes > 0) {
     dnnl::memory m(p.scratchpad_md, engine(), DNNL_MEMORY_NONE);
@@ -127,19 +136,33 @@ dnnl::stream& thread_stream() {
 void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data) {
   use_threads(ctx.num_threads());
   tensor scratch;
+  std::vector<tensor> staged;  // the temporaries of reordered arguments, alive until the end
   try {
     thread_args& t = args_for(p);
+    dnnl::stream& s = thread_stream();
     std::size_t i = 0;
     for (const void* d : data) {
       // oneDNN takes a non-const handle for inputs too; it does not write to them.
-      t.in_order.at(i++).set_data_handle(const_cast<void*>(d));  // NOLINT
+      void* handle = const_cast<void*>(d);  // NOLINT
+      if (!p.reorders.at(i)) {
+        t.in_order.at(i++).set_data_handle(handle);
+        continue;
+      }
+      const auto bytes = static_cast<std::int64_t>(p.args[i].inner.get_size());
+      staged.push_back(ctx.allocate_temp(dtype::u8, shape{bytes}));
+      t.in_order.at(i).set_data_handle(staged.back().raw_data());
+      t.user.at(i)->set_data_handle(handle);
+      if (!p.args[i].output) p.reorders[i]->execute(s, *t.user[i], t.in_order[i]);
+      ++i;
     }
     if (p.scratchpad_bytes > 0) {
       scratch = ctx.allocate_temp(dtype::u8, shape{static_cast<std::int64_t>(p.scratchpad_bytes)});
       t.in_order.at(i).set_data_handle(scratch.raw_data());
     }
-    dnnl::stream& s = thread_stream();
     p.primitive->execute(s, t.args);
+    for (std::size_t k = 0; k < p.args.size(); ++k) {
+      if (p.reorders[k] && p.args[k].output) p.reorders[k]->execute(s, t.in_order[k], *t.user[k]);
+    }
     s.wait();
   } catch (const dnnl::error& e) {
     ctx.fail(describe(e));
