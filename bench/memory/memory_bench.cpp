@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "bench_stats.hpp"
 #include "loom/core/error.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
@@ -22,12 +23,6 @@ namespace loom::bench {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // A precomputed sequence of (slot, size) steps, so that random numbers are not timed and
 // every peer sees exactly the same requests.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/state.hpp"
@@ -16,11 +17,6 @@ namespace loom::bench {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // x -> neg -> abs -> neg -> abs ...: every node a real element-wise kernel on one element.
 graph chain(std::int64_t nodes, std::string& last) {
@@ -46,8 +42,8 @@ executor_bench_result run_executor_bench(std::int64_t nodes, int repetitions) {
   std::vector<std::unique_ptr<op_kernel>> kernels;
   for (const node& n : g.nodes()) {
     if (n.op() == "placeholder") continue;
-    kernels.push_back(kernel_registry::global().get(n, device_type::cpu).create(
-        kernel_construction(n, dev, &g)));
+    kernels.push_back(
+        kernel_registry::global().get(n, device_type::cpu).create(kernel_construction(n, dev, &g)));
   }
   variable_store vars;
   std::vector<double> direct;

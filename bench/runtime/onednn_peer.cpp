@@ -10,6 +10,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <random>
 
+#include "bench_stats.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/graph/ops/nn.hpp"
@@ -19,21 +20,6 @@
 
 namespace loom::bench {
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double seconds_of(const std::function<void()>& f) {
-  const auto t0 = clock_type::now();
-  f();
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void fill_random(float* p, std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
@@ -72,8 +58,8 @@ class direct_onednn {
   // The argument `arg` of the primitive in layout `chosen`, over user data in `plain`: the
   // memory the primitive gets, with a reorder before the primitive (inputs) or after it
   // (outputs) when the layouts differ.
-  dnnl::memory stage(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen,
-                     bool output, unsigned seed) {
+  dnnl::memory stage(const dnnl::memory::desc& plain, const dnnl::memory::desc& chosen, bool output,
+                     unsigned seed) {
     dnnl::memory user = make_memory(plain, seed);
     if (chosen == plain) return user;
     dnnl::memory inner(chosen, engine_);

@@ -4,16 +4,12 @@
 
 #include <algorithm>
 
+#include "bench_stats.hpp"
 #include "loom/train/dataset.hpp"
 #include "loom/train/trainer.hpp"
 
 namespace loom::bench {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Samples/s of the second of two short epochs (the first warms up the pools, oneDNN's
 // primitive caches and the plan), median over repetitions.
@@ -45,13 +41,13 @@ model_bench_result run_model_bench(int threads, int repetitions, bool quick) {
   // between about 3,100 and 3,800 by thread settings (the better one is the bar).
   for (int t : {1, threads}) {
     if (t == 1 && threads == 1 && !r.rows.empty()) continue;
-    r.rows.push_back({"mlp 784-512-512-10", t, measure(data, "mlp", t, r.steps, r.repetitions),
-                      24000.0});
+    r.rows.push_back(
+        {"mlp 784-512-512-10", t, measure(data, "mlp", t, r.steps, r.repetitions), 24000.0});
   }
-  r.rows.push_back({"cnn conv32-pool-conv64-pool-fc10", threads,
-                    measure(data, "cnn", threads, std::max<std::int64_t>(4, r.steps / 4),
-                            r.repetitions),
-                    3800.0});
+  r.rows.push_back(
+      {"cnn conv32-pool-conv64-pool-fc10", threads,
+       measure(data, "cnn", threads, std::max<std::int64_t>(4, r.steps / 4), r.repetitions),
+       3800.0});
   return r;
 }
 
@@ -65,7 +61,8 @@ nlohmann::json to_json(const model_bench_result& r) {
                     {"pytorch_samples_per_second_from_issue", row.pytorch_samples_per_second},
                     {"ratio", row.samples_per_second / row.pytorch_samples_per_second},
                     {"target_ratio", row.target_ratio},
-                    {"meets_target", row.samples_per_second >= row.target_ratio * row.pytorch_samples_per_second}});
+                    {"meets_target",
+                     row.samples_per_second >= row.target_ratio * row.pytorch_samples_per_second}});
   }
   return {{"repetitions", r.repetitions}, {"steps", r.steps}, {"rows", rows}};
 }
@@ -81,8 +78,9 @@ std::string to_text(const model_bench_result& r) {
                        row.threads, row.samples_per_second, row.pytorch_samples_per_second, ratio,
                        row.target_ratio, ratio >= row.target_ratio ? "met" : "NOT met");
   }
-  out += "  * PyTorch's CPU throughput on this machine as the issue states it (not measured here:\n"
-         "    PyTorch is not installed)\n";
+  out +=
+      "  * PyTorch's CPU throughput on this machine as the issue states it (not measured here:\n"
+      "    PyTorch is not installed)\n";
   return out;
 }
 

@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <vector>
 
+#include "bench_stats.hpp"
 #include "loom/device/thread_pool.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -15,21 +16,6 @@
 
 namespace loom::bench {
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-template <class F>
-double seconds_of(F&& f) {
-  const auto t0 = clock_type::now();
-  f();
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 // STREAM's triad, a[i] = b[i] + s*c[i], on a pool of `threads` (the CPU device's count),
 // over arrays far larger than the caches. Bytes as STREAM counts them: two reads and one
@@ -191,8 +177,8 @@ optimizer_bench_result run_optimizer_bench(const optimizer_bench_options& option
     c.pytorch_ms = w.pytorch_ms;
     const auto unfused = adam_step_ms(w.tensors, w.elements, adam_form::per_tensor, true,
                                       options.threads, options.repetitions);
-    const auto fused = adam_step_ms(w.tensors, w.elements, adam_form::fused, true,
-                                    options.threads, options.repetitions);
+    const auto fused = adam_step_ms(w.tensors, w.elements, adam_form::fused, true, options.threads,
+                                    options.repetitions);
     const auto one_pass = adam_step_ms(w.tensors, w.elements, adam_form::fused, false,
                                        options.threads, options.repetitions);
     const auto chain = adam_step_ms(w.tensors, w.elements, adam_form::op_by_op, true,

@@ -65,7 +65,9 @@ const gradient_fn* gradient_registry::find(std::string_view op) const {
 
 // ---- gradient_context -----------------------------------------------------------------------
 
-output gradient_context::input(std::size_t i) const { return {&b_, forward_.inputs.at(i)}; }
+output gradient_context::input(std::size_t i) const {
+  return {&b_, forward_.inputs.at(i)};
+}
 
 output gradient_context::output_of(std::size_t i) const {
   return {&b_, endpoint{forward_.id, static_cast<std::int32_t>(i)}};
@@ -103,7 +105,9 @@ output gradient_context::grad(std::size_t i) const {
   return ops::zeros(b_, forward_.outputs.at(i).type, output_shape(i));
 }
 
-output gradient_context::scalar(double value, dtype t) const { return ops::scalar(b_, value, t); }
+output gradient_context::scalar(double value, dtype t) const {
+  return ops::scalar(b_, value, t);
+}
 
 output gradient_context::unbroadcast(output g, std::size_t i) const {
   const shape& in = input_shape(i);
@@ -161,10 +165,11 @@ std::vector<output> gradients(output loss, const std::vector<output>& xs,
   for (const output& x : xs) {
     if (&x.builder().g() != &g) throw invalid_argument("gradients: x is in another graph");
     if (!is_floating(x.dtype_of())) {
-      throw invalid_argument(fmt::format("gradients: {} is {}, not a float type", x.name(),
-                                         to_string(x.dtype_of())));
+      throw invalid_argument(
+          fmt::format("gradients: {} is {}, not a float type", x.name(), to_string(x.dtype_of())));
     }
-    if (static_cast<std::size_t>(x.ep().node) < n) from_x[static_cast<std::size_t>(x.ep().node)] = true;
+    if (static_cast<std::size_t>(x.ep().node) < n)
+      from_x[static_cast<std::size_t>(x.ep().node)] = true;
   }
   for (std::size_t id = 0; id < n; ++id) {
     if (from_x[id]) continue;
@@ -207,14 +212,13 @@ std::vector<output> gradients(output loss, const std::vector<output>& xs,
       any = true;
     }
     if (!any) continue;
-    const gradient_fn* fn = nullptr;
     if (!registry.knows(fwd.op())) {
       throw invalid_argument(fmt::format(
           "gradients: node {} is on the path from the variables to the loss, and op {} has "
           "no gradient",
           fwd.describe(), fwd.op()));
     }
-    fn = registry.find(fwd.op());
+    const gradient_fn* fn = registry.find(fwd.op());
     if (fn == nullptr) continue;  // not differentiable: nothing flows back through it
     std::vector<std::optional<output>> in_grads;
     {
@@ -234,9 +238,9 @@ std::vector<output> gradients(output loss, const std::vector<output>& xs,
       if (!is_floating(want.type)) continue;
       const tensor_type& got = in_grads[i]->type();
       if (got.type != want.type || (want.shape && got.shape && *want.shape != *got.shape)) {
-        throw invalid_argument(fmt::format(
-            "gradient of node {}: input {}'s gradient is {} but the input is {}",
-            fwd.describe(), i, to_string(got), to_string(want)));
+        throw invalid_argument(
+            fmt::format("gradient of node {}: input {}'s gradient is {} but the input is {}",
+                        fwd.describe(), i, to_string(got), to_string(want)));
       }
       partials[key(e)].push_back(*in_grads[i]);
     }

@@ -7,30 +7,25 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
-#include <numeric>
 #include <random>
 
 #include "loom/core/error.hpp"
+#include "random_bits.hpp"
 
 namespace loom::train {
 namespace {
 
-// Uniform doubles from raw generator bits: the same on every standard library (the
-// std::*_distribution algorithms are not specified).
+// Uniform and roughly normal doubles, reproducible anywhere (random_bits.hpp).
 class random_source {
  public:
   explicit random_source(std::uint64_t seed) : rng_(seed) {}
-  double uniform(double lo, double hi) {
-    const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
-    return lo + (hi - lo) * u;
-  }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * unit_uniform(rng_); }
   // Approximately normal (Irwin-Hall of 4), enough for pixel noise.
   double normal(double sigma) {
     double s = 0;
     for (int k = 0; k < 4; ++k) s += uniform(-1.0, 1.0);
     return s * sigma * std::sqrt(3.0 / 4.0);
   }
-  std::uint64_t next() { return rng_(); }
 
  private:
   std::mt19937_64 rng_;
@@ -169,8 +164,8 @@ dataset load_csv(const std::filesystem::path& path) {
     if (d.num_features == 0) {
       d.num_features = features;
     } else if (features != d.num_features) {
-      csv_error(path, line_no, fmt::format("{} features, but the first row has {}", features,
-                                           d.num_features));
+      csv_error(path, line_no,
+                fmt::format("{} features, but the first row has {}", features, d.num_features));
     }
     d.labels.push_back(static_cast<std::int32_t>(label));
     max_label = std::max(max_label, d.labels.back());
@@ -186,13 +181,10 @@ std::pair<dataset, dataset> split(const dataset& d, double test_fraction, std::u
   if (!(test_fraction >= 0.0 && test_fraction < 1.0)) {
     throw invalid_argument(fmt::format("test fraction {} must be in [0, 1)", test_fraction));
   }
-  std::vector<std::int64_t> order(static_cast<std::size_t>(d.size()));
-  std::iota(order.begin(), order.end(), 0);
-  random_source r(seed);
-  for (std::size_t i = order.size(); i > 1; --i) {
-    std::swap(order[i - 1], order[static_cast<std::size_t>(r.next() % i)]);
-  }
-  const auto n_test = static_cast<std::int64_t>(std::llround(static_cast<double>(d.size()) * test_fraction));
+  std::mt19937_64 rng(seed);
+  const std::vector<std::int64_t> order = shuffled_indices(static_cast<std::size_t>(d.size()), rng);
+  const auto n_test =
+      static_cast<std::int64_t>(std::llround(static_cast<double>(d.size()) * test_fraction));
   std::pair<dataset, dataset> out;
   for (auto* part : {&out.first, &out.second}) {
     part->name = d.name;

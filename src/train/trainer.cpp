@@ -17,6 +17,7 @@
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/run_metadata.hpp"
 #include "loom/runtime/session.hpp"
+#include "random_bits.hpp"
 
 namespace loom::train {
 namespace {
@@ -36,8 +37,7 @@ class initializer {
     const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
     std::vector<float> v(static_cast<std::size_t>(s.num_elements()));
     for (auto& x : v) {
-      const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
-      x = static_cast<float>((2 * u - 1) * bound);
+      x = static_cast<float>((2 * unit_uniform(rng_) - 1) * bound);
     }
     return memory::host_tensor<float>(s, v);
   }
@@ -88,9 +88,9 @@ model_graph build_mlp(graph_builder& b, output x, const dataset& d, const train_
 model_graph build_cnn(graph_builder& b, output x, const dataset& d, const train_options& o,
                       initializer& init) {
   if (d.example_shape != shape{1, 28, 28}) {
-    throw invalid_argument(fmt::format(
-        "the cnn model takes 1x28x28 images; dataset '{}' has examples of shape {}", d.name,
-        to_string(d.example_shape)));
+    throw invalid_argument(
+        fmt::format("the cnn model takes 1x28x28 images; dataset '{}' has examples of shape {}",
+                    d.name, to_string(d.example_shape)));
   }
   model_graph m;
   const std::int64_t batch = o.batch;
@@ -160,9 +160,10 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
   s.accuracy = accuracy.name();
 
   const std::vector<output> grads = gradients(loss, s.model.params);
-  const output step_var =
-      ops::variable(b, "train/step", memory::host_tensor<std::int64_t>({}, std::vector<std::int64_t>{0}));
-  const output step = ops::assign_add(step_var, ops::scalar(b, 1.0, dtype::i64), {.name = "train/next_step"});
+  const output step_var = ops::variable(
+      b, "train/step", memory::host_tensor<std::int64_t>({}, std::vector<std::int64_t>{0}));
+  const output step =
+      ops::assign_add(step_var, ops::scalar(b, 1.0, dtype::i64), {.name = "train/next_step"});
   const output lr = ops::scalar(b, o.lr, dtype::f32);
   const output one = ops::scalar(b, 1.0, dtype::f32);
   ops::adam_options adam;
@@ -174,9 +175,11 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
   if (o.fused) {
     ops::fused_update u;
     if (o.optimizer == "adam") {
-      u = ops::fused_adam(s.model.params, grads, lr, step, one, adam, {}, {.name = "train/fused_adam"});
+      u = ops::fused_adam(s.model.params, grads, lr, step, one, adam, {},
+                          {.name = "train/fused_adam"});
     } else if (o.optimizer == "adamw") {
-      u = ops::fused_adamw(s.model.params, grads, lr, step, one, adam, {}, {.name = "train/fused_adamw"});
+      u = ops::fused_adamw(s.model.params, grads, lr, step, one, adam, {},
+                           {.name = "train/fused_adamw"});
     } else {
       u = ops::fused_sgd(s.model.params, grads, lr, one, sgd, {}, {.name = "train/fused_sgd"});
     }
@@ -251,7 +254,6 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
 
   tensor x = memory::host_tensor(dtype::f32, {o.batch, train_set.num_features});
   tensor labels = memory::host_tensor(dtype::i32, {o.batch});
-  std::vector<std::int64_t> order(static_cast<std::size_t>(train_set.size()));
   const std::int64_t full_steps = train_set.size() / o.batch;
   const std::int64_t steps =
       o.max_steps_per_epoch > 0 ? std::min(full_steps, o.max_steps_per_epoch) : full_steps;
@@ -261,13 +263,10 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
 
   for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     // Each epoch's order depends on (seed, epoch) only, so a resumed run sees the batches
-    // an uninterrupted one would. Fisher-Yates from raw generator bits: the same order on
-    // every standard library.
-    std::iota(order.begin(), order.end(), 0);
+    // an uninterrupted one would.
     std::mt19937_64 shuffle_rng(o.seed * 1000003 + static_cast<std::uint64_t>(epoch));
-    for (std::size_t i = order.size(); i > 1; --i) {
-      std::swap(order[i - 1], order[static_cast<std::size_t>(shuffle_rng() % i)]);
-    }
+    const std::vector<std::int64_t> order =
+        shuffled_indices(static_cast<std::size_t>(train_set.size()), shuffle_rng);
     epoch_report er;
     er.epoch = epoch;
     const auto t0 = clock_type::now();
@@ -293,12 +292,14 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       ++report.steps;
       if (trace_this) {
         for (const auto& n : meta.nodes) {
-          if (std::find(sg.update_ops.begin(), sg.update_ops.end(), n.node) != sg.update_ops.end()) {
+          if (std::find(sg.update_ops.begin(), sg.update_ops.end(), n.node) !=
+              sg.update_ops.end()) {
             traced_optimizer_ns += static_cast<double>(n.duration_ns);
           }
         }
         ++traced_steps;
-        if (report.steps == 5 && !o.trace_path.empty()) meta.write_chrome_trace(o.trace_path.string());
+        if (report.steps == 5 && !o.trace_path.empty())
+          meta.write_chrome_trace(o.trace_path.string());
       }
       if (progress) {
         step_progress p;

@@ -12,6 +12,7 @@
 
 #include "array_copy.hpp"
 #include "cpu_kernels.hpp"
+#include "elementwise_math.hpp"
 
 namespace loom::cpu {
 
@@ -34,23 +35,6 @@ using bits_t = std::conditional_t<
     sizeof(T) == 1, std::uint8_t,
     std::conditional_t<sizeof(T) == 2, std::uint16_t,
                        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
-
-// v as the element type T: 16-bit floats rounded from float, bool as != 0, integers
-// truncated and wrapped as a C cast from int64 would (NaN as 0), never UB. (As one_hot's
-// on/off values.)
-template <class T>
-T value_as(double v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return T(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return T{0};
-    return static_cast<T>(static_cast<std::int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
-  } else {
-    return static_cast<T>(v);
-  }
-}
 
 // "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
 std::string position(const shape& s, std::int64_t flat) {
@@ -90,7 +74,7 @@ class pad_kernel final : public op_kernel {
       using T = decltype(ttag);
       using B = bits_t<T>;
       static_assert(sizeof(B) == sizeof(T));
-      const T value = value_as<T>(constant_);
+      const T value = ew::wrap_from_double<T>(constant_);
       B bits;
       std::memcpy(&bits, &value, sizeof(B));
       run<B>(ctx, in, out, bits);

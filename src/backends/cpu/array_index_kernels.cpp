@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cpu_kernels.hpp"
+#include "elementwise_math.hpp"
 
 namespace loom::cpu {
 
@@ -139,22 +140,6 @@ class gather_kernel final : public op_kernel {
   std::int64_t axis_;
 };
 
-// on/off as the output's element type: 16-bit floats rounded from float, bool as != 0,
-// integers truncated and wrapped as a C cast from int64 would (NaN as 0), never UB.
-template <class T>
-T value_as(double v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return T(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return T{0};
-    return static_cast<T>(static_cast<std::int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
 class one_hot_kernel final : public op_kernel {
  public:
   explicit one_hot_kernel(const kernel_construction& c)
@@ -196,8 +181,8 @@ class one_hot_kernel final : public op_kernel {
   template <class T, class I>
   void run(const kernel_context& ctx, const I* idx, T* out, std::int64_t prefix,
            std::int64_t suffix) const {
-    const T on = value_as<T>(on_);
-    const T off = value_as<T>(off_);
+    const T on = ew::wrap_from_double<T>(on_);
+    const T off = ew::wrap_from_double<T>(off_);
     const std::int64_t depth = depth_;
     const std::int64_t block = depth * suffix;
     const double cost = static_cast<double>(block * static_cast<std::int64_t>(sizeof(T))) * 0.1 +

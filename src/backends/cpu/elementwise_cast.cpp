@@ -88,13 +88,9 @@ class where_kernel final : public op_kernel {
     if (count == 0) return;
     // Dense operands of the output's size or single elements need no plan (the common
     // case: a mask against a tensor and a scalar).
-    auto flat_stride = [count](const tensor& t) -> std::int64_t {
-      if (!t.is_contiguous()) return -1;
-      return t.num_elements() == count ? 1 : t.num_elements() == 1 ? 0 : -1;
-    };
-    const std::int64_t cs = flat_stride(c);
-    const std::int64_t xs = flat_stride(x);
-    const std::int64_t ys = flat_stride(y);
+    const std::int64_t cs = flat_stride(c, count);
+    const std::int64_t xs = flat_stride(x, count);
+    const std::int64_t ys = flat_stride(y, count);
     if (cs >= 0 && xs >= 0 && ys >= 0) {
       visit_dtype(x.type(), [&](auto tag) {
         using T = decltype(tag);

@@ -193,6 +193,15 @@ inline void binary_run(R* out, const A* a, std::int64_t as, const B* b, std::int
 
 // ---- drivers ---------------------------------------------------------------------------------
 
+/// The stride of `t` along a flat walk over `count` output elements when no plan is needed:
+/// 1 for a dense tensor of count elements, 0 for a single element, -1 otherwise (the
+/// caller then makes a plan).
+inline std::int64_t flat_stride(const tensor& t, std::int64_t count) noexcept {
+  if (!t.is_contiguous()) return -1;
+  const std::int64_t n = t.num_elements();
+  return n == count ? 1 : n == 1 ? 0 : -1;
+}
+
 /// The broadcast shape of `shapes`; fails the node (loom::node_error) when they do not
 /// broadcast, as fed placeholders with unknown dimensions can at run time.
 shape broadcast_shape_of(const kernel_context& ctx, std::initializer_list<const shape*> shapes);
@@ -243,11 +252,9 @@ void run_binary(kernel_context& ctx, const Op& op, double cost_ns) {
   const T* b = y.template data<T>();
   // The common cases need no plan: dense operands of the output's element count, or a
   // single element against a dense operand (stride 0).
-  const bool x_flat = x.is_contiguous() && (x.num_elements() == count || x.num_elements() == 1);
-  const bool y_flat = y.is_contiguous() && (y.num_elements() == count || y.num_elements() == 1);
-  if (x_flat && y_flat) {
-    const std::int64_t as = x.num_elements() == count ? 1 : 0;
-    const std::int64_t bs = y.num_elements() == count ? 1 : 0;
+  const std::int64_t as = flat_stride(x, count);
+  const std::int64_t bs = flat_stride(y, count);
+  if (as >= 0 && bs >= 0) {
     ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
       binary_run(out + begin, a + begin * as, as, b + begin * bs, bs, end - begin, op);
     });

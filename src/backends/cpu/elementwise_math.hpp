@@ -3,6 +3,7 @@
 // that wraps instead of overflowing (NumPy's behaviour, and no undefined behaviour).
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -147,6 +148,19 @@ inline T from_double(double v) noexcept {
     return static_cast<T>(v);
   } else {
     return T(static_cast<float>(v));
+  }
+}
+
+/// A double as element type T the way a C cast from int64 would for integers: truncated
+/// and wrapped (NaN as 0, never UB), where from_double saturates; bool as != 0; float16 /
+/// bfloat16 rounded through float. The on/off values of one_hot and pad's constant.
+template <class T>
+inline T wrap_from_double(double v) noexcept {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (std::isnan(v)) return T{0};
+    return static_cast<T>(static_cast<std::int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
+  } else {
+    return from_double<T>(v);
   }
 }
 

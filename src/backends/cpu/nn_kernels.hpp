@@ -2,6 +2,7 @@
 // lists them. Note [oneDNN integration] (nn_onednn.hpp) says how they call oneDNN.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <type_traits>
 
@@ -19,6 +20,14 @@ void register_nn_conv_backward_kernels(kernel_registry& registry);
 void register_nn_pool_backward_kernels(kernel_registry& registry);
 
 namespace nn_detail {
+
+/// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward kernels and
+/// their gradients share it).
+struct pool_geometry {
+  std::int64_t n, c, h, w, oh, ow;
+  std::array<std::int64_t, 2> kernel, stride;
+  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
+};
 
 /// The type the reference loops accumulate T in: double for double, float otherwise.
 template <class T>

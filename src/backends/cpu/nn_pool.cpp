@@ -13,12 +13,6 @@ namespace {
 
 using namespace nn_detail;
 
-struct pool_geometry {
-  std::int64_t n, c, h, w, oh, ow;
-  std::array<std::int64_t, 2> kernel, stride;
-  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
-};
-
 // One task per (n, c) plane. The window is clipped to the input; padding never wins a max
 // and counts towards a mean only with count_include_pad (the window is then always whole:
 // inference keeps every window inside the padded input).

@@ -30,12 +30,6 @@ namespace {
 
 using namespace nn_detail;
 
-struct pool_geometry {
-  std::int64_t n, c, h, w, oh, ow;
-  std::array<std::int64_t, 2> kernel, stride;
-  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
-};
-
 // Runs body(in_plane_index, acc, grad) for each plane, with `acc` a zeroed accumulator of
 // h * w elements that is then rounded into dx's plane.
 template <class T, class Body>
@@ -98,7 +92,8 @@ bool max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx
             const T e2 = r1[c0];
             const T e3 = r1[c0 + 1];
             // Branch-free on purpose: on real activations which element wins is random, and
-            // a branch per comparison mispredicts (measured 5x slower in a training step).
+            // a branch per comparison mispredicts (the CNN step's two pool gradients: 9.5 ms
+            // with branches, 5.6 ms without).
             // std::max(best, e) skips a NaN e, as "e > best" does; the winner is the first
             // element equal to the maximum; when nothing beats -inf, the first element.
             const T best = std::max(std::max(std::max(std::max(-inf, e0), e1), e2), e3);

@@ -15,7 +15,7 @@ namespace {
 using grads = std::vector<std::optional<output>>;
 using ints = std::vector<std::int64_t>;
 
-// The reduced axes of the forward reduction (all of them when "axes" is empty), sorted.
+// Which input dimensions the forward reduction reduces (all of them when "axes" is empty).
 std::vector<bool> reduced_axes(const gradient_context& c) {
   const shape& in = c.input_shape(0);
   std::vector<bool> reduced(in.rank(), false);
@@ -69,11 +69,8 @@ grads extremum_grad(const gradient_context& c) {
   const dtype t = c.input_type(0);
   const output y = broadcast_back(c, c.output_of(0), reduced);
   const output hit = ops::cast(ops::equal(x, y), t);
-  ints axes;
-  for (std::size_t d = 0; d < reduced.size(); ++d) {
-    if (reduced[d]) axes.push_back(static_cast<std::int64_t>(d));
-  }
-  const output count = broadcast_back(c, ops::reduce_sum(hit, axes), reduced);
+  // The ties counted over the forward's own axes (empty: all, as the forward reads it).
+  const output count = broadcast_back(c, ops::reduce_sum(hit, c.attr<ints>("axes")), reduced);
   return {hit * broadcast_back(c, c.grad(0), reduced) / count};
 }
 
@@ -143,7 +140,8 @@ grads layer_norm_grad(const gradient_context& c) {
 
 grads xent_grad(const gradient_context& c) {
   // d loss_n / d logits_n = backprop_n (softmax - one_hot), scaled by the incoming dloss_n.
-  if (c.has_grad(1)) c.fail("gradients through softmax_cross_entropy's backprop output are not supported");
+  if (c.has_grad(1))
+    c.fail("gradients through softmax_cross_entropy's backprop output are not supported");
   const output dloss = ops::expand_dims(c.grad(0), -1);
   return {c.output_of(1) * dloss, std::nullopt};
 }
