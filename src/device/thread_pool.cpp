@@ -32,6 +32,12 @@
 // item) or sees the decremented count (and wakes someone). A worker only goes to sleep
 // after finding the queue empty under the mutex, so every item pushed after that sees it
 // in `sleepers_`. Extra wake-ups cost a little time; none can be lost.
+//
+// A run_until caller is an extra, temporary worker: it spins as one (in `spinners_`) and
+// then sleeps on its own condition variable (counted in `waiters_`), so pushes wake
+// sleeping workers first and a waiter only for items no worker will claim. Its flag's
+// setter calls wake_waiters(), which takes the mutex before notifying, so the same
+// argument covers the flag: a waiter either sees it set or is asleep when notified.
 
 namespace loom {
 namespace {
@@ -139,28 +145,38 @@ struct thread_pool::impl {
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;  // guarded by mutex
   int sleepers = 0;                         // guarded by mutex: workers in cv.wait
+  int waiters = 0;                          // guarded by mutex: run_until callers asleep
+  std::condition_variable waiter_cv;        // where run_until callers sleep
   bool stopping = false;                    // guarded by mutex
   std::vector<std::thread> workers;
 
-  // How many sleepers the queue needs woken (Note [thread pool wake-ups]). Call with the
-  // mutex held; notify() them after releasing it.
-  [[nodiscard]] int wakes_needed() const noexcept {
+  // Who the queue needs woken (Note [thread pool wake-ups]): sleeping workers first, then
+  // one sleeping run_until caller for what they leave unclaimed.
+  struct wake_list {
+    int workers = 0;
+    bool waiter = false;
+  };
+
+  // Call with the mutex held; notify() after releasing it.
+  [[nodiscard]] wake_list wakes_needed() const noexcept {
     const std::int64_t unclaimed =
         static_cast<std::int64_t>(queue.size()) - spinners.load(std::memory_order_seq_cst);
-    return static_cast<int>(std::clamp<std::int64_t>(unclaimed, 0, sleepers));
+    const int w = static_cast<int>(std::clamp<std::int64_t>(unclaimed, 0, sleepers));
+    return {w, unclaimed > w && waiters > 0};
   }
 
-  // Wakes `wakes` sleepers (all of them when that is every worker).
-  void notify(int wakes) {
-    if (wakes >= 2 && wakes >= threads - 1) {
+  // Wakes that many sleeping workers (all of them when that is every worker), and a waiter.
+  void notify(wake_list w) {
+    if (w.workers >= 2 && w.workers >= threads - 1) {
       cv.notify_all();
     } else {
-      for (int i = 0; i < wakes; ++i) cv.notify_one();
+      for (int i = 0; i < w.workers; ++i) cv.notify_one();
     }
+    if (w.waiter) waiter_cv.notify_one();
   }
 
   void push(std::function<void()> fn) {
-    int wakes = 0;
+    wake_list wakes{};
     {
       const std::lock_guard<std::mutex> lock(mutex);
       queue.push_back(std::move(fn));
@@ -295,7 +311,7 @@ void thread_pool::parallel_for(std::int64_t n, double cost_per_item,
   }
   const int helpers = static_cast<int>(std::min<std::int64_t>(chunks - 1, impl_->threads - 1));
   auto* st = new for_state(fn, n, chunks, helpers + 1);
-  int wakes = 0;
+  impl::wake_list wakes{};
   {
     const std::lock_guard<std::mutex> lock(impl_->mutex);
     int queued = 0;
@@ -319,6 +335,34 @@ void thread_pool::parallel_for(std::int64_t n, double cost_per_item,
   const std::exception_ptr error = st->error;
   st->release();
   if (error) std::rethrow_exception(error);
+}
+
+void thread_pool::run_until(const std::atomic<bool>& flag) {
+  impl& im = *impl_;
+  for (;;) {
+    if (flag.load(std::memory_order_acquire)) return;
+    if (im.try_run_one()) continue;
+    // Idle: as a worker, watch for work a little, then sleep (Note [thread pool wake-ups]).
+    im.spinners.fetch_add(1, std::memory_order_seq_cst);
+    for (int i = 0; i < spin_iterations && im.pending.load(std::memory_order_relaxed) == 0 &&
+                    !flag.load(std::memory_order_relaxed);
+         ++i) {
+      cpu_relax();
+    }
+    im.spinners.fetch_sub(1, std::memory_order_seq_cst);
+    std::unique_lock<std::mutex> lock(im.mutex);
+    if (!im.queue.empty()) continue;
+    ++im.waiters;
+    im.waiter_cv.wait(lock, [&] { return !im.queue.empty() || flag.load(std::memory_order_acquire); });
+    --im.waiters;
+  }
+}
+
+void thread_pool::wake_waiters() {
+  // Taking the mutex orders the caller's store to the flag before any waiter's last look
+  // at it: a waiter either saw the flag or is inside wait() and gets this notification.
+  { const std::lock_guard<std::mutex> lock(impl_->mutex); }
+  impl_->waiter_cv.notify_all();
 }
 
 int thread_pool::current_thread_index() const noexcept {

@@ -10,6 +10,14 @@
 //
 // Outputs live in per-run *slots*; each slot counts the inputs that read it.
 //
+// Note [caller helps]
+// A CPU pool of N threads has N - 1 workers: the thread that hands it work is counted as
+// the N-th. So the caller of a run does not sleep while the run goes on elsewhere: it
+// waits in thread_pool::run_until on the first root's device, running that pool's queued
+// tasks (scheduled nodes, parallel_for chunks) until the run is done. Without it, once the
+// critical path moved to a worker (any scheduled node), every parallel_for on that path ran
+// on one thread: the CNN's pooling and ReLU gradients took as long on 2 threads as on 1.
+//
 // Note [buffer forwarding]
 // The last reader of a slot *moves* the tensor out instead of copying it, so when nothing
 // else refers to the buffer (not a fetch, not a feed the caller holds, not a variable, not
@@ -95,9 +103,12 @@ struct run_state {
   std::mutex error_mutex;
   std::exception_ptr error;
 
+  // The caller waits for `done` by running tasks of its device's pool (helper) when there
+  // is one, else on done_cv.
+  thread_pool* helper = nullptr;
+  std::atomic<bool> done{false};
   std::mutex done_mutex;
   std::condition_variable done_cv;
-  bool done = false;
 
   void fail(std::exception_ptr e) {
     std::lock_guard lock(error_mutex);
@@ -241,9 +252,15 @@ void execute_from(run_state& st, std::int32_t first) {
     stack.pop_back();
   }
   if (st.remaining.fetch_sub(finished, std::memory_order_acq_rel) == finished) {
-    std::lock_guard lock(st.done_mutex);
-    st.done = true;
-    st.done_cv.notify_all();
+    if (thread_pool* helper = st.helper) {
+      // Once `done` is set the caller may return and destroy st: only `helper` is used.
+      st.done.store(true, std::memory_order_release);
+      helper->wake_waiters();
+    } else {
+      std::lock_guard lock(st.done_mutex);
+      st.done.store(true, std::memory_order_relaxed);
+      st.done_cv.notify_all();
+    }
   }
 }
 
@@ -258,7 +275,13 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
   }
   feeds.clear();
   if (!p.nodes.empty()) {
-    // The caller runs the first root itself; the others go to their devices' pools.
+    // The caller is one of the first root's device's threads for the run (Note [caller
+    // helps]): it runs that root itself and then the pool's queued work until the run ends.
+    if (thread_pool* pool = p.nodes[static_cast<std::size_t>(p.roots.front())].dev->pool();
+        pool != nullptr && pool->size() > 1) {
+      st.helper = pool;
+    }
+    // The other roots go to their devices' pools.
     for (std::size_t i = 1; i < p.roots.size(); ++i) {
       const exec_node& e = p.nodes[static_cast<std::size_t>(p.roots[i])];
       if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap && !e.whole_device) {
@@ -268,8 +291,12 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
       }
     }
     execute_from(st, p.roots.front());
-    std::unique_lock lock(st.done_mutex);
-    st.done_cv.wait(lock, [&] { return st.done; });
+    if (st.helper != nullptr) {
+      st.helper->run_until(st.done);
+    } else {
+      std::unique_lock lock(st.done_mutex);
+      st.done_cv.wait(lock, [&] { return st.done.load(std::memory_order_relaxed); });
+    }
   }
   std::vector<tensor> out;
   if (!st.failed.load(std::memory_order_acquire)) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -260,6 +261,7 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   const std::vector<std::string> fetches{sg.loss, sg.accuracy};
   double traced_optimizer_ns = 0;
   std::int64_t traced_steps = 0;
+  std::map<std::string, node_time> profile;  // sums until the end
 
   for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     // Each epoch's order depends on (seed, epoch) only, so a resumed run sees the batches
@@ -274,7 +276,7 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     double acc_sum = 0;
     for (std::int64_t step = 0; step < steps; ++step) {
       fill_batch(train_set, order, step * o.batch, o.batch, x, labels);
-      const bool trace_this = (o.sample_optimizer_time && step % 10 == 0) ||
+      const bool trace_this = o.profile || (o.sample_optimizer_time && step % 10 == 0) ||
                               (report.steps == 4 && !o.trace_path.empty());
       run_metadata meta;
       run_options ro;
@@ -295,6 +297,17 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
           if (std::find(sg.update_ops.begin(), sg.update_ops.end(), n.node) !=
               sg.update_ops.end()) {
             traced_optimizer_ns += static_cast<double>(n.duration_ns);
+          }
+        }
+        if (o.profile) {
+          for (const auto& n : meta.nodes) {
+            auto [it, fresh] = profile.try_emplace(n.node);
+            if (fresh) {
+              it->second.node = n.node;
+              it->second.op = n.op;
+              it->second.device = n.device;
+            }
+            it->second.seconds_per_step += static_cast<double>(n.duration_ns) * 1e-9;
           }
         }
         ++traced_steps;
@@ -348,6 +361,11 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     report.optimizer_seconds = traced_optimizer_ns * 1e-9 / static_cast<double>(traced_steps) *
                                static_cast<double>(report.steps);
   }
+  for (auto& [name, n] : profile) {
+    n.seconds_per_step /= static_cast<double>(traced_steps);
+    report.profile.push_back(std::move(n));
+  }
+  std::ranges::sort(report.profile, std::ranges::greater{}, &node_time::seconds_per_step);
   for (const auto& dev : s.devices()) {
     if (const auto st = dev->allocator().stats()) {
       report.peak_bytes += st->peak_bytes_in_use;

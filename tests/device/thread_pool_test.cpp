@@ -270,6 +270,91 @@ TEST(ThreadPool, ScheduledWorkRunsAfterIdlePeriods) {
   }
 }
 
+// Holds the pool's only worker in a task until let_go() (or 30 s pass, so a broken pool
+// fails the test instead of hanging it).
+struct worker_hold {
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  std::atomic<bool> left{false};
+
+  explicit worker_hold(thread_pool& pool) {
+    pool.schedule([this] {
+      started = true;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!release.load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      left = true;
+    });
+    while (!started.load()) std::this_thread::yield();
+  }
+  worker_hold(const worker_hold&) = delete;
+  worker_hold& operator=(const worker_hold&) = delete;
+  ~worker_hold() { let_go(); }
+
+  void let_go() {
+    release = true;
+    while (!left.load()) std::this_thread::yield();
+  }
+};
+
+TEST(ThreadPool, RunUntilRunsQueuedWorkOnTheCaller) {
+  thread_pool pool(2, "helper");
+  worker_hold hold(pool);
+  // The worker is busy, so only the caller, waiting in run_until, can run these.
+  std::atomic<bool> done{false};
+  std::atomic<int> ran{0};
+  std::atomic<bool> elsewhere{false};
+  const std::thread::id me = std::this_thread::get_id();
+  for (int i = 0; i < 3; ++i) {
+    pool.schedule([&] {
+      if (std::this_thread::get_id() != me) elsewhere = true;
+      if (ran.fetch_add(1) + 1 == 3) {
+        done.store(true);
+        pool.wake_waiters();
+      }
+    });
+  }
+  pool.run_until(done);
+  EXPECT_EQ(ran.load(), 3);
+  EXPECT_FALSE(elsewhere.load());
+  EXPECT_FALSE(hold.left.load());  // returned while the worker was still occupied
+  hold.let_go();
+  pool.run_until(done);  // already set: returns at once
+}
+
+TEST(ThreadPool, RunUntilWakesForLaterWorkAndForItsFlag) {
+  thread_pool pool(2, "waiter");
+  for (int round = 0; round < 10; ++round) {
+    worker_hold hold(pool);
+    std::atomic<bool> done{false};
+    std::atomic<bool> on_caller{false};
+    const std::thread::id me = std::this_thread::get_id();
+    // Work arrives after the caller has gone to sleep in run_until: a sleeping waiter must
+    // be woken for it, since the only worker is busy.
+    std::thread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(round % 2 == 0 ? 5 : 0));
+      pool.schedule([&] {
+        on_caller = std::this_thread::get_id() == me;
+        done.store(true);
+        pool.wake_waiters();
+      });
+    });
+    pool.run_until(done);
+    late.join();
+    EXPECT_TRUE(on_caller.load()) << round;
+    hold.let_go();
+    // A flag set from outside, with no work at all, wakes the waiter too.
+    std::atomic<bool> flag{false};
+    std::thread setter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(round % 2 == 0 ? 5 : 0));
+      flag.store(true);
+      pool.wake_waiters();
+    });
+    pool.run_until(flag);
+    setter.join();
+  }
+}
+
 TEST(ThreadPool, DestructionRunsQueuedWork) {
   for (int threads : {1, 2, 4}) {
     std::atomic<int> ran{0};

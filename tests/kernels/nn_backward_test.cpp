@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -582,6 +583,48 @@ TEST(NnBackward, MaxPoolGradTies) {
     std::vector<double> v(static_cast<std::size_t>(p.x.num_elements()));
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 7) % 3);
     check_pool(true, p, make(t, p.x, v), random(t, p.y(), 4));
+  }
+}
+
+// NaN and -inf in 2x2 stride-2 windows (the tiled, vectorized path for f32/f64; the general
+// loop for f16/bf16), over widths that leave every vector remainder: both follow one rule,
+// checked against it here: from -inf, a strictly greater element replaces the maximum
+// (so NaN never does), and a window where nothing beats -inf routes to its first element.
+TEST(NnBackward, MaxPoolGradNanAndInfinityWindows) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> palette{nan, -inf, 0.0, 1.0, 1.0, -1.0, nan, 2.0, -inf};
+  for (std::int64_t w = 2; w <= 36; w += (w < 12 ? 1 : 5)) {
+    const pool_case c{.x = {2, 2, 6, w}, .kernel = {2, 2}};
+    std::vector<double> xv(static_cast<std::size_t>(c.x.num_elements()));
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = palette[(i * 7 + i / 5) % palette.size()];
+    // Whole windows of NaN and of -inf in the first plane.
+    const auto fill_window = [&](std::size_t first, double v) {
+      const auto row = static_cast<std::size_t>(w);
+      xv.at(first) = xv.at(first + 1) = xv.at(first + row) = xv.at(first + row + 1) = v;
+    };
+    fill_window(0, nan);
+    if (w >= 4) fill_window(2, -inf);
+    std::vector<double> dyv(static_cast<std::size_t>(c.y().num_elements()));
+    for (std::size_t i = 0; i < dyv.size(); ++i) dyv[i] = static_cast<double>(i % 13) + 1.0;
+    std::vector<double> want(xv.size(), 0.0);
+    for_each_window(c, [&](std::size_t yi, const std::vector<std::size_t>& at) {
+      double best = -inf;
+      std::size_t winner = at.front();
+      for (const std::size_t k : at) {
+        if (xv[k] > best) {
+          best = xv[k];
+          winner = k;
+        }
+      }
+      want[winner] += dyv[yi];
+    });
+    for (const dtype t : float_types) {
+      SCOPED_TRACE(::testing::Message() << to_string(t) << " width " << w);
+      const tensor dx = run_op1("max_pool2d_grad", {make(t, c.x, xv), make(t, c.y(), dyv)},
+                                pool_attrs(true, c));
+      expect_close(dx, c.x, want, 0, 0);
+    }
   }
 }
 

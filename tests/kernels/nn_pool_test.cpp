@@ -103,6 +103,31 @@ TEST(NnPool, MaxAgainstReference) {
   }
 }
 
+// Tiled 2x2 windows (max pooling's vectorized path for float32 and float64), over widths
+// that leave every vector remainder and odd sizes whose last row and column lie in no
+// window, with -inf and ties; in float32 and float64 NaN too: from -inf, only a greater
+// element replaces the maximum, so NaN is skipped and an all-NaN window gives -inf.
+TEST(NnPool, MaxTiled2x2WidthsInfinitiesAndNaN) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const dtype t : float_types) {
+    const bool with_nan = t == dtype::f32 || t == dtype::f64;
+    for (std::int64_t w = 2; w <= 37; w += (w < 12 ? 1 : 5)) {
+      const pool_case c{.x = {2, 3, 5, w}, .kernel = {2, 2}};
+      std::vector<double> xv(static_cast<std::size_t>(c.x.num_elements()));
+      const std::vector<double> palette{-inf, 0.5, 0.5, -2.0, with_nan ? nan : -inf, 3.0, 1.0};
+      for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = palette[(i * 5 + i / 3) % palette.size()];
+      // A whole window of NaN in float32/float64, of -inf in float16. (bfloat16 runs on
+      // oneDNN, whose max starts from the lowest finite value: a window of only -inf gives
+      // that, not -inf; docs/training.md.)
+      const auto row = static_cast<std::size_t>(w);
+      if (t != dtype::bf16) xv.at(0) = xv.at(1) = xv.at(row) = xv.at(row + 1) = with_nan ? nan : -inf;
+      SCOPED_TRACE(::testing::Message() << "width " << w);
+      check_with(true, c, make(t, c.x, xv));
+    }
+  }
+}
+
 TEST(NnPool, AvgAgainstReference) {
   for (const dtype t : float_types) {
     std::uint64_t seed = 1;

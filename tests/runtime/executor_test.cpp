@@ -3,13 +3,17 @@
 // name, and a serialized chain through the session.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "loom/device/cpu_device.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
+#include "loom/runtime/run_metadata.hpp"
 #include "loom/runtime/session.hpp"
 #include "runtime/runtime_test_support.hpp"
 
@@ -176,6 +180,57 @@ TEST(Executor, WideGraphsRunOnManyThreadsAndAgree) {
       double want = 0;
       for (int i = 0; i < 16; ++i) want += std::exp(static_cast<double>(k) * (i * 1e-5));
       ASSERT_NEAR(v[k], want, 1e-4 * want) << k;
+    }
+  }
+}
+
+TEST(Executor, TheCallerRunsScheduledNodesWhileItWaits) {
+  // Note [caller helps]: with the device's only worker occupied, a run whose independent
+  // branches go to the pool still finishes, on the caller's thread. (Small tensors: a
+  // parallel_for would also run queued nodes while it waits, hiding a caller that sleeps.)
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {64});
+  // t's four consumers become ready together: the thread that ran t runs one, and the
+  // others go to the pool.
+  auto t = x * 1e-2;
+  output sum = ((ops::exp(t) + ops::tanh(t)) + ops::square(t)) + ops::abs(t);
+  const std::string last = sum.name();
+  session_options o;
+  o.devices.cpu_threads = 2;
+  session s(std::move(g), o);
+  thread_pool* pool = s.devices().front()->pool();
+  ASSERT_NE(pool, nullptr);
+  ASSERT_EQ(pool->size(), 2);
+  const auto feed = host_tensor<float>({64}, iota(64, 0));
+  for (int rep = 0; rep < 5; ++rep) {
+    // Hold the worker (for 30 s at most, so a caller that sleeps fails the test instead of
+    // hanging it).
+    std::atomic<bool> started{false};
+    std::atomic<bool> release{false};
+    std::atomic<bool> left{false};
+    pool->schedule([&] {
+      started = true;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!release.load() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      left = true;
+    });
+    while (!started.load()) std::this_thread::yield();
+    run_metadata meta;
+    run_options ro;
+    ro.trace = true;
+    const auto out = s.run({{"x", feed}}, {last}, {}, &meta, ro);
+    EXPECT_FALSE(left.load()) << "the run waited for the occupied worker";
+    release = true;
+    while (!left.load()) std::this_thread::yield();
+    std::set<int> threads;
+    for (const auto& n : meta.nodes) threads.insert(n.thread);
+    EXPECT_EQ(threads.size(), 1u) << "every node ran on the caller";
+    for (std::size_t k : {std::size_t{0}, std::size_t{31}, std::size_t{63}}) {
+      const double v = static_cast<double>(k) * 1e-2;
+      const double want = std::exp(v) + std::tanh(v) + v * v + std::abs(v);
+      ASSERT_NEAR(out[0].span<float>()[k], want, 1e-5 * want + 1e-6) << k;
     }
   }
 }

@@ -35,6 +35,30 @@ void show_progress(const train::step_progress& p, bool tty) {
   std::fflush(stderr);
 }
 
+// The slowest nodes, in ms per step, against the mean step time.
+void print_profile(const train::train_report& report) {
+  const double step_ms = 1e3 * report.train_seconds / static_cast<double>(report.steps);
+  fmt::print("\nprofile (mean per step over {} traced steps; a step takes {:.2f} ms)\n",
+             report.steps, step_ms);
+  fmt::print("  {:<32} {:<24} {:>9} {:>7}\n", "node", "op", "ms", "% step");
+  constexpr std::size_t shown = 20;
+  double rest = 0;
+  for (std::size_t i = 0; i < report.profile.size(); ++i) {
+    const double ms = 1e3 * report.profile[i].seconds_per_step;
+    if (i >= shown) {
+      rest += ms;
+    } else {
+      fmt::print("  {:<32} {:<24} {:>9.3f} {:>6.1f}%\n", report.profile[i].node,
+                 report.profile[i].op, ms, 100 * ms / step_ms);
+    }
+  }
+  if (report.profile.size() > shown) {
+    fmt::print("  {:<57} {:>9.3f} {:>6.1f}%\n",
+               fmt::format("{} more nodes", report.profile.size() - shown), rest,
+               100 * rest / step_ms);
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -64,6 +88,8 @@ void add_train_command(CLI::App& app) {
                   "Save variables and optimizer state here after every epoch");
   cmd->add_flag("--resume", o.resume, "Continue from the checkpoint in --checkpoint");
   cmd->add_flag("--quiet", f->quiet, "No progress bar");
+  cmd->add_flag("--profile", o.profile,
+                "Trace every step and print the nodes that take the most time per step");
   cmd->callback([f] {
     auto& opts = f->options;
     train::dataset all = f->data.empty() ? train::make_digits(f->examples, opts.seed)
@@ -100,6 +126,7 @@ void add_train_command(CLI::App& app) {
       fmt::print("  checkpoint         {}\n", (opts.checkpoint_dir / "checkpoint.safetensors").string());
     }
     if (!opts.trace_path.empty()) fmt::print("  trace              {}\n", opts.trace_path.string());
+    if (!report.profile.empty()) print_profile(report);
   });
 }
 

@@ -10,6 +10,7 @@
 // included, and never deadlocks).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -62,6 +63,14 @@ class thread_pool {
   /// finish, and then the first exception is rethrown here. n <= 0 does nothing.
   void parallel_for(std::int64_t n, double cost_per_item,
                     const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+  /// Runs queued tasks on the calling thread until `flag` is true, sleeping when there are
+  /// none, so a thread that waits for work it handed to the pool (a session.run) is one of
+  /// the pool's threads meanwhile instead of an idle one. Whoever sets `flag` must then call
+  /// wake_waiters(). Returns at once when `flag` is already true.
+  void run_until(const std::atomic<bool>& flag);
+  /// Wakes every run_until caller to look at its flag again.
+  void wake_waiters();
 
   /// Index of the calling thread in this pool (1 .. size()-1 for workers), or 0 when the
   /// caller is not one of its workers.

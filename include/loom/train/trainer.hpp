@@ -49,6 +49,8 @@ struct train_options {
   /// Trace every 10th step to estimate the optimizer's share of the time (a few µs per
   /// traced step); benchmarks turn it off.
   bool sample_optimizer_time = true;
+  /// Trace every step and report each node's mean time per step (train_report::profile).
+  bool profile = false;
 };
 
 /// One step's figures, for progress display.
@@ -71,6 +73,14 @@ struct epoch_report {
   double samples_per_second = 0;
 };
 
+/// One node's share of a training step (train_options::profile).
+struct node_time {
+  std::string node;
+  std::string op;
+  std::string device;
+  double seconds_per_step = 0;  // mean over the traced steps
+};
+
 struct train_report {
   std::vector<epoch_report> epochs;
   std::string model_summary;
@@ -88,6 +98,9 @@ struct train_report {
   double fragmentation = 0;
   /// The epoch the run resumed after (0 when it started fresh).
   int resumed_epoch = 0;
+  /// With train_options::profile: every node's mean time per step, slowest first. Nodes on
+  /// different threads overlap, so the times can sum to more than a step.
+  std::vector<node_time> profile;
 };
 
 /// Trains on `train_set`, evaluates on `test_set` after every epoch. Throws

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <limits>
 #include <cstdint>
 #include <type_traits>
 
@@ -28,6 +29,26 @@ struct pool_geometry {
   std::array<std::int64_t, 2> kernel, stride;
   std::array<std::int64_t, 4> pad;  // top, bottom, left, right
 };
+
+/// True for 2x2 windows with stride 2 and no padding: windows tile the plane (an odd last
+/// row or column lies in none), and the max kernels take their vectorized paths.
+inline bool tiles_2x2(const pool_geometry& g) noexcept {
+  return g.kernel == std::array<std::int64_t, 2>{2, 2} &&
+         g.stride == std::array<std::int64_t, 2>{2, 2} && g.pad == std::array<std::int64_t, 4>{};
+}
+
+/// The maximum of a window as max pooling defines it: from -inf, an element greater than
+/// the maximum so far replaces it, so NaN never does (the gradient routes dy by the same
+/// rule). Selects, no branches: loops over windows vectorize.
+template <class T>
+inline T window_max(T e0, T e1, T e2, T e3) noexcept {
+  T best = -std::numeric_limits<T>::infinity();
+  best = best < e0 ? e0 : best;
+  best = best < e1 ? e1 : best;
+  best = best < e2 ? e2 : best;
+  best = best < e3 ? e3 : best;
+  return best;
+}
 
 /// The type the reference loops accumulate T in: double for double, float otherwise.
 template <class T>

@@ -67,10 +67,7 @@ bool max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx
   if constexpr (!std::is_same_v<T, acc_t<T>>) {
     return false;  // half and bfloat16 accumulate in float: the general loop
   } else {
-    if (g.kernel != std::array<std::int64_t, 2>{2, 2} ||
-        g.stride != std::array<std::int64_t, 2>{2, 2} || g.pad != std::array<std::int64_t, 4>{}) {
-      return false;
-    }
+    if (!tiles_2x2(g)) return false;
     const std::int64_t plane = g.h * g.w;
     ctx.parallel_for(g.n * g.c, static_cast<double>(plane), [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t p = lo; p < hi; ++p) {
@@ -81,32 +78,34 @@ bool max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx
         // An odd last row or column lies in no window.
         if (g.h % 2 != 0 || g.w % 2 != 0) std::fill_n(out, plane, T{0});
         for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-          const T* r0 = in + 2 * oy * g.w;
-          const T* r1 = r0 + g.w;
-          T* o0 = out + 2 * oy * g.w;
-          T* o1 = o0 + g.w;
+          const T* __restrict r0 = in + 2 * oy * g.w;
+          const T* __restrict r1 = r0 + g.w;
+          const T* __restrict dy_row = grad + oy * g.ow;
+          T* __restrict o0 = out + 2 * oy * g.w;
+          T* __restrict o1 = o0 + g.w;
+          // Selects, no branches, and no dependence between windows, so the loop
+          // vectorizes: on real activations which element wins is random, and a branch per
+          // comparison mispredicts (9.5 ms a CNN step for the two pool gradients with
+          // branches, 5.6 ms branch-free scalar; vectorized, 1.6 ms on 2 threads).
+#pragma omp simd
           for (std::int64_t ox = 0; ox < g.ow; ++ox) {
             const std::int64_t c0 = 2 * ox;
             const T e0 = r0[c0];
             const T e1 = r0[c0 + 1];
             const T e2 = r1[c0];
             const T e3 = r1[c0 + 1];
-            // Branch-free on purpose: on real activations which element wins is random, and
-            // a branch per comparison mispredicts (the CNN step's two pool gradients: 9.5 ms
-            // with branches, 5.6 ms without).
-            // std::max(best, e) skips a NaN e, as "e > best" does; the winner is the first
-            // element equal to the maximum; when nothing beats -inf, the first element.
-            const T best = std::max(std::max(std::max(std::max(-inf, e0), e1), e2), e3);
-            // Exactly one of a0..a3 is 1: the winner.
-            const int a0 = static_cast<int>(best == -inf) | static_cast<int>(e0 == best);
-            const int a1 = (1 - a0) * static_cast<int>(e1 == best);
-            const int a2 = (1 - a0 - a1) * static_cast<int>(e2 == best);
-            const int a3 = 1 - a0 - a1 - a2;
-            const T v = grad[oy * g.ow + ox];
-            o0[c0] = a0 != 0 ? v : T{0};
-            o0[c0 + 1] = a1 != 0 ? v : T{0};
-            o1[c0] = a2 != 0 ? v : T{0};
-            o1[c0 + 1] = a3 != 0 ? v : T{0};
+            // The winner is the first element equal to the maximum (as the general loop's
+            // "e > best" finds it); when nothing beats -inf, the first element.
+            const T best = window_max(e0, e1, e2, e3);
+            const bool w0 = (best == -inf) | (e0 == best);
+            const bool w1 = !w0 & (e1 == best);
+            const bool w2 = !(w0 | w1) & (e2 == best);
+            const bool w3 = !(w0 | w1 | w2);
+            const T v = dy_row[ox];  // loaded once, unconditionally: no control flow
+            o0[c0] = w0 ? v : T{0};
+            o0[c0 + 1] = w1 ? v : T{0};
+            o1[c0] = w2 ? v : T{0};
+            o1[c0 + 1] = w3 ? v : T{0};
           }
         }
       }
