@@ -142,6 +142,33 @@ TEST(Train, ACnnLearnsTheDigits) {
   EXPECT_GT(report.test_accuracy, 0.6) << "chance is 0.10";
 }
 
+TEST(Train, ProfileReportsEveryNodeSlowestFirst) {
+  const auto [tr, te] = split(make_digits(600, 14), 0.2, 14);
+  train_options o = small_mlp();
+  o.epochs = 1;
+  EXPECT_TRUE(train(tr, te, o).profile.empty()) << "only with profile";
+  o.profile = true;
+  const auto report = train(tr, te, o);
+  ASSERT_FALSE(report.profile.empty());
+  std::set<std::string> ops;
+  double total = 0;
+  for (std::size_t i = 0; i < report.profile.size(); ++i) {
+    const node_time& n = report.profile[i];
+    EXPECT_FALSE(n.node.empty());
+    EXPECT_GE(n.seconds_per_step, 0.0) << n.node;
+    if (i > 0) {
+      EXPECT_LE(n.seconds_per_step, report.profile[i - 1].seconds_per_step) << n.node;
+    }
+    ops.insert(n.op);
+    total += n.seconds_per_step;
+  }
+  // The forward matmuls, their gradients and the fused update are all there.
+  for (const char* op : {"matmul", "relu_grad", "fused_adam"}) EXPECT_TRUE(ops.contains(op)) << op;
+  // Two threads can overlap nodes, but no more than two steps' worth of node time per step.
+  const double step = report.train_seconds / static_cast<double>(report.steps);
+  EXPECT_LE(total, 2.0 * step + 1e-3);
+}
+
 TEST(Train, FusedAndPerTensorUpdatesTrainTheSameModel) {
   const auto [tr, te] = split(make_digits(600, 13), 0.2, 13);
   for (const char* opt : {"adam", "adamw", "sgd"}) {
