@@ -3,8 +3,8 @@
 namespace loom {
 
 buffer_ptr buffer::adopt(void* data, std::size_t bytes, std::size_t alignment, device_id device,
-                         stream s, release_fn on_release, void* context) {
-  return buffer_ptr(new buffer(data, bytes, alignment, device, s, on_release, context));
+                         stream s, release_fn on_release, void* context, bool read_only) {
+  return buffer_ptr(new buffer(data, bytes, alignment, device, s, on_release, context, read_only));
 }
 
 void buffer::drop_ref() noexcept {

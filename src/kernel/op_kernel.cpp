@@ -37,7 +37,7 @@ tensor& kernel_context::allocate_output(std::size_t i, dtype t, const shape& s) 
 tensor* kernel_context::forward_input(std::size_t input, std::size_t i, const shape& s) {
   const tensor& in = inputs_[input];
   const dtype t = node_.outputs[i].type;
-  if (!in.defined() || !in.buf()->unique() || in.offset() != 0 || !in.is_contiguous() ||
+  if (!in.defined() || !in.buf()->writable_in_place() || in.offset() != 0 || !in.is_contiguous() ||
       size_of(in.type()) != size_of(t) || in.buf()->bytes() != in.nbytes() ||
       s.num_elements() != in.num_elements() || in.device() != device_.id()) {
     return nullptr;

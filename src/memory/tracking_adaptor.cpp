@@ -11,6 +11,7 @@
 
 #include "loom/core/memory_stats.hpp"
 #include "loom/memory/allocation_tag.hpp"
+#include "loom/memory/loans.hpp"
 #include "loom/memory/misuse.hpp"
 #include "memory/describe_bytes.hpp"
 
@@ -223,6 +224,10 @@ std::string tracking_adaptor::format_report(const std::vector<allocation_record>
       fmt::format_to(it, "    #{} at {}: {}, alignment {}, stream {:#x}, thread {}\n", r->sequence,
                      r->pointer, describe_bytes(r->bytes), r->alignment, r->on_stream.value(),
                      r->thread);
+      for (const loan& l : loans_within(r->pointer, r->bytes)) {
+        fmt::format_to(it, "      lent to {} ({} at {}), not given back\n", l.borrower,
+                       describe_bytes(l.bytes), l.pointer);
+      }
       append_stack(out, r->stack);
     }
   }

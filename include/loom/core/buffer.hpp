@@ -4,8 +4,10 @@
 // release function it was made with (a memory resource's deallocate, a DLPack deleter, a
 // NumPy array's reference) when the last reference goes. Tensors are views of buffers.
 // The count is intrusive and atomic: buffer_ptr copies are thread-safe, as shared_ptr's are.
-// `unique()` is what lets the executor write an output into an input's buffer in place
-// (Note [buffer forwarding] in runtime/executor.cpp).
+// `writable_in_place()` (unique and not read-only) is what lets the executor write an output
+// into an input's buffer in place (Note [buffer forwarding] in runtime/executor.cpp), and
+// variables update in place. A read-only buffer (memory a DLPack producer lent with its
+// READ_ONLY flag) is never written by loom.
 #pragma once
 
 #include <atomic>
@@ -28,8 +30,9 @@ class buffer {
 
   /// A buffer over `data`, owned from now on: `release(context, data, bytes, alignment, s)`
   /// runs once, when the last reference goes. A null `release` borrows the memory.
+  /// `read_only` buffers are never written in place by loom.
   static buffer_ptr adopt(void* data, std::size_t bytes, std::size_t alignment, device_id device,
-                          stream s, release_fn on_release, void* context);
+                          stream s, release_fn on_release, void* context, bool read_only = false);
 
   [[nodiscard]] void* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
@@ -37,8 +40,13 @@ class buffer {
   [[nodiscard]] device_id device() const noexcept { return device_; }
   /// The stream the memory is ordered on (the default stream on CPU).
   [[nodiscard]] stream stream_of() const noexcept { return stream_; }
-  /// True when exactly one reference exists, so whoever holds it may overwrite the data.
+  /// True when exactly one reference exists.
   [[nodiscard]] bool unique() const noexcept { return refs_.load(std::memory_order_acquire) == 1; }
+  /// True for memory loom must not write (a read-only import).
+  [[nodiscard]] bool read_only() const noexcept { return read_only_; }
+  /// True when whoever holds the only reference may overwrite the data: unique() and not
+  /// read_only().
+  [[nodiscard]] bool writable_in_place() const noexcept { return !read_only_ && unique(); }
 
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
@@ -46,9 +54,9 @@ class buffer {
  private:
   friend class buffer_ptr;
   buffer(void* data, std::size_t bytes, std::size_t alignment, device_id device, stream s,
-         release_fn release_fn_, void* context) noexcept
+         release_fn release_fn_, void* context, bool read_only) noexcept
       : data_(data), bytes_(bytes), alignment_(alignment), device_(device), stream_(s),
-        release_(release_fn_), context_(context) {}
+        release_(release_fn_), context_(context), read_only_(read_only) {}
   ~buffer() = default;
   void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void drop_ref() noexcept;
@@ -60,6 +68,7 @@ class buffer {
   stream stream_;
   release_fn release_;
   void* context_;
+  bool read_only_;
   std::atomic<std::int32_t> refs_{1};
 };
 

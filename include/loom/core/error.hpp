@@ -28,6 +28,13 @@ class invalid_argument : public error {
   using error::error;
 };
 
+/// A well-formed request for something loom does not support: a dtype it has no type for
+/// (a DLPack int16, an Arrow decimal), a device it cannot reach. Python raises TypeError.
+class unsupported_error : public invalid_argument {
+ public:
+  using invalid_argument::invalid_argument;
+};
+
 /// Something looked up by name or key does not exist.
 class not_found : public error {
  public:

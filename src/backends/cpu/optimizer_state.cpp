@@ -57,7 +57,7 @@ namespace {
 // reference (the variable's read was dropped with ctx.take_input), else a copy that
 // replaces it, so a tensor someone still reads keeps its old value.
 void make_writable(kernel_context& ctx, variable_store::variable& var) {
-  if (var.value.buf()->unique() && var.value.is_contiguous() &&
+  if (var.value.buf()->writable_in_place() && var.value.is_contiguous() &&
       var.value.device() == ctx.device().id()) {
     return;
   }

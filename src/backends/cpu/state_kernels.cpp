@@ -115,7 +115,7 @@ class update_kernel final : public op_kernel {
     // The variable's own buffer is updated in place when no read still holds it (the value
     // read as input 0 by this node is dropped first); otherwise the variable gets a new one.
     if constexpr (U != update::set) (void)ctx.take_input(0);
-    const bool writable = var.value.defined() && var.value.buf()->unique() &&
+    const bool writable = var.value.defined() && var.value.buf()->writable_in_place() &&
                           var.value.shape() == value.shape();
     if (U == update::set) {
       if (!writable) {

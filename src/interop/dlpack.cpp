@@ -1,0 +1,269 @@
+#include "loom/interop/dlpack.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "loom/core/dlpack_device.hpp"
+#include "loom/core/error.hpp"
+#include "loom/memory/loans.hpp"
+
+namespace loom::interop {
+namespace {
+
+// ---- types ----------------------------------------------------------------------------
+
+std::string describe(DLDataType t) {
+  const char* kind = nullptr;
+  switch (t.code) {
+    case kDLInt:
+      kind = "int";
+      break;
+    case kDLUInt:
+      kind = "uint";
+      break;
+    case kDLFloat:
+      kind = "float";
+      break;
+    case kDLBfloat:
+      kind = "bfloat";
+      break;
+    case kDLComplex:
+      kind = "complex";
+      break;
+    case kDLOpaqueHandle:
+      kind = "opaque handle";
+      break;
+    case dl_bool_code:
+      kind = "bool";
+      break;
+    default:
+      return fmt::format("type code {} of {} bits x {} lanes", t.code, t.bits, t.lanes);
+  }
+  std::string out = fmt::format("{}{}", kind, t.bits);
+  if (t.lanes != 1) out += fmt::format(" x {} lanes", t.lanes);
+  return out;
+}
+
+// ---- export ---------------------------------------------------------------------------
+
+// One allocation per export: the managed struct the consumer sees, and what keeps the
+// memory alive until its deleter runs. The shapes live here (not moved afterwards), so
+// dl_tensor.shape and .strides can point into them.
+template <class Managed>
+struct export_holder {
+  Managed managed{};
+  tensor t;  // holds a reference to the buffer
+  shape dims;
+  shape strides;
+  std::uint64_t loan = 0;
+};
+
+template <class Managed>
+void delete_export(Managed* self) noexcept {
+  auto* h = static_cast<export_holder<Managed>*>(self->manager_ctx);
+  memory::give_back(h->loan);
+  delete h;  // drops the buffer reference
+}
+
+template <class Managed>
+Managed* make_export(const tensor& t, const char* borrower) {
+  auto h = std::make_unique<export_holder<Managed>>();
+  h->t = t;
+  h->dims = t.shape();
+  h->strides = t.strides();
+  DLTensor& d = h->managed.dl_tensor;
+  // data points at element 0 and byte_offset is 0: consumers that ignore byte_offset (as
+  // PyTorch 1.x does) read the right elements.
+  d.data = t.defined() ? const_cast<void*>(static_cast<const void*>(t.raw_data())) : nullptr;
+  d.byte_offset = 0;
+  d.device = to_dlpack(t.defined() ? t.device() : device_id{device_type::cpu, 0});
+  d.ndim = static_cast<std::int32_t>(h->dims.rank());
+  d.dtype = to_dl_data_type(t.type());
+  d.shape = h->dims.data();
+  d.strides = h->strides.data();
+  h->managed.manager_ctx = h.get();
+  h->managed.deleter = &delete_export<Managed>;
+  const std::size_t bytes = t.defined() ? t.num_elements() == 0 ? 0 : t.buf()->bytes() : 0;
+  h->loan = memory::lend(t.defined() ? t.buf()->data() : nullptr, bytes, borrower);
+  return &h.release()->managed;
+}
+
+// ---- import ---------------------------------------------------------------------------
+
+// The product or sum of two int64s, or nothing when it overflows.
+bool mul_overflows(std::int64_t a, std::int64_t b, std::int64_t& out) {
+  return __builtin_mul_overflow(a, b, &out);
+}
+bool add_overflows(std::int64_t a, std::int64_t b, std::int64_t& out) {
+  return __builtin_add_overflow(a, b, &out);
+}
+
+// Calls the producer's deleter when the last loom reference to the memory goes.
+template <class Managed>
+void release_import(void* context, void*, std::size_t, std::size_t, stream) noexcept {
+  auto* m = static_cast<Managed*>(context);
+  if (m->deleter != nullptr) m->deleter(m);
+}
+
+template <class Managed>
+tensor import(Managed* m, bool read_only, const char* what) {
+  if (m == nullptr) throw invalid_argument(fmt::format("{}: null managed tensor", what));
+  const DLTensor& d = m->dl_tensor;
+  const dtype t = dtype_from_dl(d.dtype);
+  const device_id dev = loom::from_dlpack(d.device);
+  if (dev.type != device_type::cpu) {
+    throw unsupported_error(fmt::format(
+        "{}: the tensor is on {}; loom imports CPU memory only (copy it to the CPU first)", what,
+        to_string(dev)));
+  }
+  if (d.ndim < 0) throw invalid_argument(fmt::format("{}: negative ndim {}", what, d.ndim));
+  const auto rank = static_cast<std::size_t>(d.ndim);
+  if (rank > 0 && d.shape == nullptr) {
+    throw invalid_argument(fmt::format("{}: ndim {} with a null shape", what, d.ndim));
+  }
+  shape dims = shape::filled(rank, 0);
+  shape strides = shape::filled(rank, 0);
+  std::int64_t count = 1;
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (d.shape[i] < 0) {
+      throw invalid_argument(fmt::format("{}: dimension {} is {}", what, i, d.shape[i]));
+    }
+    dims[i] = d.shape[i];
+    if (mul_overflows(count, d.shape[i], count)) {
+      throw invalid_argument(fmt::format("{}: the shape's element count overflows", what));
+    }
+  }
+  // Row-major strides when none are given; the element range [lo, hi] the view touches.
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+  std::int64_t next = 1;
+  for (std::size_t i = rank; i-- > 0;) {
+    const std::int64_t s = d.strides != nullptr ? d.strides[i] : next;
+    strides[i] = s;
+    if (d.strides == nullptr) next *= std::max<std::int64_t>(dims[i], 1);
+    if (dims[i] == 0) continue;
+    std::int64_t span = 0;
+    std::int64_t& end = s < 0 ? lo : hi;
+    if (mul_overflows(dims[i] - 1, s, span) || add_overflows(end, span, end)) {
+      throw invalid_argument(
+          fmt::format("{}: stride {} of dimension {} (size {}) reaches past the 64-bit range", what,
+                      s, i, dims[i]));
+    }
+  }
+  const auto esize = static_cast<std::int64_t>(size_of(t));
+  std::int64_t extent = 0;  // bytes the view spans
+  if (count != 0 && (mul_overflows(hi - lo + 1, esize, extent) ||
+                     lo < std::numeric_limits<std::int64_t>::min() / esize)) {
+    throw invalid_argument(
+        fmt::format("{}: the strides span more bytes than fit in 64 bits", what));
+  }
+  if (count != 0 && d.data == nullptr) {
+    throw invalid_argument(fmt::format("{}: null data for {} elements", what, count));
+  }
+  std::byte* base = static_cast<std::byte*>(d.data);
+  if (base != nullptr) base += d.byte_offset;
+  std::byte* start = count == 0 ? base : base + lo * esize;
+  const auto address = reinterpret_cast<std::uintptr_t>(start);
+  const std::size_t alignment =
+      address == 0 ? 256 : std::min<std::size_t>(std::size_t{1} << std::countr_zero(address), 256);
+  // Nothing below throws but for memory: adopt takes `m` only after every check passed.
+  buffer_ptr buf = buffer::adopt(start, static_cast<std::size_t>(extent), alignment, dev, stream{},
+                                 &release_import<Managed>, m, read_only);
+  return tensor::strided(std::move(buf), t, std::move(dims), std::move(strides),
+                         count == 0 ? 0 : -lo);
+}
+
+}  // namespace
+
+DLDataType to_dl_data_type(dtype t) noexcept {
+  DLDataType out{};
+  out.lanes = 1;
+  out.bits = static_cast<std::uint8_t>(8 * size_of(t));
+  switch (t) {
+    case dtype::f32:
+    case dtype::f64:
+    case dtype::f16:
+      out.code = kDLFloat;
+      break;
+    case dtype::bf16:
+      out.code = kDLBfloat;
+      break;
+    case dtype::i32:
+    case dtype::i64:
+    case dtype::i8:
+      out.code = kDLInt;
+      break;
+    case dtype::u8:
+      out.code = kDLUInt;
+      break;
+    case dtype::boolean:
+      out.code = dl_bool_code;
+      break;
+  }
+  return out;
+}
+
+dtype dtype_from_dl(DLDataType t) {
+  if (t.lanes == 1) {
+    switch (t.code) {
+      case kDLFloat:
+        if (t.bits == 16) return dtype::f16;
+        if (t.bits == 32) return dtype::f32;
+        if (t.bits == 64) return dtype::f64;
+        break;
+      case kDLBfloat:
+        if (t.bits == 16) return dtype::bf16;
+        break;
+      case kDLInt:
+        if (t.bits == 8) return dtype::i8;
+        if (t.bits == 32) return dtype::i32;
+        if (t.bits == 64) return dtype::i64;
+        break;
+      case kDLUInt:
+        if (t.bits == 8) return dtype::u8;
+        break;
+      case dl_bool_code:
+        if (t.bits == 8) return dtype::boolean;
+        break;
+      default:
+        break;
+    }
+  }
+  throw unsupported_error(fmt::format(
+      "DLPack dtype {} has no loom dtype (loom has float16/32/64, bfloat16, int8/32/64, "
+      "uint8 and bool)",
+      describe(t)));
+}
+
+DLManagedTensor* to_dlpack(const tensor& t) {
+  return make_export<DLManagedTensor>(t, "DLPack (dltensor)");
+}
+
+DLManagedTensorVersioned* to_dlpack_versioned(const tensor& t, std::uint64_t flags) {
+  DLManagedTensorVersioned* m = make_export<DLManagedTensorVersioned>(t, "DLPack 1.0");
+  m->version = DLPackVersion{dlpack_major_version, dlpack_minor_version};
+  m->flags = flags;
+  if (t.defined() && t.buf()->read_only()) m->flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+  return m;
+}
+
+tensor from_dlpack(DLManagedTensor* m) {
+  return import(m, false, "from_dlpack");
+}
+
+tensor from_dlpack(DLManagedTensorVersioned* m) {
+  if (m != nullptr && m->version.major != dlpack_major_version) {
+    throw unsupported_error(
+        fmt::format("from_dlpack: DLPack version {}.{}; loom reads major version {}",
+                    m->version.major, m->version.minor, dlpack_major_version));
+  }
+  return import(m, m != nullptr && (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, "from_dlpack");
+}
+
+}  // namespace loom::interop
