@@ -7,9 +7,16 @@
 namespace loom::memory {
 namespace {
 
+// A loan as the book keeps it: the borrower's name is the caller's (static) string.
+struct entry {
+  const void* pointer;
+  std::size_t bytes;
+  std::string_view borrower;
+};
+
 struct loan_book {
   std::mutex mutex;
-  std::map<std::uint64_t, loan> loans;  // by ticket: the order they were made
+  std::map<std::uint64_t, entry> loans;  // by ticket: the order they were made
   std::uint64_t next_ticket = 1;
 };
 
@@ -23,10 +30,8 @@ loan_book& book() {
 
 std::uint64_t lend(const void* pointer, std::size_t bytes, std::string_view borrower) {
   loan_book& b = book();
-  loan l{0, pointer, bytes, std::string(borrower)};
   const std::lock_guard lock(b.mutex);
-  l.ticket = b.next_ticket;
-  b.loans.emplace(l.ticket, std::move(l));
+  b.loans.emplace(b.next_ticket, entry{pointer, bytes, borrower});
   return b.next_ticket++;
 }
 
@@ -42,7 +47,9 @@ std::vector<loan> outstanding_loans() {
   const std::lock_guard lock(b.mutex);
   std::vector<loan> out;
   out.reserve(b.loans.size());
-  for (const auto& [ticket, l] : b.loans) out.push_back(l);
+  for (const auto& [ticket, e] : b.loans) {
+    out.push_back(loan{ticket, e.pointer, e.bytes, std::string(e.borrower)});
+  }
   return out;
 }
 

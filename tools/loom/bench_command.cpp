@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "interop/interop_bench.hpp"
 #include "memory/memory_bench.hpp"
 #include "runtime/runtime_bench.hpp"
 #include "train/train_bench.hpp"
@@ -89,6 +90,26 @@ void add_bench_command(CLI::App& app) {
   train->callback([tflags] {
     const auto r = bench::run_train_bench(tflags->options);
     fmt::print("{}", tflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
+  });
+
+  auto* interop = bench->add_subcommand(
+      "interop", "Zero-copy interop: DLPack round trips in C++, AoS <-> SoA against the floor");
+  struct interop_flags {
+    bench::interop_bench_options options;
+    bool json = false;
+  };
+  auto iflags = std::make_shared<interop_flags>();
+  interop->add_flag("--json", iflags->json, "Print the results as JSON");
+  interop->add_flag("--quick", iflags->options.quick, "Fewer repetitions, no 1 GB tensor (a smoke run)");
+  interop->add_option("--repetitions", iflags->options.repetitions, "Timed repetitions per measurement")
+      ->check(CLI::Range(1, 1000));
+  interop->add_option("--threads", iflags->options.threads, "Threads for the layout conversions")
+      ->check(CLI::Range(1, 1024));
+  interop->add_option("--only", iflags->options.only, "Run one part")
+      ->check(CLI::IsMember(bench::interop_bench_parts()));
+  interop->callback([iflags] {
+    const auto r = bench::run_interop_bench(iflags->options);
+    fmt::print("{}", iflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
   });
 }
 

@@ -26,8 +26,9 @@ struct loan {
   std::string borrower;  // "DLPack (legacy)", "DLPack 1.0", ...
 };
 
-/// Records that [pointer, pointer + bytes) is lent to `borrower`; returns the ticket that
-/// give_back takes. Throws std::bad_alloc when out of memory (nothing is recorded).
+/// Records that [pointer, pointer + bytes) is lent to `borrower`, a string that outlives
+/// the loan (a literal); returns the ticket that give_back takes. Throws std::bad_alloc
+/// when out of memory (nothing is recorded).
 std::uint64_t lend(const void* pointer, std::size_t bytes, std::string_view borrower);
 
 /// Ends the loan `ticket` (a ticket already given back, or 0, is ignored).
