@@ -11,6 +11,9 @@ packages=(
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
   libomp-dev                 # OpenMP for clang (the fuzz build links oneDNN's OpenMP users)
   python3
+  # The Python package: pybind11 against Debian's python3 and NumPy; pytest and PyTorch
+  # for its tests (zero-copy exchange is tested against both).
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
 )
 
 missing=()

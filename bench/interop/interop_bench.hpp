@@ -1,5 +1,6 @@
 // `loom bench interop`: zero-copy interop, each part against its target or floor in the
-// same run. Parts: dlpack (interop/dlpack_bench.hpp).
+// same run. Parts: dlpack (interop/dlpack_bench.hpp) and layout, AoS <-> SoA against the
+// STREAM-triad floor (interop/layout_bench.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "interop/dlpack_bench.hpp"
+#include "interop/layout_bench.hpp"
 
 namespace loom::bench {
 
@@ -24,6 +26,7 @@ struct interop_bench_options {
 struct interop_bench_result {
   interop_bench_options options;
   std::optional<dlpack_bench_result> dlpack;
+  std::optional<layout_bench_result> layout;
 };
 
 /// The part names `only` accepts.

@@ -1,0 +1,174 @@
+// loom.memory: the process's host pool, its statistics, loans, and NumPy's data allocator.
+//
+// Note [NumPy allocator]
+// install_numpy_allocator() makes loom's host pool (cpu:0's resource, the one loom.Tensor
+// copies and host tensors come from) NumPy's data allocator through NEP 49's
+// PyDataMem_SetHandler: new arrays' data then comes from the same pool as loom's tensors.
+// NumPy's calls go through a statistics_adaptor of their own, so stats() tells NumPy's
+// bytes from loom's. NumPy's realloc and free do not always pass the block's size, so each
+// block starts with a 64-byte header holding it (64 keeps the data 64-byte aligned).
+// Every array remembers the handler that allocated it and frees through it, so
+// uninstalling (back to NumPy's default) is safe while arrays from loom's pool are alive:
+// the handler, its adaptor and the pool are never destroyed.
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "bindings.hpp"
+#include "loom/core/error.hpp"
+#include "loom/memory/device_resources.hpp"
+#include "loom/memory/loans.hpp"
+#include "loom/memory/statistics_adaptor.hpp"
+
+namespace loom::python {
+
+py::dict memory_stats_dict(const memory_stats& st);  // session_bindings.cpp
+
+namespace {
+
+constexpr std::size_t header = 64;
+
+memory::memory_resource& host_pool() { return memory::get_device_resource({device_type::cpu, 0}); }
+
+// NumPy's view of the pool: never destroyed (arrays may outlive everything else).
+memory::statistics_adaptor& numpy_resource() {
+  static auto* r = new memory::statistics_adaptor(host_pool());
+  return *r;
+}
+
+void* numpy_malloc(void*, std::size_t size) noexcept {
+  try {
+    auto* p = static_cast<std::byte*>(numpy_resource().allocate(size + header, header));
+    std::memcpy(p, &size, sizeof size);
+    return p + header;
+  } catch (...) {
+    return nullptr;  // NumPy raises MemoryError
+  }
+}
+
+void numpy_free(void*, void* ptr, std::size_t) noexcept {
+  if (ptr == nullptr) return;
+  auto* p = static_cast<std::byte*>(ptr) - header;
+  std::size_t size = 0;
+  std::memcpy(&size, p, sizeof size);
+  numpy_resource().deallocate(p, size + header, header);
+}
+
+void* numpy_calloc(void* ctx, std::size_t n, std::size_t elsize) noexcept {
+  std::size_t size = 0;
+  if (__builtin_mul_overflow(n, elsize, &size)) return nullptr;
+  void* p = numpy_malloc(ctx, size);
+  if (p != nullptr) std::memset(p, 0, size);
+  return p;
+}
+
+void* numpy_realloc(void* ctx, void* ptr, std::size_t new_size) noexcept {
+  if (ptr == nullptr) return numpy_malloc(ctx, new_size);
+  std::size_t old_size = 0;
+  std::memcpy(&old_size, static_cast<std::byte*>(ptr) - header, sizeof old_size);
+  void* p = numpy_malloc(ctx, new_size);
+  if (p == nullptr) return nullptr;  // the old block stays valid, as realloc's does
+  std::memcpy(p, ptr, std::min(old_size, new_size));
+  numpy_free(ctx, ptr, old_size);
+  return p;
+}
+
+PyDataMem_Handler* loom_handler() {
+  static PyDataMem_Handler h = [] {
+    PyDataMem_Handler x{};
+    std::snprintf(x.name, sizeof x.name, "loom_host_pool");
+    x.version = 1;
+    x.allocator = PyDataMemAllocator{nullptr, &numpy_malloc, &numpy_calloc, &numpy_realloc,
+                                     &numpy_free};
+    return x;
+  }();
+  return &h;
+}
+
+// The handler NumPy had before install (to put back), and ours as a capsule.
+py::object previous_handler;
+py::object loom_capsule;
+
+bool installed() {
+  const py::object current = py::reinterpret_steal<py::object>(PyDataMem_GetHandler());
+  if (!current) throw py::error_already_set();
+  return PyCapsule_GetPointer(current.ptr(), "mem_handler") == loom_handler();
+}
+
+py::dict loan_dict(const memory::loan& l) {
+  return py::dict(py::arg("ticket") = l.ticket,
+                  py::arg("pointer") = reinterpret_cast<std::uintptr_t>(l.pointer),
+                  py::arg("bytes") = l.bytes, py::arg("borrower") = l.borrower);
+}
+
+}  // namespace
+
+void bind_memory(py::module_& m) {
+  if (_import_array() < 0) throw py::error_already_set();
+
+  m.def(
+      "install_numpy_allocator",
+      [] {
+        if (installed()) return false;
+        if (!loom_capsule) {
+          loom_capsule = py::reinterpret_steal<py::object>(
+              PyCapsule_New(loom_handler(), "mem_handler", nullptr));
+          if (!loom_capsule) throw py::error_already_set();
+        }
+        PyObject* old = PyDataMem_SetHandler(loom_capsule.ptr());
+        if (old == nullptr) throw py::error_already_set();
+        previous_handler = py::reinterpret_steal<py::object>(old);
+        return true;
+      },
+      "Makes loom's host pool NumPy's data allocator (NEP 49); False when it already was");
+  m.def(
+      "uninstall_numpy_allocator",
+      [] {
+        if (!installed()) return false;
+        PyObject* ours = PyDataMem_SetHandler(previous_handler ? previous_handler.ptr() : nullptr);
+        if (ours == nullptr) throw py::error_already_set();
+        Py_DECREF(ours);
+        return true;
+      },
+      "Gives NumPy its previous allocator back (arrays from loom's pool stay valid); False "
+      "when loom's was not installed");
+  m.def("numpy_allocator_installed", &installed);
+  m.def(
+      "stats",
+      [] {
+        py::dict out;
+        if (const auto st = host_pool().stats()) out["pool"] = memory_stats_dict(*st);
+        const auto np = numpy_resource().stats();
+        if (np) out["numpy"] = memory_stats_dict(*np);
+        if (const auto st = host_pool().stats(); st && np) {
+          // What the pool serves that NumPy did not ask for: loom's own tensors.
+          memory_stats loom = *st;
+          loom.bytes_in_use -= std::min(loom.bytes_in_use, np->bytes_in_use);
+          loom.allocations_in_use -= std::min(loom.allocations_in_use, np->allocations_in_use);
+          loom.num_allocs -= std::min(loom.num_allocs, np->num_allocs);
+          loom.num_deallocs -= std::min(loom.num_deallocs, np->num_deallocs);
+          out["loom"] = py::dict(py::arg("bytes_in_use") = loom.bytes_in_use,
+                                 py::arg("allocations_in_use") = loom.allocations_in_use,
+                                 py::arg("num_allocs") = loom.num_allocs,
+                                 py::arg("num_deallocs") = loom.num_deallocs);
+        }
+        return out;
+      },
+      "The host pool's statistics ('pool'), NumPy's share of it ('numpy', through "
+      "install_numpy_allocator) and loom's ('loom')");
+  m.def(
+      "outstanding_loans",
+      [] {
+        py::list out;
+        for (const auto& l : memory::outstanding_loans()) out.append(loan_dict(l));
+        return out;
+      },
+      "Memory lent through DLPack and not given back yet");
+}
+
+}  // namespace loom::python

@@ -1,0 +1,46 @@
+// loom._loom: the extension behind the `loom` Python package. Errors become the Python
+// exceptions NumPy users expect: invalid arguments ValueError, unsupported dtypes and
+// devices TypeError, unknown names KeyError, out of memory MemoryError, a failed node
+// loom.NodeError (a RuntimeError), a cancelled run loom.CancelledError.
+#include <pybind11/pybind11.h>
+
+#include "bindings.hpp"
+#include "loom/core/error.hpp"
+
+namespace loom::python {
+namespace {
+
+void init_module(py::module_& m) {
+  m.doc() = "loom: a device-aware tensor runtime (C++ extension)";
+  static py::exception<node_error> node_exc(m, "NodeError", PyExc_RuntimeError);
+  static py::exception<cancelled_error> cancelled_exc(m, "CancelledError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const unsupported_error& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const not_found& e) {
+      PyErr_SetString(PyExc_KeyError, e.what());
+    } catch (const node_error& e) {
+      PyErr_SetString(node_exc.ptr(), e.what());
+    } catch (const cancelled_error& e) {
+      PyErr_SetString(cancelled_exc.ptr(), e.what());
+    } catch (const invalid_argument& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const parse_error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const out_of_memory& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
+    }
+  });
+  bind_tensor(m);
+  bind_graph(m);
+  bind_session(m);
+  auto memory = m.def_submodule("memory", "Memory statistics, loans, NumPy's allocator");
+  bind_memory(memory);
+}
+
+}  // namespace
+}  // namespace loom::python
+
+PYBIND11_MODULE(_loom, m) { loom::python::init_module(m); }

@@ -1,0 +1,290 @@
+// loom.Session: runs a Graph on this machine's devices.
+//
+//   s = loom.Session(g, virtual_cpus=1, threads=0)
+//   probs, = s.run([p], feeds={x: batch})          # NumPy, PyTorch, loom tensors, lists
+//   s.run([], feeds={...}, targets=[update])
+//
+// Feeds are taken without a copy where possible (to_tensor); fetches come back as
+// loom.Tensors (numpy.asarray and torch.from_dlpack share them). The GIL is released while
+// the run executes, so other Python threads run meanwhile.
+//
+// Note [Ctrl-C]
+// While a run executes on the main thread, a C-level SIGINT handler replaces Python's: it
+// only sets the run's cancel flag (an atomic store, async-signal-safe), and the executor
+// stops before its next node and drains (docs/runtime.md). When the run has returned, the
+// previous handler is back and PyErr_SetInterrupt + PyErr_CheckSignals deliver the signal
+// to Python as if it had arrived then, so KeyboardInterrupt (or the program's own SIGINT
+// handler) follows. The session stays usable. Runs on other threads are not interrupted
+// (Python delivers signals to the main thread only).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <map>
+
+#include "bindings.hpp"
+#include "loom/checkpoint/checkpoint.hpp"
+#include "loom/core/error.hpp"
+#include "loom/runtime/run_metadata.hpp"
+#include "loom/runtime/session.hpp"
+
+namespace loom::python {
+namespace {
+
+[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
+}
+
+// ---- Ctrl-C (Note [Ctrl-C]) ---------------------------------------------------------------
+
+std::atomic<std::atomic<bool>*> sigint_target{nullptr};
+std::atomic<bool> sigint_seen{false};
+static_assert(std::atomic<std::atomic<bool>*>::is_always_lock_free);
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+extern "C" void on_sigint(int) {
+  sigint_seen.store(true);
+  if (std::atomic<bool>* flag = sigint_target.load()) flag->store(true);
+}
+
+bool on_main_thread() {
+  static const py::object main_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident");
+  return py::module_::import("threading").attr("get_ident")().equal(main_ident);
+}
+
+// Installs on_sigint for the scope when on the main thread (call with the GIL held).
+class sigint_scope {
+ public:
+  explicit sigint_scope(std::atomic<bool>* cancel) {
+    if (!on_main_thread()) return;
+    sigint_seen.store(false);
+    sigint_target.store(cancel);
+    struct sigaction sa {};
+    sa.sa_handler = &on_sigint;
+    sigemptyset(&sa.sa_mask);
+    active_ = sigaction(SIGINT, &sa, &previous_) == 0;
+  }
+  sigint_scope(const sigint_scope&) = delete;
+  sigint_scope& operator=(const sigint_scope&) = delete;
+  ~sigint_scope() { restore(); }
+
+  // Puts Python's handler back; true when a SIGINT came meanwhile.
+  bool restore() {
+    if (!active_) return false;
+    sigaction(SIGINT, &previous_, nullptr);
+    sigint_target.store(nullptr);
+    active_ = false;
+    return sigint_seen.exchange(false);
+  }
+
+ private:
+  bool active_ = false;
+  struct sigaction previous_ {};
+};
+
+// ---- run ----------------------------------------------------------------------------------
+
+// Note [pinned results]
+// A session's devices own the pools its results live in, and a pool must outlive its
+// blocks; but in Python a result (or a NumPy array or PyTorch tensor sharing it) routinely
+// outlives the Session. So each tensor handed to Python views a buffer of its own over the
+// same memory, whose release drops the original tensor and a reference to the session:
+// the session, its devices and pools live until the last result is gone.
+struct pinned {
+  std::shared_ptr<session> owner;  // declared first: destroyed after the tensor
+  tensor original;
+};
+
+tensor pin(tensor t, const std::shared_ptr<session>& owner) {
+  if (!t.defined()) return t;
+  const buffer& b = *t.buf();
+  auto holder = std::make_unique<pinned>(pinned{owner, t});
+  buffer_ptr view = buffer::adopt(
+      b.data(), b.bytes(), b.alignment(), b.device(), b.stream_of(),
+      [](void* context, void*, std::size_t, std::size_t, stream) noexcept {
+        delete static_cast<pinned*>(context);
+      },
+      holder.get(), b.read_only());
+  holder.release();
+  return tensor::strided(std::move(view), t.type(), t.shape(), t.strides(), t.offset());
+}
+
+// A fetch or target name from an Output or a str.
+std::string name_of(const py::handle& v, const char* what) {
+  if (py::isinstance<py_output>(v)) return v.cast<py_output>().out.name();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  throw_python(PyExc_TypeError,
+               fmt::format("a {} is a loom.Output or a name, not a {}", what,
+                           py::str(py::type::of(v).attr("__name__")).cast<std::string>()));
+}
+
+// Names from one Output/str or a sequence of them; `single` says it was one.
+std::vector<std::string> names_of(const py::handle& v, const char* what, bool* single = nullptr) {
+  std::vector<std::string> out;
+  if (v.is_none()) return out;
+  if (py::isinstance<py_output>(v) || py::isinstance<py::str>(v)) {
+    if (single != nullptr) *single = true;
+    out.push_back(name_of(v, what));
+    return out;
+  }
+  for (const py::handle e : v.cast<py::sequence>()) out.push_back(name_of(e, what));
+  return out;
+}
+
+// Lists and Python numbers fed to a placeholder become arrays of its dtype (as
+// TensorFlow's feed_dict converts them); arrays and tensors are fed as they are.
+py::object with_feed_dtype(const session& s, const std::string& name, const py::handle& v) {
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v) &&
+      !py::isinstance<py::int_>(v) && !py::isinstance<py::float_>(v) &&
+      !py::isinstance<py::bool_>(v)) {
+    return py::reinterpret_borrow<py::object>(v);
+  }
+  const auto colon = name.rfind(':');
+  const node* n = nullptr;
+  try {
+    n = &s.get_graph().get(colon == std::string::npos ? name : name.substr(0, colon));
+  } catch (const not_found&) {
+    return py::reinterpret_borrow<py::object>(v);  // the run names the unknown feed
+  }
+  if (n->outputs.empty()) return py::reinterpret_borrow<py::object>(v);
+  const char* type = to_string(n->outputs.front().type);
+  return py::module_::import("numpy").attr("asarray")(v, py::str(type == std::string("bool") ? "bool" : type));
+}
+
+py::object run(const std::shared_ptr<session>& s, const py::object& fetches, const py::object& feeds,
+               const py::object& targets, const std::optional<std::string>& trace_path) {
+  bool single = false;
+  const std::vector<std::string> fetch_names = names_of(fetches, "fetch", &single);
+  const std::vector<std::string> target_names = names_of(targets, "target");
+  std::vector<feed> feed_list;
+  if (!feeds.is_none()) {
+    for (const auto& [k, v] : feeds.cast<py::dict>()) {
+      const std::string name = name_of(k, "feed key");
+      feed_list.emplace_back(name, to_tensor(with_feed_dtype(*s, name, v), fmt::format("feed '{}'", name)));
+    }
+  }
+  std::atomic<bool> cancel{false};
+  run_metadata meta;
+  run_options ro;
+  ro.cancel = &cancel;
+  ro.trace = trace_path.has_value();
+  std::vector<tensor> out;
+  bool interrupted = false;
+  {
+    sigint_scope sigint(&cancel);
+    std::exception_ptr failure;
+    {
+      py::gil_scoped_release unlocked;
+      try {
+        out = s->run(feed_list, fetch_names, target_names, ro.trace ? &meta : nullptr, ro);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    interrupted = sigint.restore();
+    if (interrupted) {
+      PyErr_SetInterrupt();
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    }
+    if (failure) std::rethrow_exception(failure);
+  }
+  if (trace_path) meta.write_chrome_trace(*trace_path);
+  if (single) return from_tensor(pin(std::move(out.front()), s));
+  py::list result;
+  for (tensor& t : out) result.append(from_tensor(pin(std::move(t), s)));
+  return result;
+}
+
+py::dict stats_dict(const memory_stats& st) {
+  return py::dict(py::arg("bytes_in_use") = st.bytes_in_use,
+                  py::arg("peak_bytes_in_use") = st.peak_bytes_in_use,
+                  py::arg("bytes_reserved") = st.bytes_reserved,
+                  py::arg("peak_bytes_reserved") = st.peak_bytes_reserved,
+                  py::arg("allocations_in_use") = st.allocations_in_use,
+                  py::arg("num_allocs") = st.num_allocs, py::arg("num_deallocs") = st.num_deallocs,
+                  py::arg("num_failed_allocs") = st.num_failed_allocs,
+                  py::arg("free_bytes") = st.free_bytes,
+                  py::arg("largest_free_block") = st.largest_free_block,
+                  py::arg("fragmentation") = st.fragmentation());
+}
+
+}  // namespace
+
+py::dict memory_stats_dict(const memory_stats& st) { return stats_dict(st); }
+
+void bind_session(py::module_& m) {
+  py::class_<session, std::shared_ptr<session>>(m, "Session", "Runs a Graph on this machine's devices")
+      .def(py::init([](const std::shared_ptr<py_graph>& g, int virtual_cpus, int threads,
+                       std::size_t memory_limit, bool soft_placement) {
+             session_options o;
+             o.devices.virtual_cpu_devices = virtual_cpus;
+             o.devices.cpu_threads = threads;
+             o.devices.cpu_memory_limit = memory_limit;
+             o.allow_soft_placement = soft_placement;
+             return std::make_shared<session>(g->g, o);
+           }),
+           py::arg("graph"), py::kw_only(), py::arg("virtual_cpus") = 1, py::arg("threads") = 0,
+           py::arg("memory_limit") = 0, py::arg("soft_placement") = false,
+           "A session over a copy of `graph` (later additions to the graph are not seen)")
+      .def("run", &run, py::arg("fetches"), py::arg("feeds") = py::none(),
+           py::arg("targets") = py::none(), py::kw_only(), py::arg("trace") = py::none(),
+           "Runs the graph: returns a Tensor for a single fetch, else a list. feeds maps "
+           "Outputs or names to values; targets are run too. trace=PATH writes a Chrome trace.")
+      .def("cancel", &session::cancel, "Cancels every run in progress")
+      .def_property_readonly("devices",
+                             [](const session& s) {
+                               py::list out;
+                               for (const auto& d : s.devices()) {
+                                 const auto& a = d->attributes();
+                                 out.append(py::dict(py::arg("name") = a.name,
+                                                     py::arg("threads") = a.threads,
+                                                     py::arg("memory_limit") = a.memory_limit,
+                                                     py::arg("description") = a.description));
+                               }
+                               return out;
+                             })
+      .def("memory_stats",
+           [](const session& s) {
+             py::dict out;
+             for (const auto& d : s.devices()) {
+               if (const auto st = d->allocator().stats()) out[py::str(d->name())] = stats_dict(*st);
+             }
+             return out;
+           },
+           "Each device's pool statistics (bytes in use, peak, reserved, fragmentation, ...)")
+      .def("variable_names", [](session& s) { return s.variables().names(); })
+      .def("variable",
+           [](const std::shared_ptr<session>& s, const std::string& name) {
+             variable_store::variable* v = s->variables().find(name);
+             if (v == nullptr || !v->value.defined()) {
+               // Not initialized yet: running the variable node gives it its value (or
+               // names what is missing).
+               py::gil_scoped_release unlocked;
+               return pin(s->run({}, {name}).front(), s);
+             }
+             const std::lock_guard lock(v->mutex);
+             return pin(v->value, s);
+           },
+           py::arg("name"), "A variable's current value (shares its memory)")
+      .def("save", [](session& s, const std::string& path, const std::map<std::string, std::string>& meta) {
+             checkpoint::save_checkpoint(s, path, meta);
+           },
+           py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{},
+           "Saves every variable to a safetensors checkpoint (atomically)")
+      .def("restore",
+           [](session& s, const std::string& path, bool allow_missing) {
+             checkpoint::restore_options o;
+             o.allow_missing = allow_missing;
+             return checkpoint::restore_checkpoint(s, path, o);
+           },
+           py::arg("path"), py::kw_only(), py::arg("allow_missing") = false,
+           "Restores variables from a checkpoint; returns its metadata")
+      .def_property_readonly("plan_count", &session::plan_count);
+}
+
+}  // namespace loom::python
