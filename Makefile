@@ -10,6 +10,8 @@ BUILD   ?= build
 # Warnings are errors in CI (CI=true) and when asked (WERROR=ON).
 WERROR  ?= $(if $(CI),ON,OFF)
 FUZZ_SECONDS ?= 60
+# Debian's python3, which has python3-numpy and python3-torch.
+PYTHON  ?= /usr/bin/python3
 
 CMAKE_CONFIGURE = cmake -S . -DLOOM_WERROR=$(WERROR) -Wno-dev
 
@@ -49,6 +51,8 @@ bench: build
 	./$(BUILD)/loom bench memory
 	./$(BUILD)/loom bench runtime
 	./$(BUILD)/loom bench train
+	./$(BUILD)/loom bench interop
+	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
 
 format:
 	clang-format -i $$(git ls-files '*.hpp' '*.cpp' '*.h' '*.c')

@@ -32,12 +32,14 @@ def _make(op):
             raise TypeError(f"{op} takes {len(input_args)} inputs, got {len(inputs)}")
         flat = []
         for arg, value in zip(input_args, inputs):
-            if arg["list"]:
-                if not isinstance(value, (list, tuple)):
-                    raise TypeError(f"{op}: input '{arg['name']}' is a list of Outputs")
-                flat.extend(value)
-            else:
-                flat.append(value)
+            values = value if arg["list"] else [value]
+            if arg["list"] and not isinstance(value, (list, tuple)):
+                raise TypeError(f"{op}: input '{arg['name']}' is a list of Outputs")
+            for v in values:
+                if not isinstance(v, _loom.Output):
+                    raise TypeError(f"{op}: input '{arg['name']}' must be a loom.Output, "
+                                    f"not a {type(v).__name__}")
+            flat.extend(values)
         g = graph if graph is not None else _graph_of(flat)
         if g is None:
             raise TypeError(f"{op}: no input Output to take the graph from; pass graph=")

@@ -204,3 +204,27 @@ def test_memory_statistics_and_devices():
     del out
     assert s.memory_stats()["/device:CPU:0"]["bytes_in_use"] < (1 << 16) * 4
     assert 0.0 <= stats["/device:CPU:0"]["fragmentation"] <= 1.0
+
+
+def test_the_docs_example_trains(rng):
+    # docs/interop.md's example, checked: a few fused Adam steps lower the loss.
+    g = loom.Graph()
+    x = g.placeholder("x", loom.float32, [64, 784])
+    w = g.variable("w", init=rng.standard_normal((784, 10)).astype(np.float32) * 0.01)
+    logits = x @ w
+    labels = g.placeholder("labels", loom.int32, [64])
+    per_example, _ = loom.ops.softmax_cross_entropy(logits, labels)
+    loss = loom.ops.reduce_mean(per_example, axes=[0])
+    (dw,) = g.gradients(loss, [w])
+    lr, step, scale = g.constant(np.float32(1e-2)), g.variable("step", init=np.int64(1)), g.constant(np.float32(1))
+    update, grad_norm, found_inf = g.fused_adam([w], [dw], lr, step, scale)
+    bump = g.op("assign_add", [step, g.constant(np.int64(1))])
+    s = loom.Session(g, threads=2)
+    batch = rng.random((64, 784)).astype(np.float32)
+    y = rng.integers(0, 10, 64).astype(np.int32)
+    first = float(np.asarray(s.run(loss, {x: batch, labels: y}, targets=[update, bump])))
+    for _ in range(20):
+        last = float(np.asarray(s.run(loss, {x: batch, labels: y}, targets=[update, bump])))
+    assert last < first
+    with pytest.raises(TypeError, match="must be a loom.Output"):
+        loom.ops.reduce_mean(loom.ops.softmax_cross_entropy(logits, labels), axes=[0])
