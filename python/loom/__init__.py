@@ -19,11 +19,15 @@ from ._loom import (  # noqa: F401
     NodeError,
     Output,
     Session,
+    Table,
     Tensor,
     as_tensor,
+    deinterleave,
     dtype,
+    from_arrow,
     from_dlpack,
     from_numpy,
+    interleave,
     memory,
     op_def,
     op_names,
@@ -60,7 +64,8 @@ def tensor(data, dtype=None):
 
 
 __all__ = [
-    "CancelledError", "Graph", "NodeError", "Output", "Session", "Tensor", "as_tensor",
-    "dtype", "from_dlpack", "from_numpy", "memory", "op_def", "op_names", "ops", "tensor",
+    "CancelledError", "Graph", "NodeError", "Output", "Session", "Table", "Tensor", "as_tensor",
+    "deinterleave", "dtype", "from_arrow", "from_dlpack", "from_numpy", "interleave", "memory",
+    "op_def", "op_names", "ops", "tensor",
     "float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool_",
 ]

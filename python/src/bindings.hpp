@@ -19,6 +19,7 @@ void bind_tensor(py::module_& m);   // dtype, Tensor, DLPack, array interface
 void bind_graph(py::module_& m);    // Graph, Output, op registry, gradients, optimizers
 void bind_session(py::module_& m);  // Session
 void bind_memory(py::module_& m);   // loom.memory: statistics, loans, NumPy's allocator
+void bind_arrow(py::module_& m);    // Table, Arrow PyCapsules, AoS <-> SoA
 
 /// A graph and its builder, shared by every Output made from it (loom.Graph).
 struct py_graph {

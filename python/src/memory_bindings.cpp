@@ -21,7 +21,9 @@
 
 #include "bindings.hpp"
 #include "loom/core/error.hpp"
+#include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/device_resources.hpp"
+#include "loom/memory/host_resource.hpp"
 #include "loom/memory/loans.hpp"
 #include "loom/memory/statistics_adaptor.hpp"
 
@@ -31,14 +33,22 @@ py::dict memory_stats_dict(const memory_stats& st);  // session_bindings.cpp
 
 namespace {
 
+[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
+}
+
 constexpr std::size_t header = 64;
 
 memory::memory_resource& host_pool() { return memory::get_device_resource({device_type::cpu, 0}); }
 
-// NumPy's view of the pool: never destroyed (arrays may outlive everything else).
+// NumPy's view of the pool, made at install: never destroyed (arrays may outlive
+// everything else, and free through it).
+memory::statistics_adaptor* numpy_adaptor = nullptr;
+
 memory::statistics_adaptor& numpy_resource() {
-  static auto* r = new memory::statistics_adaptor(host_pool());
-  return *r;
+  if (numpy_adaptor == nullptr) numpy_adaptor = new memory::statistics_adaptor(host_pool());
+  return *numpy_adaptor;
 }
 
 void* numpy_malloc(void*, std::size_t size) noexcept {
@@ -139,11 +149,41 @@ void bind_memory(py::module_& m) {
       "when loom's was not installed");
   m.def("numpy_allocator_installed", &installed);
   m.def(
+      "configure_host_pool",
+      [](std::size_t initial_size, std::size_t growth_step, std::optional<std::size_t> max_size,
+         std::size_t granularity) {
+        if (numpy_adaptor != nullptr) {
+          throw_python(PyExc_RuntimeError,
+                       "configure_host_pool: NumPy's allocator has used the host pool; "
+                       "configure it before install_numpy_allocator()");
+        }
+        memory::bfc_pool_options o;
+        o.name = "cpu:0";
+        o.initial_size = initial_size;
+        o.growth_step = growth_step;
+        if (max_size) o.max_size = *max_size;
+        o.granularity = granularity;
+        // Never destroyed: tensors from it may live until the process ends.
+        auto* pool = new memory::bfc_pool(memory::host_resource::instance(), std::move(o));
+        memory::memory_resource* old =
+            memory::set_device_resource({device_type::cpu, 0}, pool);
+        // The old pool keeps what is still in use and gives back its wholly free regions.
+        if (auto* old_pool = dynamic_cast<memory::bfc_pool*>(old)) (void)old_pool->trim();
+      },
+      py::kw_only(), py::arg("initial_size") = 0, py::arg("growth_step") = std::size_t{64} << 20,
+      py::arg("max_size") = py::none(), py::arg("granularity") = 256,
+      "Replaces the host pool (cpu:0's resource: loom.Tensor copies, host tensors, NumPy's "
+      "allocator) with a bfc_pool of these options (docs/memory.md): preallocated "
+      "(initial_size, growth_step=0) or growing, up to max_size. Tensors of the old pool stay "
+      "valid. Raises ValueError for invalid options.");
+  m.def(
       "stats",
       [] {
         py::dict out;
         if (const auto st = host_pool().stats()) out["pool"] = memory_stats_dict(*st);
-        const auto np = numpy_resource().stats();
+        // NumPy's share: nothing until install_numpy_allocator made its adaptor.
+        const auto np = numpy_adaptor != nullptr ? numpy_adaptor->stats()
+                                                 : std::optional<memory_stats>(memory_stats{});
         if (np) out["numpy"] = memory_stats_dict(*np);
         if (const auto st = host_pool().stats(); st && np) {
           // What the pool serves that NumPy did not ask for: loom's own tensors.

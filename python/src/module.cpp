@@ -36,6 +36,7 @@ void init_module(py::module_& m) {
   bind_tensor(m);
   bind_graph(m);
   bind_session(m);
+  bind_arrow(m);
   auto memory = m.def_submodule("memory", "Memory statistics, loans, NumPy's allocator");
   bind_memory(memory);
 }

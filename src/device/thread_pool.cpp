@@ -332,7 +332,10 @@ void thread_pool::parallel_for(std::int64_t n, double cost_per_item,
   impl_->notify(wakes);
   st->work();
   impl_->wait_for(*st);
-  const std::exception_ptr error = st->error;
+  // Moved out, not copied: the exception must not be freed by a helper thread dropping the
+  // last for_state reference (exception_ptr counts its references in libstdc++, which TSan
+  // cannot see, so that free would look like a race with the caller reading the exception).
+  const std::exception_ptr error = std::move(st->error);
   st->release();
   if (error) std::rethrow_exception(error);
 }
