@@ -70,7 +70,6 @@ void max_pool_2x2(kernel_context& ctx, const T* x, T* out, const pool_geometry& 
         const T* __restrict r0 = x + p * plane + 2 * oy * g.w;
         const T* __restrict r1 = r0 + g.w;
         T* __restrict dst = out + (p * g.oh + oy) * g.ow;
-#pragma omp simd
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
           dst[ox] = window_max(r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]);
         }

@@ -87,7 +87,6 @@ bool max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx
           // vectorizes: on real activations which element wins is random, and a branch per
           // comparison mispredicts (9.5 ms a CNN step for the two pool gradients with
           // branches, 5.6 ms branch-free scalar; vectorized, 1.6 ms on 2 threads).
-#pragma omp simd
           for (std::int64_t ox = 0; ox < g.ow; ++ox) {
             const std::int64_t c0 = 2 * ox;
             const T e0 = r0[c0];
