@@ -46,7 +46,8 @@ dlpack_bench_result run_dlpack_bench(int repetitions, bool quick) {
       row.tensor = in.name;
       row.abi = versioned ? "dltensor_versioned" : "dltensor";
       row.bytes = static_cast<std::int64_t>(in.t.nbytes());
-      (void)(versioned ? ns_per_round_trip<true>(in.t, 100, 1) : ns_per_round_trip<false>(in.t, 100, 1));
+      (void)(versioned ? ns_per_round_trip<true>(in.t, 100, 1)
+                       : ns_per_round_trip<false>(in.t, 100, 1));
       row.ns_per_round_trip =
           versioned ? ns_per_round_trip<true>(in.t, r.round_trips_per_repetition, repetitions)
                     : ns_per_round_trip<false>(in.t, r.round_trips_per_repetition, repetitions);

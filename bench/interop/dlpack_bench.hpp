@@ -4,9 +4,8 @@
 // on the size; the target is under 1 µs per round trip.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

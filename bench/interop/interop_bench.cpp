@@ -12,7 +12,9 @@ const std::vector<std::string>& interop_bench_parts() {
 interop_bench_result run_interop_bench(const interop_bench_options& options) {
   interop_bench_result r;
   r.options = options;
-  const auto wanted = [&](const char* part) { return options.only.empty() || options.only == part; };
+  const auto wanted = [&](const char* part) {
+    return options.only.empty() || options.only == part;
+  };
   const int reps = options.quick ? std::min(options.repetitions, 3) : options.repetitions;
   if (wanted("dlpack")) r.dlpack = run_dlpack_bench(reps, options.quick);
   if (wanted("layout")) {

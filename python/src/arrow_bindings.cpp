@@ -48,6 +48,7 @@
 #include "loom/interop/arrow.hpp"
 #include "loom/interop/layout.hpp"
 #include "loom/interop/table.hpp"
+#include "loom/memory/npy.hpp"
 
 namespace loom::python {
 namespace {
@@ -342,26 +343,7 @@ std::optional<dtype> dtype_of_numpy(const py::handle& dt) {
 }
 
 const char* numpy_typestr(dtype t, std::string_view column) {
-  switch (t) {
-    case dtype::f32:
-      return "<f4";
-    case dtype::f64:
-      return "<f8";
-    case dtype::f16:
-      return "<f2";
-    case dtype::i32:
-      return "<i4";
-    case dtype::i64:
-      return "<i8";
-    case dtype::i8:
-      return "|i1";
-    case dtype::u8:
-      return "|u1";
-    case dtype::boolean:
-      return "|b1";
-    case dtype::bf16:
-      break;
-  }
+  if (const char* s = memory::numpy_typestr(t)) return s;
   throw_python(PyExc_TypeError,
                fmt::format("to_records: column '{}' is bfloat16, which NumPy has no dtype for; "
                            "cast it to float32 first",

@@ -10,10 +10,9 @@
 // are converted by the op's declared attribute types, so an unknown attribute or a value of
 // the wrong kind is a clear error naming the op. loom.ops (Python) wraps each op as a
 // function. An Output keeps its Graph alive.
+#include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <memory>
 #include <string>
@@ -59,8 +58,8 @@ node_options options_of(const py_graph& pg, const std::optional<std::string>& na
 shape shape_of(const py::handle& obj, const std::string& what) {
   if (!py::isinstance<py::sequence>(obj) || py::isinstance<py::str>(obj)) {
     throw_python(PyExc_TypeError,
-                 fmt::format("{}: a shape is a sequence of ints (None for unknown), not a {}",
-                             what, type_name(obj)));
+                 fmt::format("{}: a shape is a sequence of ints (None for unknown), not a {}", what,
+                             type_name(obj)));
   }
   std::vector<std::int64_t> dims;
   for (const py::handle d : obj.cast<py::sequence>()) {
@@ -101,10 +100,14 @@ attr_value attr_of(const attr_def& def, const py::handle& v, const std::string& 
       case attr_type::integer:
         if (py::isinstance<py::bool_>(v)) break;
         return v.cast<std::int64_t>();
-      case attr_type::real: return v.cast<double>();
-      case attr_type::boolean: return v.cast<bool>();
-      case attr_type::string: return v.cast<std::string>();
-      case attr_type::type: return dtype_of(v, what);
+      case attr_type::real:
+        return v.cast<double>();
+      case attr_type::boolean:
+        return v.cast<bool>();
+      case attr_type::string:
+        return v.cast<std::string>();
+      case attr_type::type:
+        return dtype_of(v, what);
       case attr_type::ints:
         if (py::isinstance<py::int_>(v)) return std::vector<std::int64_t>{v.cast<std::int64_t>()};
         return v.cast<std::vector<std::int64_t>>();
@@ -113,13 +116,15 @@ attr_value attr_of(const attr_def& def, const py::handle& v, const std::string& 
           return std::vector<double>{v.cast<double>()};
         }
         return v.cast<std::vector<double>>();
-      case attr_type::shape: return shape_of(v, what);
-      case attr_type::tensor: return owned_tensor(v, what, std::nullopt);
+      case attr_type::shape:
+        return shape_of(v, what);
+      case attr_type::tensor:
+        return owned_tensor(v, what, std::nullopt);
     }
   } catch (const py::cast_error&) {
   }
-  throw_python(PyExc_TypeError, fmt::format("{}: expected {}, got a {}", what,
-                                            to_string(def.type), type_name(v)));
+  throw_python(PyExc_TypeError,
+               fmt::format("{}: expected {}, got a {}", what, to_string(def.type), type_name(v)));
 }
 
 // g.op(...): adds a node; one Output for single-output ops, a tuple otherwise.
@@ -142,13 +147,13 @@ py::object add_op(const std::shared_ptr<py_graph>& pg, const std::string& type,
   std::vector<output> ins;
   for (const py_output& in : inputs) {
     if (in.owner != pg) {
-      throw_python(PyExc_ValueError,
-                   fmt::format("op '{}': input '{}' belongs to another graph", type,
-                               in.out.name()));
+      throw_python(PyExc_ValueError, fmt::format("op '{}': input '{}' belongs to another graph",
+                                                 type, in.out.name()));
     }
     ins.push_back(in.out);
   }
-  const std::vector<output> outs = pg->b.add(type, ins, std::move(attrs), options_of(*pg, name, device));
+  const std::vector<output> outs =
+      pg->b.add(type, ins, std::move(attrs), options_of(*pg, name, device));
   if (outs.size() == 1) return py::cast(py_output{pg, outs[0]});
   py::tuple t(outs.size());
   for (std::size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(py_output{pg, outs[i]});
@@ -183,7 +188,8 @@ py::object shape_tuple(const tensor_type& t) {
 py::dict op_def_dict(const op_def& d) {
   py::list inputs;
   for (const arg_def& a : d.inputs) {
-    inputs.append(py::dict(py::arg("name") = a.name, py::arg("list") = !a.list_length_attr.empty()));
+    inputs.append(
+        py::dict(py::arg("name") = a.name, py::arg("list") = !a.list_length_attr.empty()));
   }
   py::list attrs;
   for (const attr_def& a : d.attrs) {
@@ -193,6 +199,16 @@ py::dict op_def_dict(const op_def& d) {
   return py::dict(py::arg("name") = d.name, py::arg("inputs") = inputs,
                   py::arg("outputs") = d.outputs.size(), py::arg("attrs") = attrs,
                   py::arg("summary") = d.summary);
+}
+
+ops::sgd_options sgd_options_of(double momentum, double dampening, double weight_decay,
+                                bool nesterov) {
+  ops::sgd_options o;
+  o.momentum = momentum;
+  o.dampening = dampening;
+  o.weight_decay = weight_decay;
+  o.nesterov = nesterov;
+  return o;
 }
 
 ops::adam_options adam_options_of(double beta1, double beta2, double eps,
@@ -212,7 +228,8 @@ std::vector<output> outs_of(const std::shared_ptr<py_graph>& pg, const std::vect
                             const char* what) {
   std::vector<output> out;
   for (const py_output& o : v) {
-    if (o.owner != pg) throw_python(PyExc_ValueError, fmt::format("{}: an output of another graph", what));
+    if (o.owner != pg)
+      throw_python(PyExc_ValueError, fmt::format("{}: an output of another graph", what));
     out.push_back(o.out);
   }
   return out;
@@ -227,28 +244,41 @@ py::tuple fused_result(const std::shared_ptr<py_graph>& pg, const ops::fused_upd
 void bind_graph(py::module_& m) {
   using pg_ptr = std::shared_ptr<py_graph>;
   py::class_<py_output>(m, "Output", "One output of a node of a loom.Graph")
-      .def_property_readonly("name", [](const py_output& o) { return o.out.name(); },
-                             "What Session.run takes as a fetch: 'node' or 'node:k'")
+      .def_property_readonly(
+          "name", [](const py_output& o) { return o.out.name(); },
+          "What Session.run takes as a fetch: 'node' or 'node:k'")
       .def_property_readonly("node", [](const py_output& o) { return o.out.producer().name; })
       .def_property_readonly("op", [](const py_output& o) { return o.out.producer().op(); })
       .def_property_readonly("dtype", [](const py_output& o) { return o.out.dtype_of(); })
-      .def_property_readonly("shape", [](const py_output& o) { return shape_tuple(o.out.type()); },
-                             "A tuple (None for an unknown dimension), or None for an unknown rank")
+      .def_property_readonly(
+          "shape", [](const py_output& o) { return shape_tuple(o.out.type()); },
+          "A tuple (None for an unknown dimension), or None for an unknown rank")
       .def_property_readonly("graph", [](const py_output& o) { return o.owner; })
       .def("__repr__",
            [](const py_output& o) {
              return fmt::format("loom.Output('{}', {})", o.out.name(), to_string(o.out.type()));
            })
-      .def("__add__", [](const py_output& a, const py::object& b) { return binary("add", a, operand(a, b)); })
-      .def("__radd__", [](const py_output& a, const py::object& b) { return binary("add", operand(a, b), a); })
-      .def("__sub__", [](const py_output& a, const py::object& b) { return binary("sub", a, operand(a, b)); })
-      .def("__rsub__", [](const py_output& a, const py::object& b) { return binary("sub", operand(a, b), a); })
-      .def("__mul__", [](const py_output& a, const py::object& b) { return binary("mul", a, operand(a, b)); })
-      .def("__rmul__", [](const py_output& a, const py::object& b) { return binary("mul", operand(a, b), a); })
-      .def("__truediv__", [](const py_output& a, const py::object& b) { return binary("div", a, operand(a, b)); })
-      .def("__rtruediv__", [](const py_output& a, const py::object& b) { return binary("div", operand(a, b), a); })
-      .def("__matmul__", [](const py_output& a, const py_output& b) { return binary("matmul", a, b); })
-      .def("__neg__", [](const py_output& a) { return py_output{a.owner, a.owner->b.add1("neg", {a.out})}; });
+      .def("__add__",
+           [](const py_output& a, const py::object& b) { return binary("add", a, operand(a, b)); })
+      .def("__radd__",
+           [](const py_output& a, const py::object& b) { return binary("add", operand(a, b), a); })
+      .def("__sub__",
+           [](const py_output& a, const py::object& b) { return binary("sub", a, operand(a, b)); })
+      .def("__rsub__",
+           [](const py_output& a, const py::object& b) { return binary("sub", operand(a, b), a); })
+      .def("__mul__",
+           [](const py_output& a, const py::object& b) { return binary("mul", a, operand(a, b)); })
+      .def("__rmul__",
+           [](const py_output& a, const py::object& b) { return binary("mul", operand(a, b), a); })
+      .def("__truediv__",
+           [](const py_output& a, const py::object& b) { return binary("div", a, operand(a, b)); })
+      .def("__rtruediv__",
+           [](const py_output& a, const py::object& b) { return binary("div", operand(a, b), a); })
+      .def("__matmul__",
+           [](const py_output& a, const py_output& b) { return binary("matmul", a, b); })
+      .def("__neg__", [](const py_output& a) {
+        return py_output{a.owner, a.owner->b.add1("neg", {a.out})};
+      });
 
   py::class_<py_graph, pg_ptr>(m, "Graph", "A dataflow graph of ops, built node by node")
       .def(py::init([] { return std::make_shared<py_graph>(); }))
@@ -260,8 +290,9 @@ void bind_graph(py::module_& m) {
             return pg;
           },
           py::arg("text"), "A graph from its JSON form (docs/runtime.md)")
-      .def("to_json", [](const py_graph& pg, int indent) { return graph_to_json(pg.g, indent); },
-           py::arg("indent") = 2)
+      .def(
+          "to_json", [](const py_graph& pg, int indent) { return graph_to_json(pg.g, indent); },
+          py::arg("indent") = 2)
       .def_property_readonly("num_nodes", [](const py_graph& pg) { return pg.g.num_nodes(); })
       .def("node_names",
            [](const py_graph& pg) {
@@ -269,22 +300,26 @@ void bind_graph(py::module_& m) {
              for (const node& n : pg.g.nodes()) names.push_back(n.name);
              return names;
            })
-      .def("output",
-           [](const pg_ptr& pg, const std::string& name) {
-             const auto colon = name.rfind(':');
-             const bool indexed = colon != std::string::npos && colon + 1 < name.size() &&
-                                  name.find_first_not_of("0123456789", colon + 1) == std::string::npos;
-             const node& n = pg->g.get(indexed ? name.substr(0, colon) : name);
-             const auto index = indexed ? std::stoi(name.substr(colon + 1)) : 0;
-             if (index < 0 || static_cast<std::size_t>(index) >= n.outputs.size()) {
-               throw_python(PyExc_KeyError, fmt::format("node {} has no output {}", n.describe(), index));
-             }
-             return py_output{pg, output(&pg->b, endpoint{n.id, index})};
-           },
-           py::arg("name"), "The Output called 'node' or 'node:k'")
+      .def(
+          "output",
+          [](const pg_ptr& pg, const std::string& name) {
+            const auto colon = name.rfind(':');
+            const bool indexed =
+                colon != std::string::npos && colon + 1 < name.size() &&
+                name.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+            const node& n = pg->g.get(indexed ? name.substr(0, colon) : name);
+            const auto index = indexed ? std::stoi(name.substr(colon + 1)) : 0;
+            if (index < 0 || static_cast<std::size_t>(index) >= n.outputs.size()) {
+              throw_python(PyExc_KeyError,
+                           fmt::format("node {} has no output {}", n.describe(), index));
+            }
+            return py_output{pg, output(&pg->b, endpoint{n.id, index})};
+          },
+          py::arg("name"), "The Output called 'node' or 'node:k'")
       .def(
           "placeholder",
-          [](const pg_ptr& pg, const std::string& name, const py::object& type, const py::object& s) {
+          [](const pg_ptr& pg, const std::string& name, const py::object& type,
+             const py::object& s) {
             return py_output{pg, ops::placeholder(pg->b, name, dtype_of(type, "placeholder dtype"),
                                                   shape_of(s, "placeholder shape"))};
           },
@@ -295,7 +330,8 @@ void bind_graph(py::module_& m) {
           [](const pg_ptr& pg, const py::object& value, const py::object& type,
              const std::optional<std::string>& name) {
             const std::optional<dtype> t =
-                type.is_none() ? std::nullopt : std::optional<dtype>(dtype_of(type, "constant dtype"));
+                type.is_none() ? std::nullopt
+                               : std::optional<dtype>(dtype_of(type, "constant dtype"));
             return py_output{pg, ops::constant(pg->b, owned_tensor(value, "constant", t),
                                                options_of(*pg, name, std::nullopt))};
           },
@@ -303,15 +339,18 @@ void bind_graph(py::module_& m) {
           "A constant holding a copy of value")
       .def(
           "variable",
-          [](const pg_ptr& pg, const std::string& name, const py::object& init, const py::object& type,
-             const py::object& s) {
+          [](const pg_ptr& pg, const std::string& name, const py::object& init,
+             const py::object& type, const py::object& s) {
             if (!init.is_none()) {
               const std::optional<dtype> t =
-                  type.is_none() ? std::nullopt : std::optional<dtype>(dtype_of(type, "variable dtype"));
-              return py_output{pg, ops::variable(pg->b, name, owned_tensor(init, "variable init", t))};
+                  type.is_none() ? std::nullopt
+                                 : std::optional<dtype>(dtype_of(type, "variable dtype"));
+              return py_output{pg,
+                               ops::variable(pg->b, name, owned_tensor(init, "variable init", t))};
             }
             if (type.is_none() || s.is_none()) {
-              throw_python(PyExc_TypeError, fmt::format("variable '{}': give init, or dtype and shape", name));
+              throw_python(PyExc_TypeError,
+                           fmt::format("variable '{}': give init, or dtype and shape", name));
             }
             return py_output{pg, ops::variable(pg->b, name, dtype_of(type, "variable dtype"),
                                                shape_of(s, "variable shape"))};
@@ -323,9 +362,10 @@ void bind_graph(py::module_& m) {
            py::kw_only(), py::arg("name") = py::none(), py::arg("device") = py::none(),
            "Adds a node of op `type`; attributes as keywords")
       .def("_push_device", [](py_graph& pg, const std::string& d) { pg.device_stack.push_back(d); })
-      .def("_pop_device", [](py_graph& pg) {
-        if (!pg.device_stack.empty()) pg.device_stack.pop_back();
-      })
+      .def("_pop_device",
+           [](py_graph& pg) {
+             if (!pg.device_stack.empty()) pg.device_stack.pop_back();
+           })
       .def(
           "gradients",
           [](const pg_ptr& pg, const py_output& loss, const std::vector<py_output>& xs) {
@@ -340,15 +380,12 @@ void bind_graph(py::module_& m) {
           "apply_sgd",
           [](const pg_ptr&, const py_output& param, const py_output& grad, const py_output& lr,
              double momentum, double dampening, double weight_decay, bool nesterov) {
-            ops::sgd_options o;
-            o.momentum = momentum;
-            o.dampening = dampening;
-            o.weight_decay = weight_decay;
-            o.nesterov = nesterov;
-            return ops::apply_sgd(param.out, grad.out, lr.out, o);
+            return ops::apply_sgd(param.out, grad.out, lr.out,
+                                  sgd_options_of(momentum, dampening, weight_decay, nesterov));
           },
-          py::arg("param"), py::arg("grad"), py::arg("lr"), py::kw_only(), py::arg("momentum") = 0.0,
-          py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0, py::arg("nesterov") = false,
+          py::arg("param"), py::arg("grad"), py::arg("lr"), py::kw_only(),
+          py::arg("momentum") = 0.0, py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0,
+          py::arg("nesterov") = false,
           "One SGD update of one variable; returns the node's name (run it as a target)")
       .def(
           "apply_adam",
@@ -367,36 +404,35 @@ void bind_graph(py::module_& m) {
           "One Adam (decoupled=True: AdamW) update of one variable; returns the node's name")
       .def(
           "fused_adam",
-          [](const pg_ptr& pg, const std::vector<py_output>& params, const std::vector<py_output>& grads,
-             const py_output& lr, const py_output& step, const py_output& grad_scale, double beta1,
-             double beta2, double eps, std::optional<double> weight_decay, bool decoupled,
-             const py::object& moment, bool master, double max_grad_norm, bool check_finite) {
+          [](const pg_ptr& pg, const std::vector<py_output>& params,
+             const std::vector<py_output>& grads, const py_output& lr, const py_output& step,
+             const py_output& grad_scale, double beta1, double beta2, double eps,
+             std::optional<double> weight_decay, bool decoupled, const py::object& moment,
+             bool master, double max_grad_norm, bool check_finite) {
             const auto o = adam_options_of(beta1, beta2, eps, weight_decay, moment, master);
             ops::fused_options f;
             f.max_grad_norm = max_grad_norm;
             f.check_finite = check_finite;
             const auto ps = outs_of(pg, params, "fused_adam params");
             const auto gs = outs_of(pg, grads, "fused_adam grads");
-            return fused_result(pg, decoupled ? ops::fused_adamw(ps, gs, lr.out, step.out, grad_scale.out, o, f)
-                                              : ops::fused_adam(ps, gs, lr.out, step.out, grad_scale.out, o, f));
+            return fused_result(
+                pg, decoupled ? ops::fused_adamw(ps, gs, lr.out, step.out, grad_scale.out, o, f)
+                              : ops::fused_adam(ps, gs, lr.out, step.out, grad_scale.out, o, f));
           },
-          py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("step"), py::arg("grad_scale"),
-          py::kw_only(), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
-          py::arg("weight_decay") = py::none(), py::arg("decoupled") = false,
+          py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("step"),
+          py::arg("grad_scale"), py::kw_only(), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
+          py::arg("eps") = 1e-8, py::arg("weight_decay") = py::none(), py::arg("decoupled") = false,
           py::arg("moment_dtype") = dtype::f32, py::arg("master_weights") = true,
           py::arg("max_grad_norm") = 0.0, py::arg("check_finite") = true,
           "One fused multi-tensor Adam (AdamW) update of every param: returns (node name, "
           "grad_norm, found_inf)")
       .def(
           "fused_sgd",
-          [](const pg_ptr& pg, const std::vector<py_output>& params, const std::vector<py_output>& grads,
-             const py_output& lr, const py_output& grad_scale, double momentum, double dampening,
-             double weight_decay, bool nesterov, double max_grad_norm, bool check_finite) {
-            ops::sgd_options o;
-            o.momentum = momentum;
-            o.dampening = dampening;
-            o.weight_decay = weight_decay;
-            o.nesterov = nesterov;
+          [](const pg_ptr& pg, const std::vector<py_output>& params,
+             const std::vector<py_output>& grads, const py_output& lr, const py_output& grad_scale,
+             double momentum, double dampening, double weight_decay, bool nesterov,
+             double max_grad_norm, bool check_finite) {
+            const auto o = sgd_options_of(momentum, dampening, weight_decay, nesterov);
             ops::fused_options f;
             f.max_grad_norm = max_grad_norm;
             f.check_finite = check_finite;
@@ -406,12 +442,16 @@ void bind_graph(py::module_& m) {
           },
           py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("grad_scale"), py::kw_only(),
           py::arg("momentum") = 0.0, py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0,
-          py::arg("nesterov") = false, py::arg("max_grad_norm") = 0.0, py::arg("check_finite") = true,
+          py::arg("nesterov") = false, py::arg("max_grad_norm") = 0.0,
+          py::arg("check_finite") = true,
           "One fused multi-tensor SGD update: returns (node name, grad_norm, found_inf)");
 
-  m.def("op_names", [] { return op_registry::global().names(); }, "Every registered op");
-  m.def("op_def", [](const std::string& name) { return op_def_dict(op_registry::global().get(name)); },
-        py::arg("name"), "An op's inputs, outputs and attributes");
+  m.def(
+      "op_names", [] { return op_registry::global().names(); }, "Every registered op");
+  m.def(
+      "op_def",
+      [](const std::string& name) { return op_def_dict(op_registry::global().get(name)); },
+      py::arg("name"), "An op's inputs, outputs and attributes");
 }
 
 }  // namespace loom::python

@@ -11,11 +11,10 @@
 // uninstalling (back to NumPy's default) is safe while arrays from loom's pool are alive:
 // the handler, its adaptor and the pool are never destroyed.
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <fmt/format.h>
 #include <numpy/arrayobject.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <cstring>
 
@@ -40,7 +39,9 @@ namespace {
 
 constexpr std::size_t header = 64;
 
-memory::memory_resource& host_pool() { return memory::get_device_resource({device_type::cpu, 0}); }
+memory::memory_resource& host_pool() {
+  return memory::get_device_resource({device_type::cpu, 0});
+}
 
 // NumPy's view of the pool, made at install: never destroyed (arrays may outlive
 // everything else, and free through it).
@@ -93,8 +94,8 @@ PyDataMem_Handler* loom_handler() {
     PyDataMem_Handler x{};
     std::snprintf(x.name, sizeof x.name, "loom_host_pool");
     x.version = 1;
-    x.allocator = PyDataMemAllocator{nullptr, &numpy_malloc, &numpy_calloc, &numpy_realloc,
-                                     &numpy_free};
+    x.allocator =
+        PyDataMemAllocator{nullptr, &numpy_malloc, &numpy_calloc, &numpy_realloc, &numpy_free};
     return x;
   }();
   return &h;
@@ -165,8 +166,7 @@ void bind_memory(py::module_& m) {
         o.granularity = granularity;
         // Never destroyed: tensors from it may live until the process ends.
         auto* pool = new memory::bfc_pool(memory::host_resource::instance(), std::move(o));
-        memory::memory_resource* old =
-            memory::set_device_resource({device_type::cpu, 0}, pool);
+        memory::memory_resource* old = memory::set_device_resource({device_type::cpu, 0}, pool);
         // The old pool keeps what is still in use and gives back its wholly free regions.
         if (auto* old_pool = dynamic_cast<memory::bfc_pool*>(old)) (void)old_pool->trim();
       },

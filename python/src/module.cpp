@@ -44,4 +44,6 @@ void init_module(py::module_& m) {
 }  // namespace
 }  // namespace loom::python
 
-PYBIND11_MODULE(_loom, m) { loom::python::init_module(m); }
+PYBIND11_MODULE(_loom, m) {
+  loom::python::init_module(m);
+}

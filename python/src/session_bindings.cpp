@@ -16,10 +16,9 @@
 // to Python as if it had arrived then, so KeyboardInterrupt (or the program's own SIGINT
 // handler) follows. The session stays usable. Runs on other threads are not interrupted
 // (Python delivers signals to the main thread only).
+#include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <atomic>
 #include <csignal>
@@ -153,11 +152,13 @@ py::object with_feed_dtype(const session& s, const std::string& name, const py::
   }
   if (n->outputs.empty()) return py::reinterpret_borrow<py::object>(v);
   const char* type = to_string(n->outputs.front().type);
-  return py::module_::import("numpy").attr("asarray")(v, py::str(type == std::string("bool") ? "bool" : type));
+  return py::module_::import("numpy").attr("asarray")(
+      v, py::str(type == std::string("bool") ? "bool" : type));
 }
 
-py::object run(const std::shared_ptr<session>& s, const py::object& fetches, const py::object& feeds,
-               const py::object& targets, const std::optional<std::string>& trace_path) {
+py::object run(const std::shared_ptr<session>& s, const py::object& fetches,
+               const py::object& feeds, const py::object& targets,
+               const std::optional<std::string>& trace_path) {
   bool single = false;
   const std::vector<std::string> fetch_names = names_of(fetches, "fetch", &single);
   const std::vector<std::string> target_names = names_of(targets, "target");
@@ -165,7 +166,8 @@ py::object run(const std::shared_ptr<session>& s, const py::object& fetches, con
   if (!feeds.is_none()) {
     for (const auto& [k, v] : feeds.cast<py::dict>()) {
       const std::string name = name_of(k, "feed key");
-      feed_list.emplace_back(name, to_tensor(with_feed_dtype(*s, name, v), fmt::format("feed '{}'", name)));
+      feed_list.emplace_back(
+          name, to_tensor(with_feed_dtype(*s, name, v), fmt::format("feed '{}'", name)));
     }
   }
   std::atomic<bool> cancel{false};
@@ -215,10 +217,13 @@ py::dict stats_dict(const memory_stats& st) {
 
 }  // namespace
 
-py::dict memory_stats_dict(const memory_stats& st) { return stats_dict(st); }
+py::dict memory_stats_dict(const memory_stats& st) {
+  return stats_dict(st);
+}
 
 void bind_session(py::module_& m) {
-  py::class_<session, std::shared_ptr<session>>(m, "Session", "Runs a Graph on this machine's devices")
+  py::class_<session, std::shared_ptr<session>>(m, "Session",
+                                                "Runs a Graph on this machine's devices")
       .def(py::init([](const std::shared_ptr<py_graph>& g, int virtual_cpus, int threads,
                        std::size_t memory_limit, bool soft_placement) {
              session_options o;
@@ -236,54 +241,59 @@ void bind_session(py::module_& m) {
            "Runs the graph: returns a Tensor for a single fetch, else a list. feeds maps "
            "Outputs or names to values; targets are run too. trace=PATH writes a Chrome trace.")
       .def("cancel", &session::cancel, "Cancels every run in progress")
-      .def_property_readonly("devices",
-                             [](const session& s) {
-                               py::list out;
-                               for (const auto& d : s.devices()) {
-                                 const auto& a = d->attributes();
-                                 out.append(py::dict(py::arg("name") = a.name,
-                                                     py::arg("threads") = a.threads,
-                                                     py::arg("memory_limit") = a.memory_limit,
-                                                     py::arg("description") = a.description));
-                               }
-                               return out;
-                             })
-      .def("memory_stats",
-           [](const session& s) {
-             py::dict out;
-             for (const auto& d : s.devices()) {
-               if (const auto st = d->allocator().stats()) out[py::str(d->name())] = stats_dict(*st);
-             }
-             return out;
-           },
-           "Each device's pool statistics (bytes in use, peak, reserved, fragmentation, ...)")
+      .def_property_readonly(
+          "devices",
+          [](const session& s) {
+            py::list out;
+            for (const auto& d : s.devices()) {
+              const auto& a = d->attributes();
+              out.append(py::dict(py::arg("name") = a.name, py::arg("threads") = a.threads,
+                                  py::arg("memory_limit") = a.memory_limit,
+                                  py::arg("description") = a.description));
+            }
+            return out;
+          })
+      .def(
+          "memory_stats",
+          [](const session& s) {
+            py::dict out;
+            for (const auto& d : s.devices()) {
+              if (const auto st = d->allocator().stats()) out[py::str(d->name())] = stats_dict(*st);
+            }
+            return out;
+          },
+          "Each device's pool statistics (bytes in use, peak, reserved, fragmentation, ...)")
       .def("variable_names", [](session& s) { return s.variables().names(); })
-      .def("variable",
-           [](const std::shared_ptr<session>& s, const std::string& name) {
-             variable_store::variable* v = s->variables().find(name);
-             if (v == nullptr || !v->value.defined()) {
-               // Not initialized yet: running the variable node gives it its value (or
-               // names what is missing).
-               py::gil_scoped_release unlocked;
-               return pin(s->run({}, {name}).front(), s);
-             }
-             const std::lock_guard lock(v->mutex);
-             return pin(v->value, s);
-           },
-           py::arg("name"), "A variable's current value (shares its memory)")
-      .def("save", [](session& s, const std::string& path, const std::map<std::string, std::string>& meta) {
-             checkpoint::save_checkpoint(s, path, meta);
-           },
-           py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{},
-           "Saves every variable to a safetensors checkpoint (atomically)")
-      .def("restore",
-           [](session& s, const std::string& path, bool allow_missing) {
-             checkpoint::restore_options o;
-             o.allow_missing = allow_missing;
-             return checkpoint::restore_checkpoint(s, path, o);
-           },
-           py::arg("path"), py::kw_only(), py::arg("allow_missing") = false,
-           "Restores variables from a checkpoint; returns its metadata")
+      .def(
+          "variable",
+          [](const std::shared_ptr<session>& s, const std::string& name) {
+            variable_store::variable* v = s->variables().find(name);
+            if (v == nullptr || !v->value.defined()) {
+              // Not initialized yet: running the variable node gives it its value (or
+              // names what is missing).
+              py::gil_scoped_release unlocked;
+              return pin(s->run({}, {name}).front(), s);
+            }
+            const std::lock_guard lock(v->mutex);
+            return pin(v->value, s);
+          },
+          py::arg("name"), "A variable's current value (shares its memory)")
+      .def(
+          "save",
+          [](session& s, const std::string& path, const std::map<std::string, std::string>& meta) {
+            checkpoint::save_checkpoint(s, path, meta);
+          },
+          py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{},
+          "Saves every variable to a safetensors checkpoint (atomically)")
+      .def(
+          "restore",
+          [](session& s, const std::string& path, bool allow_missing) {
+            checkpoint::restore_options o;
+            o.allow_missing = allow_missing;
+            return checkpoint::restore_checkpoint(s, path, o);
+          },
+          py::arg("path"), py::kw_only(), py::arg("allow_missing") = false,
+          "Restores variables from a checkpoint; returns its metadata")
       .def_property_readonly("plan_count", &session::plan_count);
 }
 

@@ -11,11 +11,10 @@
 // business. So a capsule nobody consumed frees its tensor when Python drops it, one that
 // was consumed does not, and a consumer that fails leaves the name alone (the tensor is
 // still the capsule's). A capsule can be consumed once: the used names are a BufferError.
+#include <fmt/format.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-
-#include <fmt/format.h>
 
 #include <cstring>
 #include <string>
@@ -24,6 +23,7 @@
 #include "loom/core/error.hpp"
 #include "loom/interop/dlpack.hpp"
 #include "loom/memory/device_resources.hpp"
+#include "loom/memory/npy.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
 namespace loom::python {
@@ -43,17 +43,7 @@ constexpr const char* used_versioned_name = "used_dltensor_versioned";
 
 // NumPy's type string of a dtype ("<f4"); bfloat16 has none.
 const char* numpy_typestr(dtype t) {
-  switch (t) {
-    case dtype::f32: return "<f4";
-    case dtype::f64: return "<f8";
-    case dtype::f16: return "<f2";
-    case dtype::i32: return "<i4";
-    case dtype::i64: return "<i8";
-    case dtype::i8: return "|i1";
-    case dtype::u8: return "|u1";
-    case dtype::boolean: return "|b1";
-    case dtype::bf16: break;
-  }
+  if (const char* s = memory::numpy_typestr(t)) return s;
   throw unsupported_error("bfloat16 has no NumPy dtype (share it with PyTorch through DLPack)");
 }
 
@@ -62,19 +52,26 @@ std::optional<dtype> dtype_of_format(std::string_view f, Py_ssize_t itemsize) {
   if (!f.empty() && (f[0] == '<' || f[0] == '=' || f[0] == '@')) f.remove_prefix(1);
   if (f.size() != 1) return std::nullopt;
   switch (f[0]) {
-    case 'f': return dtype::f32;
-    case 'd': return dtype::f64;
-    case 'e': return dtype::f16;
-    case 'b': return dtype::i8;
-    case 'B': return dtype::u8;
-    case '?': return dtype::boolean;
+    case 'f':
+      return dtype::f32;
+    case 'd':
+      return dtype::f64;
+    case 'e':
+      return dtype::f16;
+    case 'b':
+      return dtype::i8;
+    case 'B':
+      return dtype::u8;
+    case '?':
+      return dtype::boolean;
     case 'i':
     case 'l':
     case 'q':
       if (itemsize == 4) return dtype::i32;
       if (itemsize == 8) return dtype::i64;
       return std::nullopt;
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -129,11 +126,10 @@ tensor from_buffer(const py::handle& obj) {
   const std::size_t bytes = empty ? 0 : static_cast<std::size_t>((hi - lo + 1) * view->itemsize);
   const bool read_only = view->readonly != 0;
   Py_buffer* raw = view.release();
-  buffer_ptr buf = buffer::adopt(start, bytes, static_cast<std::size_t>(raw->itemsize),
-                                 device_id{device_type::cpu, 0}, stream{}, &release_py_buffer,
-                                 raw, read_only);
-  return tensor::strided(std::move(buf), *t, std::move(dims), std::move(strides),
-                         empty ? 0 : -lo);
+  buffer_ptr buf =
+      buffer::adopt(start, bytes, static_cast<std::size_t>(raw->itemsize),
+                    device_id{device_type::cpu, 0}, stream{}, &release_py_buffer, raw, read_only);
+  return tensor::strided(std::move(buf), *t, std::move(dims), std::move(strides), empty ? 0 : -lo);
 }
 
 // A contiguous copy of t in the host's pool.
@@ -185,8 +181,8 @@ py::object to_capsule(const tensor& t, const py::object& stream, const py::objec
   }
   PyObject* capsule = nullptr;
   if (versioned) {
-    DLManagedTensorVersioned* m = interop::to_dlpack_versioned(
-        src, make_copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+    DLManagedTensorVersioned* m =
+        interop::to_dlpack_versioned(src, make_copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
     capsule = PyCapsule_New(m, versioned_name, &capsule_destructor);
     if (capsule == nullptr) m->deleter(m);
   } else {
@@ -214,15 +210,15 @@ tensor from_capsule(const py::handle& capsule) {
     return t;
   }
   if (n == versioned_name) {
-    auto* m = static_cast<DLManagedTensorVersioned*>(
-        PyCapsule_GetPointer(capsule.ptr(), versioned_name));
+    auto* m =
+        static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), versioned_name));
     tensor t = interop::from_dlpack(m);
     PyCapsule_SetName(capsule.ptr(), used_versioned_name);
     return t;
   }
   throw_python(PyExc_ValueError,
-               fmt::format("a capsule named '{}' is not a DLPack tensor (expected '{}' or '{}')",
-                           n, legacy_name, versioned_name));
+               fmt::format("a capsule named '{}' is not a DLPack tensor (expected '{}' or '{}')", n,
+                           legacy_name, versioned_name));
 }
 
 // loom.from_dlpack(x): a capsule, or an object with __dlpack__ and __dlpack_device__.
@@ -267,8 +263,8 @@ py::dict array_interface(const tensor& t) {
   d["shape"] = dims;
   d["typestr"] = numpy_typestr(t.type());
   const void* data = t.defined() && t.num_elements() > 0 ? t.raw_data() : &empty_data;
-  d["data"] = py::make_tuple(reinterpret_cast<std::uintptr_t>(data),
-                             t.defined() && t.buf()->read_only());
+  d["data"] =
+      py::make_tuple(reinterpret_cast<std::uintptr_t>(data), t.defined() && t.buf()->read_only());
   d["strides"] = t.is_contiguous() ? py::object(py::none()) : py::object(strides);
   d["version"] = 3;
   return d;
@@ -337,8 +333,8 @@ void bind_tensor(py::module_& m) {
       .def(py::init([](const py::object& data, std::optional<dtype> type) {
              // A copy, as numpy.array and torch.tensor make: the new tensor owns its memory.
              const py::module_ np = py::module_::import("numpy");
-             py::object array = type ? np.attr("asarray")(data, numpy_dtype(*type))
-                                     : np.attr("asarray")(data);
+             py::object array =
+                 type ? np.attr("asarray")(data, numpy_dtype(*type)) : np.attr("asarray")(data);
              const tensor view = to_tensor(array, "Tensor(data)");
              return host_copy(view);
            }),
@@ -350,13 +346,14 @@ void bind_tensor(py::module_& m) {
                                for (std::size_t i = 0; i < t.rank(); ++i) s[i] = t.dim(i);
                                return s;
                              })
-      .def_property_readonly("strides",
-                             [](const tensor& t) {
-                               py::tuple s(t.rank());
-                               for (std::size_t i = 0; i < t.rank(); ++i) s[i] = t.strides()[i];
-                               return s;
-                             },
-                             "Strides in elements")
+      .def_property_readonly(
+          "strides",
+          [](const tensor& t) {
+            py::tuple s(t.rank());
+            for (std::size_t i = 0; i < t.rank(); ++i) s[i] = t.strides()[i];
+            return s;
+          },
+          "Strides in elements")
       .def_property_readonly("dtype", &tensor::type)
       .def_property_readonly("ndim", &tensor::rank)
       .def_property_readonly("size", &tensor::num_elements)
@@ -365,22 +362,22 @@ void bind_tensor(py::module_& m) {
       .def_property_readonly("is_contiguous", &tensor::is_contiguous)
       .def_property_readonly("readonly",
                              [](const tensor& t) { return t.defined() && t.buf()->read_only(); })
-      .def_property_readonly("data_ptr",
-                             [](const tensor& t) {
-                               return reinterpret_cast<std::uintptr_t>(
-                                   t.defined() ? t.raw_data() : nullptr);
-                             })
+      .def_property_readonly(
+          "data_ptr",
+          [](const tensor& t) {
+            return reinterpret_cast<std::uintptr_t>(t.defined() ? t.raw_data() : nullptr);
+          })
       .def("__len__",
            [](const tensor& t) {
              if (t.rank() == 0) throw_python(PyExc_TypeError, "len() of a 0-d tensor");
              return t.dim(0);
            })
-      .def("__repr__",
-           [](const tensor& t) { return fmt::format("loom.Tensor({})", t.describe()); })
+      .def("__repr__", [](const tensor& t) { return fmt::format("loom.Tensor({})", t.describe()); })
       .def_property_readonly("__array_interface__", &array_interface)
-      .def("numpy",
-           [](const py::object& self) { return py::module_::import("numpy").attr("asarray")(self); },
-           "A NumPy array sharing this tensor's memory (it keeps the tensor alive)")
+      .def(
+          "numpy",
+          [](const py::object& self) { return py::module_::import("numpy").attr("asarray")(self); },
+          "A NumPy array sharing this tensor's memory (it keeps the tensor alive)")
       .def("__dlpack__", &to_capsule, py::kw_only(), py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
            py::arg("copy") = py::none(),

@@ -356,7 +356,8 @@ void thread_pool::run_until(const std::atomic<bool>& flag) {
     std::unique_lock<std::mutex> lock(im.mutex);
     if (!im.queue.empty()) continue;
     ++im.waiters;
-    im.waiter_cv.wait(lock, [&] { return !im.queue.empty() || flag.load(std::memory_order_acquire); });
+    im.waiter_cv.wait(lock,
+                      [&] { return !im.queue.empty() || flag.load(std::memory_order_acquire); });
     --im.waiters;
   }
 }

@@ -47,26 +47,7 @@ std::string quoted(std::string_view text) {
 // ---- dtypes ------------------------------------------------------------------------------
 
 const char* descr_of(dtype t) {
-  switch (t) {
-    case dtype::f32:
-      return "<f4";
-    case dtype::f64:
-      return "<f8";
-    case dtype::f16:
-      return "<f2";
-    case dtype::i32:
-      return "<i4";
-    case dtype::i64:
-      return "<i8";
-    case dtype::i8:
-      return "|i1";
-    case dtype::u8:
-      return "|u1";
-    case dtype::boolean:
-      return "|b1";
-    case dtype::bf16:
-      break;
-  }
+  if (const char* d = numpy_typestr(t)) return d;
   throw invalid_argument(fmt::format(
       ".npy: {} is not a NumPy dtype; cast the tensor to float32 to save it", to_string(t)));
 }
@@ -466,6 +447,30 @@ void write_npy(const tensor& t, const std::string& path) {
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(t.nbytes()));
   out.close();
   if (!out) throw error(fmt::format("write_npy: writing '{}' failed", path));
+}
+
+const char* numpy_typestr(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32:
+      return "<f4";
+    case dtype::f64:
+      return "<f8";
+    case dtype::f16:
+      return "<f2";
+    case dtype::i32:
+      return "<i4";
+    case dtype::i64:
+      return "<i8";
+    case dtype::i8:
+      return "|i1";
+    case dtype::u8:
+      return "|u1";
+    case dtype::boolean:
+      return "|b1";
+    case dtype::bf16:
+      break;
+  }
+  return nullptr;
 }
 
 }  // namespace loom::memory

@@ -5,8 +5,9 @@
 // count reaches zero is ready. The thread that made it ready runs it next when it is cheap,
 // when its kernel uses all of the device's threads itself (oneDNN's: those also hold the
 // device's whole_device_mutex, so two never overlap), or when it is the first expensive
-// node made ready; other expensive ready nodes go to their device's thread pool. A dependent chain therefore runs on one thread with no
-// scheduling at all, and independent branches spread over the pool.
+// node made ready; other expensive ready nodes go to their device's thread pool. A dependent chain
+// therefore runs on one thread with no scheduling at all, and independent branches spread over the
+// pool.
 //
 // Outputs live in per-run *slots*; each slot counts the inputs that read it.
 //
@@ -53,8 +54,12 @@ int small_thread_id() {
 
 struct run_state {
   run_state(const plan& pl, variable_store& v, cancel_flags c, run_metadata* t)
-      : p(pl), buffers(pl.buffers.take()), remaining(static_cast<std::int32_t>(pl.nodes.size())),
-        variables(v), cancel(c), trace(t) {
+      : p(pl),
+        buffers(pl.buffers.take()),
+        remaining(static_cast<std::int32_t>(pl.nodes.size())),
+        variables(v),
+        cancel(c),
+        trace(t) {
     const std::size_t n = pl.nodes.size();
     const auto slot_count = static_cast<std::size_t>(pl.slot_count);
     if (!buffers) {
@@ -238,8 +243,7 @@ void execute_from(run_state& st, std::int32_t first) {
       // oversubscribe the cores (op_kernel::uses_all_threads).
       if (ce.cheap || ce.whole_device || st.failed.load(std::memory_order_relaxed)) {
         stack.push_back(c);
-      } else if (inline_expensive < 0 || ce.dev->pool() == nullptr ||
-                 ce.dev->pool()->size() <= 1) {
+      } else if (inline_expensive < 0 || ce.dev->pool() == nullptr || ce.dev->pool()->size() <= 1) {
         if (inline_expensive >= 0) stack.push_back(inline_expensive);
         inline_expensive = c;
       } else {

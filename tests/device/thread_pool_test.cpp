@@ -87,8 +87,17 @@ TEST(ThreadPool, RunsInlineAgreesWithTheSplit) {
   // runs_inline (which kernel_context::parallel_for uses to skip the pool) says "one range"
   // exactly when parallel_for makes one range.
   thread_pool pool(4, "agree");
-  const double costs[] = {0.0, 0.5, 1.0, 19.9, 20.0, 39.9, 40.0, 100.0, 1e6,
-                          -1.0, std::numeric_limits<double>::quiet_NaN()};
+  const double costs[] = {0.0,
+                          0.5,
+                          1.0,
+                          19.9,
+                          20.0,
+                          39.9,
+                          40.0,
+                          100.0,
+                          1e6,
+                          -1.0,
+                          std::numeric_limits<double>::quiet_NaN()};
   for (const std::int64_t n : {1, 2, 3, 1000, 2000, 4000}) {
     for (const double cost : costs) {
       EXPECT_EQ(thread_pool::runs_inline(n, cost, pool.size()), check_cover(pool, n, cost) == 1)

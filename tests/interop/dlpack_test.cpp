@@ -31,7 +31,7 @@ namespace {
 constexpr std::uint8_t spec_int = 0, spec_uint = 1, spec_float = 2, spec_bfloat = 4,
                        spec_complex = 5, spec_bool = 6;
 
-constexpr dtype all_types[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,    dtype::i32,
+constexpr dtype all_types[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
                                dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
 
 TEST(DlpackTypes, MatchTheSpecification) {
@@ -39,11 +39,10 @@ TEST(DlpackTypes, MatchTheSpecification) {
     dtype t;
     std::uint8_t code, bits;
   };
-  const row rows[] = {{dtype::f32, spec_float, 32},   {dtype::f64, spec_float, 64},
-                      {dtype::f16, spec_float, 16},   {dtype::bf16, spec_bfloat, 16},
-                      {dtype::i32, spec_int, 32},     {dtype::i64, spec_int, 64},
-                      {dtype::i8, spec_int, 8},       {dtype::u8, spec_uint, 8},
-                      {dtype::boolean, spec_bool, 8}};
+  const row rows[] = {
+      {dtype::f32, spec_float, 32},   {dtype::f64, spec_float, 64}, {dtype::f16, spec_float, 16},
+      {dtype::bf16, spec_bfloat, 16}, {dtype::i32, spec_int, 32},   {dtype::i64, spec_int, 64},
+      {dtype::i8, spec_int, 8},       {dtype::u8, spec_uint, 8},    {dtype::boolean, spec_bool, 8}};
   for (const row& r : rows) {
     const DLDataType d = to_dl_data_type(r.t);
     EXPECT_EQ(d.code, r.code) << to_string(r.t);
@@ -51,7 +50,7 @@ TEST(DlpackTypes, MatchTheSpecification) {
     EXPECT_EQ(d.lanes, 1) << to_string(r.t);
     EXPECT_EQ(dtype_from_dl(d), r.t);
   }
-  const DLDataType unsupported[] = {{spec_int, 16, 1},     {spec_uint, 32, 1}, {spec_float, 8, 1},
+  const DLDataType unsupported[] = {{spec_int, 16, 1},     {spec_uint, 32, 1},  {spec_float, 8, 1},
                                     {spec_complex, 64, 1}, {spec_float, 32, 4}, {3, 64, 1},
                                     {spec_bool, 1, 1},     {99, 8, 1}};
   for (const DLDataType& d : unsupported) {
@@ -89,7 +88,10 @@ std::uint64_t read_dl(const DLTensor& d, const std::vector<std::int64_t>& index)
   }
   const std::size_t es = d.dtype.bits / 8u;
   std::uint64_t v = 0;
-  std::memcpy(&v, static_cast<const std::byte*>(d.data) + d.byte_offset + at * static_cast<std::int64_t>(es), es);
+  std::memcpy(
+      &v,
+      static_cast<const std::byte*>(d.data) + d.byte_offset + at * static_cast<std::int64_t>(es),
+      es);
   return v;
 }
 
@@ -112,7 +114,8 @@ std::uint64_t read_loom(const tensor& t, const std::vector<std::int64_t>& index)
   for (std::size_t k = 0; k < index.size(); ++k) at += index[k] * t.strides()[k];
   const std::size_t es = size_of(t.type());
   std::uint64_t v = 0;
-  std::memcpy(&v, static_cast<const std::byte*>(t.raw_data()) + at * static_cast<std::int64_t>(es), es);
+  std::memcpy(&v, static_cast<const std::byte*>(t.raw_data()) + at * static_cast<std::int64_t>(es),
+              es);
   return v;
 }
 
@@ -121,7 +124,8 @@ TEST(DlpackExport, DescribesTheTensorByTheSpecification) {
     for (const shape& s : {shape{}, shape{0}, shape{5}, shape{2, 3, 4}, shape{3, 0, 2}}) {
       const tensor x = filled(t, s);
       for (int versioned = 0; versioned < 2; ++versioned) {
-        SCOPED_TRACE(std::string(to_string(t)) + " " + to_string(s) + (versioned ? " versioned" : " legacy"));
+        SCOPED_TRACE(std::string(to_string(t)) + " " + to_string(s) +
+                     (versioned ? " versioned" : " legacy"));
         DLManagedTensor* legacy = versioned ? nullptr : to_dlpack(x);
         DLManagedTensorVersioned* v1 = versioned ? to_dlpack_versioned(x) : nullptr;
         const DLTensor& d = versioned ? v1->dl_tensor : legacy->dl_tensor;
@@ -297,7 +301,8 @@ TEST(DlpackImport, RoundTripsOfEveryTypeAndBothAbis) {
         EXPECT_EQ(back->type(), t);
         EXPECT_EQ(back->shape(), src.shape());
         EXPECT_EQ(back->raw_data(), src.raw_data()) << "zero copy both ways";
-        for (const auto& i : indices(src.shape())) ASSERT_EQ(read_loom(*back, i), read_loom(src, i));
+        for (const auto& i : indices(src.shape()))
+          ASSERT_EQ(read_loom(*back, i), read_loom(src, i));
       }
     }
   }
@@ -360,12 +365,29 @@ TEST(DlpackImport, BadInputThrowsAndLeavesTheStructToTheCaller) {
     const char* mentions;
   };
   const std::vector<bad_case> cases{
-      {"int16", [](auto& m) { m.dl_tensor.dtype = {spec_int, 16, 1}; }, true, "int16"},
-      {"lanes", [](auto& m) { m.dl_tensor.dtype = {spec_float, 32, 4}; }, true, "lanes"},
-      {"complex", [](auto& m) { m.dl_tensor.dtype = {spec_complex, 64, 1}; }, true, "complex"},
-      {"cuda", [](auto& m) { m.dl_tensor.device = {kDLCUDA, 0}; }, true, "cuda"},
-      {"device code", [](auto& m) { m.dl_tensor.device.device_type = static_cast<DLDeviceType>(77); },
-       false, "77"},
+      {"int16",
+       [](auto& m) {
+         m.dl_tensor.dtype = {spec_int, 16, 1};
+       },
+       true, "int16"},
+      {"lanes",
+       [](auto& m) {
+         m.dl_tensor.dtype = {spec_float, 32, 4};
+       },
+       true, "lanes"},
+      {"complex",
+       [](auto& m) {
+         m.dl_tensor.dtype = {spec_complex, 64, 1};
+       },
+       true, "complex"},
+      {"cuda",
+       [](auto& m) {
+         m.dl_tensor.device = {kDLCUDA, 0};
+       },
+       true, "cuda"},
+      {"device code",
+       [](auto& m) { m.dl_tensor.device.device_type = static_cast<DLDeviceType>(77); }, false,
+       "77"},
       {"negative ndim", [](auto& m) { m.dl_tensor.ndim = -1; }, false, "ndim"},
       {"null shape", [](auto& m) { m.dl_tensor.shape = nullptr; }, false, "null shape"},
       {"negative dim", [](auto& m) { m.dl_tensor.shape[1] = -2; }, false, "-2"},
@@ -379,7 +401,11 @@ TEST(DlpackImport, BadInputThrowsAndLeavesTheStructToTheCaller) {
        [](auto& m) { m.dl_tensor.strides[0] = std::numeric_limits<std::int64_t>::max() / 2; },
        false, "stride"},
       {"null data", [](auto& m) { m.dl_tensor.data = nullptr; }, false, "null data"},
-      {"version", [](auto& m) { m.version = {2, 0}; }, true, "version 2.0"},
+      {"version",
+       [](auto& m) {
+         m.version = {2, 0};
+       },
+       true, "version 2.0"},
   };
   for (const bad_case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -399,7 +425,8 @@ TEST(DlpackImport, BadInputThrowsAndLeavesTheStructToTheCaller) {
     EXPECT_EQ(p.deleted, 0) << "the caller still owns the struct";
   }
   EXPECT_THROW((void)from_dlpack(static_cast<DLManagedTensor*>(nullptr)), invalid_argument);
-  EXPECT_THROW((void)from_dlpack(static_cast<DLManagedTensorVersioned*>(nullptr)), invalid_argument);
+  EXPECT_THROW((void)from_dlpack(static_cast<DLManagedTensorVersioned*>(nullptr)),
+               invalid_argument);
 }
 
 }  // namespace

@@ -621,8 +621,8 @@ TEST(NnBackward, MaxPoolGradNanAndInfinityWindows) {
     });
     for (const dtype t : float_types) {
       SCOPED_TRACE(::testing::Message() << to_string(t) << " width " << w);
-      const tensor dx = run_op1("max_pool2d_grad", {make(t, c.x, xv), make(t, c.y(), dyv)},
-                                pool_attrs(true, c));
+      const tensor dx =
+          run_op1("max_pool2d_grad", {make(t, c.x, xv), make(t, c.y(), dyv)}, pool_attrs(true, c));
       expect_close(dx, c.x, want, 0, 0);
     }
   }

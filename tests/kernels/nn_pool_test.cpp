@@ -121,7 +121,8 @@ TEST(NnPool, MaxTiled2x2WidthsInfinitiesAndNaN) {
       // oneDNN, whose max starts from the lowest finite value: a window of only -inf gives
       // that, not -inf; docs/training.md.)
       const auto row = static_cast<std::size_t>(w);
-      if (t != dtype::bf16) xv.at(0) = xv.at(1) = xv.at(row) = xv.at(row + 1) = with_nan ? nan : -inf;
+      if (t != dtype::bf16)
+        xv.at(0) = xv.at(1) = xv.at(row) = xv.at(row + 1) = with_nan ? nan : -inf;
       SCOPED_TRACE(::testing::Message() << "width " << w);
       check_with(true, c, make(t, c.x, xv));
     }
@@ -171,13 +172,13 @@ TEST(NnPool, BadInput) {
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {{"kernel", {2}}}), {"under_test", "kernel"});
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {{"kernel", {0, 2}}}), {"under_test", "kernel"});
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {{"kernel", {2, 2}}, {"strides", {0, 1}}}),
-                   {"under_test", "strides"});
+                            {"under_test", "strides"});
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {{"kernel", {2, 2}}, {"padding", {2, 2}}}),
-                   {"under_test", "padding", "smaller"});
+                            {"under_test", "padding", "smaller"});
     expect_invalid_argument(pool(op, {1, 1, 2, 2}, {{"kernel", {3, 3}}}), {"under_test", "larger"});
     expect_invalid_argument(pool(op, {1, 4, 4}, {{"kernel", {2, 2}}}), {"under_test", "rank 4"});
     expect_invalid_argument(pool(op, {1, 1, 0, 4}, {{"kernel", {1, 1}}, {"padding", {0, 0}}}),
-                   {"under_test", "empty"});
+                            {"under_test", "empty"});
     expect_invalid_argument(
         [op] {
           run_op1(op, {random(dtype::i32, {1, 1, 4, 4}, 1)}, {{"kernel", {2, 2}}});

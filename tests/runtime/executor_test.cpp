@@ -104,7 +104,7 @@ TEST(Executor, NoForwardingIntoABufferSomeoneElseReads) {
   graph_builder b(g);
   auto x = ops::placeholder(b, "x", dtype::f32, {3});
   auto y = ops::neg(x, {.name = "y"});
-  auto z = ops::abs(y, {.name = "z"});      // y is also fetched: z may not overwrite it
+  auto z = ops::abs(y, {.name = "z"});  // y is also fetched: z may not overwrite it
   ops::add(y, z, {.name = "sum"});
   session s(std::move(g));
   const auto out = s.run({{"x", host_tensor({3}, {1, -2, 3})}}, {"y", "z", "sum"});
@@ -143,9 +143,7 @@ TEST(Executor, AnErrorStopsTheRunNamingTheNodeAndLeavesTheSessionUsable) {
   auto q = ops::div(a, d, {.name = "quotient"});
   ops::add(q, q, {.name = "twice"});
   session s(std::move(g), on(devices));
-  const auto ints = [](std::vector<std::int32_t> v) {
-    return host_tensor<std::int32_t>({4}, v);
-  };
+  const auto ints = [](std::vector<std::int32_t> v) { return host_tensor<std::int32_t>({4}, v); };
   try {
     (void)s.run({{"a", ints({1, 2, 3, 4})}, {"d", ints({1, 0, 1, 1})}}, {"twice"});
     FAIL() << "expected node_error";

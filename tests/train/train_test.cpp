@@ -101,10 +101,13 @@ TEST(Split, IsADeterministicPartition) {
   // Every example lands in exactly one part: compare multisets of first pixels + labels.
   std::multiset<std::pair<float, int>> all;
   std::multiset<std::pair<float, int>> parts;
-  for (std::int64_t i = 0; i < d.size(); ++i) all.insert({d.features[static_cast<std::size_t>(i * 784 + 300)], d.labels[static_cast<std::size_t>(i)]});
+  for (std::int64_t i = 0; i < d.size(); ++i)
+    all.insert({d.features[static_cast<std::size_t>(i * 784 + 300)],
+                d.labels[static_cast<std::size_t>(i)]});
   for (const dataset* p : {&train_a, &test_a}) {
     for (std::int64_t i = 0; i < p->size(); ++i) {
-      parts.insert({p->features[static_cast<std::size_t>(i * 784 + 300)], p->labels[static_cast<std::size_t>(i)]});
+      parts.insert({p->features[static_cast<std::size_t>(i * 784 + 300)],
+                    p->labels[static_cast<std::size_t>(i)]});
     }
   }
   EXPECT_EQ(all, parts);

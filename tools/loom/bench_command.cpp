@@ -55,8 +55,11 @@ void add_bench_command(CLI::App& app) {
   };
   auto rflags = std::make_shared<runtime_flags>();
   runtime->add_flag("--json", rflags->json, "Print the results as JSON");
-  runtime->add_flag("--quick", rflags->quick, "Fewer repetitions and smaller problems (a smoke run)");
-  runtime->add_option("--repetitions", rflags->options.repetitions, "Timed repetitions per measurement")
+  runtime->add_flag("--quick", rflags->quick,
+                    "Fewer repetitions and smaller problems (a smoke run)");
+  runtime
+      ->add_option("--repetitions", rflags->options.repetitions,
+                   "Timed repetitions per measurement")
       ->check(CLI::Range(1, 1000));
   runtime->add_option("--threads", rflags->options.threads, "Threads for matmul and conv2d")
       ->check(CLI::Range(1, 1024));
@@ -81,7 +84,9 @@ void add_bench_command(CLI::App& app) {
   auto tflags = std::make_shared<train_flags>();
   train->add_flag("--json", tflags->json, "Print the results as JSON");
   train->add_flag("--quick", tflags->options.quick, "Fewer repetitions (a smoke run)");
-  train->add_option("--repetitions", tflags->options.repetitions, "Timed repetitions per measurement")
+  train
+      ->add_option("--repetitions", tflags->options.repetitions,
+                   "Timed repetitions per measurement")
       ->check(CLI::Range(1, 1000));
   train->add_option("--threads", tflags->options.threads, "Threads of the CPU device")
       ->check(CLI::Range(1, 1024));
@@ -100,8 +105,11 @@ void add_bench_command(CLI::App& app) {
   };
   auto iflags = std::make_shared<interop_flags>();
   interop->add_flag("--json", iflags->json, "Print the results as JSON");
-  interop->add_flag("--quick", iflags->options.quick, "Fewer repetitions, no 1 GB tensor (a smoke run)");
-  interop->add_option("--repetitions", iflags->options.repetitions, "Timed repetitions per measurement")
+  interop->add_flag("--quick", iflags->options.quick,
+                    "Fewer repetitions, no 1 GB tensor (a smoke run)");
+  interop
+      ->add_option("--repetitions", iflags->options.repetitions,
+                   "Timed repetitions per measurement")
       ->check(CLI::Range(1, 1000));
   interop->add_option("--threads", iflags->options.threads, "Threads for the layout conversions")
       ->check(CLI::Range(1, 1024));

@@ -37,15 +37,15 @@ std::string file_name_for(const std::string& fetch) {
 void add_run_command(CLI::App& app) {
   auto args = std::make_shared<run_args>();
   auto* cmd = app.add_subcommand("run", "Run a serialized graph (JSON) with .npy feeds");
-  cmd->add_option("graph", args->graph_path, "The graph, as written by graph_to_json")
-      ->required();
+  cmd->add_option("graph", args->graph_path, "The graph, as written by graph_to_json")->required();
   cmd->add_option("--feed", args->feeds, "name=FILE.npy (repeatable)");
   cmd->add_option("--fetch", args->fetches, "A tensor to fetch, 'node' or 'node:k' (repeatable)");
   cmd->add_option("--target", args->targets, "A node to run without fetching (repeatable)");
   cmd->add_option("--output-dir,-o", args->output_dir, "Where the fetched .npy files go");
   cmd->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of the run here");
   cmd->add_flag("--explain-placement", args->explain, "Print each node's device and why");
-  cmd->add_flag("--soft-placement", args->soft, "Place nodes whose requested device is missing elsewhere");
+  cmd->add_flag("--soft-placement", args->soft,
+                "Place nodes whose requested device is missing elsewhere");
   cmd->add_option("--virtual-cpus", args->virtual_cpus, "Split the CPU into N devices")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--repeat", args->repeat, "Run this many times (the last run is written)")
@@ -89,7 +89,8 @@ void add_run_command(CLI::App& app) {
     }
     std::filesystem::create_directories(args->output_dir);
     for (std::size_t i = 0; i < out.size(); ++i) {
-      const auto path = (std::filesystem::path(args->output_dir) / file_name_for(args->fetches[i])).string();
+      const auto path =
+          (std::filesystem::path(args->output_dir) / file_name_for(args->fetches[i])).string();
       memory::write_npy(out[i], path);
       fmt::print("{}: {} -> {}\n", args->fetches[i], out[i].describe(), path);
     }

@@ -29,7 +29,8 @@ void show_progress(const train::step_progress& p, bool tty) {
   if (!tty) return;
   constexpr int width = 24;
   const int filled = static_cast<int>(width * p.step / std::max<std::int64_t>(p.steps, 1));
-  fmt::print(stderr, "\repoch {}/{} [{:#<{}}{:.<{}}] {}/{}  loss {:.4f}  acc {:5.1f}%  {:.0f} samples/s ",
+  fmt::print(stderr,
+             "\repoch {}/{} [{:#<{}}{:.<{}}] {}/{}  loss {:.4f}  acc {:5.1f}%  {:.0f} samples/s ",
              p.epoch, p.epochs, "", filled, "", width - filled, p.step, p.steps, p.loss,
              100 * p.accuracy, p.samples_per_second);
   std::fflush(stderr);
@@ -72,7 +73,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--examples", f->examples, "Examples of the embedded dataset")
       ->check(CLI::Range(std::int64_t{20}, std::int64_t{10'000'000}));
   cmd->add_option("--epochs", o.epochs, "Epochs")->check(CLI::Range(0, 100000));
-  cmd->add_option("--batch", o.batch, "Batch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--batch", o.batch, "Batch size")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--lr", o.lr, "Learning rate")->check(CLI::PositiveNumber);
   cmd->add_option("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
@@ -92,38 +94,40 @@ void add_train_command(CLI::App& app) {
                 "Trace every step and print the nodes that take the most time per step");
   cmd->callback([f] {
     auto& opts = f->options;
-    train::dataset all = f->data.empty() ? train::make_digits(f->examples, opts.seed)
-                                         : train::load_csv(f->data);
+    train::dataset all =
+        f->data.empty() ? train::make_digits(f->examples, opts.seed) : train::load_csv(f->data);
     auto [train_set, test_set] = train::split(all, f->test_fraction, opts.seed);
     const bool tty = !f->quiet && isatty(fileno(stderr)) != 0;
-    fmt::print("loom train: {} examples of {} ({} train, {} test, {} classes), model {}, "
-               "{} optimizer ({}), batch {}, lr {}\n",
-               all.size(), all.name, train_set.size(), test_set.size(), all.num_classes,
-               opts.model, opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch,
-               opts.lr);
+    fmt::print(
+        "loom train: {} examples of {} ({} train, {} test, {} classes), model {}, "
+        "{} optimizer ({}), batch {}, lr {}\n",
+        all.size(), all.name, train_set.size(), test_set.size(), all.num_classes, opts.model,
+        opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch, opts.lr);
     std::fflush(stdout);
-    const auto report = train::train(train_set, test_set, opts, [&](const train::step_progress& p) {
-      show_progress(p, tty);
-    });
+    const auto report = train::train(train_set, test_set, opts,
+                                     [&](const train::step_progress& p) { show_progress(p, tty); });
     if (tty) fmt::print(stderr, "\n");
     if (report.resumed_epoch > 0) fmt::print("resumed after epoch {}\n", report.resumed_epoch);
     for (const auto& e : report.epochs) {
-      fmt::print("epoch {:>3}: loss {:.4f}  train acc {:6.2f}%  test acc {:6.2f}%  {:.0f} samples/s\n",
-                 e.epoch, e.loss, 100 * e.train_accuracy, 100 * e.test_accuracy,
-                 e.samples_per_second);
+      fmt::print(
+          "epoch {:>3}: loss {:.4f}  train acc {:6.2f}%  test acc {:6.2f}%  {:.0f} samples/s\n",
+          e.epoch, e.loss, 100 * e.train_accuracy, 100 * e.test_accuracy, e.samples_per_second);
     }
     fmt::print("\nsummary\n");
-    fmt::print("  model              {} ({} parameters)\n", report.model_summary, report.parameters);
+    fmt::print("  model              {} ({} parameters)\n", report.model_summary,
+               report.parameters);
     fmt::print("  test accuracy      {:.2f}%\n", 100 * report.test_accuracy);
     fmt::print("  throughput         {:.0f} samples/s ({} steps in {:.2f} s)\n",
                report.samples_per_second, report.steps, report.train_seconds);
-    fmt::print("  optimizer steps    {:.3f} s ({:.1f}% of training, estimated from traced steps)\n",
-               report.optimizer_seconds,
-               report.train_seconds > 0 ? 100 * report.optimizer_seconds / report.train_seconds : 0.0);
+    fmt::print(
+        "  optimizer steps    {:.3f} s ({:.1f}% of training, estimated from traced steps)\n",
+        report.optimizer_seconds,
+        report.train_seconds > 0 ? 100 * report.optimizer_seconds / report.train_seconds : 0.0);
     fmt::print("  peak memory        {}\n", format_bytes(report.peak_bytes));
     fmt::print("  fragmentation      {:.3f}\n", report.fragmentation);
     if (!opts.checkpoint_dir.empty()) {
-      fmt::print("  checkpoint         {}\n", (opts.checkpoint_dir / "checkpoint.safetensors").string());
+      fmt::print("  checkpoint         {}\n",
+                 (opts.checkpoint_dir / "checkpoint.safetensors").string());
     }
     if (!opts.trace_path.empty()) fmt::print("  trace              {}\n", opts.trace_path.string());
     if (!report.profile.empty()) print_profile(report);

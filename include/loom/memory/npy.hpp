@@ -29,6 +29,10 @@
 
 namespace loom::memory {
 
+/// NumPy's type string of `t` ("<f4", "|b1": the .npy descr and the array interface's
+/// typestr), or nullptr for bfloat16, which NumPy lacks.
+[[nodiscard]] const char* numpy_typestr(dtype t) noexcept;
+
 /// The tensor in the .npy file at `path`, in a new contiguous host tensor (cpu:0's
 /// resource). Throws loom::not_found when the file cannot be opened, loom::error when
 /// reading fails, loom::parse_error (naming the file) for a malformed or unsupported file

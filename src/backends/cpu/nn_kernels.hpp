@@ -3,8 +3,8 @@
 #pragma once
 
 #include <array>
-#include <limits>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "loom/core/half.hpp"

@@ -1,0 +1,100 @@
+"""Training throughput, loom against PyTorch measured in the same run on the same machine.
+
+    PYTHONPATH=build/python python3 python/bench/train_vs_torch.py [--loom build/loom] [--json]
+
+The issue's models, batch 128, Adam, cross-entropy, on random data:
+  MLP 784-512-512-10, at 1 and 2 threads;
+  CNN conv3x3 32, relu, max-pool 2, conv3x3 64, relu, max-pool 2, fc 10 on 1x28x28.
+PyTorch runs its eager training loop (zero_grad, forward, backward, Adam step) with
+torch.set_num_threads(t); loom's figures come from `loom bench train --only models --json`,
+run from here right after. Medians of 5 timed runs of 50 steps each (after 10 warm-up steps).
+The target is loom / PyTorch >= 1.5.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import time
+
+import torch
+from torch import nn
+
+BATCH = 128
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                         nn.Linear(512, 10))
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
+
+
+def torch_samples_per_second(make, shape, threads, steps=50, runs=5):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = make()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.rand((BATCH,) + shape)
+    y = torch.randint(0, 10, (BATCH,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(10):
+        step()
+    rates = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        rates.append(steps * BATCH / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--loom", default="build/loom")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    rows = [
+        ("mlp 784-512-512-10", 1, torch_samples_per_second(mlp, (784,), 1)),
+        ("mlp 784-512-512-10", 2, torch_samples_per_second(mlp, (784,), 2)),
+        ("cnn conv32-pool-conv64-pool-fc10", 1, torch_samples_per_second(cnn, (1, 28, 28), 1)),
+        ("cnn conv32-pool-conv64-pool-fc10", 2, torch_samples_per_second(cnn, (1, 28, 28), 2)),
+    ]
+    out = subprocess.run([a.loom, "bench", "train", "--only", "models", "--json"],
+                         capture_output=True, text=True, check=True)
+    loom_rows = json.loads(out.stdout)["models"]["rows"]
+    loom_rate = {(r["model"], r["threads"]): r["samples_per_second"] for r in loom_rows}
+    results = []
+    for model, threads, torch_rate in rows:
+        mine = loom_rate.get((model, threads))
+        results.append({"model": model, "threads": threads, "torch_samples_per_second": torch_rate,
+                        "loom_samples_per_second": mine,
+                        "ratio": mine / torch_rate if mine else None})
+    if a.json:
+        print(json.dumps({"torch": torch.__version__, "rows": results}, indent=2))
+        return
+    print(f"training throughput, batch {BATCH}, Adam: loom vs PyTorch {torch.__version__} "
+          f"(same run, medians)")
+    for r in results:
+        if r["loom_samples_per_second"] is None:
+            print(f"  {r['model']:<34} {r['threads']} threads  torch {r['torch_samples_per_second']:8.0f}"
+                  f"   loom: not measured at this thread count")
+            continue
+        verdict = "met" if r["ratio"] >= 1.5 else "NOT met"
+        print(f"  {r['model']:<34} {r['threads']} threads  loom {r['loom_samples_per_second']:8.0f}"
+              f"   torch {r['torch_samples_per_second']:8.0f}   ratio {r['ratio']:5.2f}"
+              f"   target >= 1.5: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
