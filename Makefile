@@ -53,6 +53,7 @@ bench: build
 	./$(BUILD)/loom bench train
 	./$(BUILD)/loom bench interop
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
+	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/train_vs_torch.py --loom $(BUILD)/loom
 
 format:
 	clang-format -i $$(git ls-files '*.hpp' '*.cpp' '*.h' '*.c')
