@@ -101,9 +101,11 @@ PyDataMem_Handler* loom_handler() {
   return &h;
 }
 
-// The handler NumPy had before install (to put back), and ours as a capsule.
-py::object previous_handler;
-py::object loom_capsule;
+// The handler NumPy had before install (to put back), and ours as a capsule: owned
+// references kept for the life of the process (not py::objects, whose destructors would run
+// after the interpreter is gone).
+PyObject* previous_handler = nullptr;
+PyObject* loom_capsule = nullptr;
 
 bool installed() {
   const py::object current = py::reinterpret_steal<py::object>(PyDataMem_GetHandler());
@@ -126,14 +128,14 @@ void bind_memory(py::module_& m) {
       "install_numpy_allocator",
       [] {
         if (installed()) return false;
-        if (!loom_capsule) {
-          loom_capsule = py::reinterpret_steal<py::object>(
-              PyCapsule_New(loom_handler(), "mem_handler", nullptr));
-          if (!loom_capsule) throw py::error_already_set();
+        if (loom_capsule == nullptr) {
+          loom_capsule = PyCapsule_New(loom_handler(), "mem_handler", nullptr);
+          if (loom_capsule == nullptr) throw py::error_already_set();
         }
-        PyObject* old = PyDataMem_SetHandler(loom_capsule.ptr());
+        PyObject* old = PyDataMem_SetHandler(loom_capsule);
         if (old == nullptr) throw py::error_already_set();
-        previous_handler = py::reinterpret_steal<py::object>(old);
+        Py_XDECREF(previous_handler);
+        previous_handler = old;
         return true;
       },
       "Makes loom's host pool NumPy's data allocator (NEP 49); False when it already was");
@@ -141,7 +143,7 @@ void bind_memory(py::module_& m) {
       "uninstall_numpy_allocator",
       [] {
         if (!installed()) return false;
-        PyObject* ours = PyDataMem_SetHandler(previous_handler ? previous_handler.ptr() : nullptr);
+        PyObject* ours = PyDataMem_SetHandler(previous_handler);
         if (ours == nullptr) throw py::error_already_set();
         Py_DECREF(ours);
         return true;

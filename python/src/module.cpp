@@ -12,8 +12,10 @@ namespace {
 
 void init_module(py::module_& m) {
   m.doc() = "loom: a device-aware tensor runtime (C++ extension)";
-  static py::exception<node_error> node_exc(m, "NodeError", PyExc_RuntimeError);
-  static py::exception<cancelled_error> cancelled_exc(m, "CancelledError", PyExc_RuntimeError);
+  // Never destroyed: a static Python object would be released after the interpreter is gone.
+  static auto& node_exc = *new py::exception<node_error>(m, "NodeError", PyExc_RuntimeError);
+  static auto& cancelled_exc =
+      *new py::exception<cancelled_error>(m, "CancelledError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -50,10 +50,12 @@ extern "C" void on_sigint(int) {
   if (std::atomic<bool>* flag = sigint_target.load()) flag->store(true);
 }
 
+// A number, not a py::object: a static Python object would be released after the
+// interpreter is gone.
 bool on_main_thread() {
-  static const py::object main_ident =
-      py::module_::import("threading").attr("main_thread")().attr("ident");
-  return py::module_::import("threading").attr("get_ident")().equal(main_ident);
+  static const unsigned long main_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  return PyThread_get_thread_ident() == main_ident;
 }
 
 // Installs on_sigint for the scope when on the main thread (call with the GIL held).
