@@ -69,15 +69,6 @@ constexpr dtype arrow_dtypes[] = {dtype::f32, dtype::f64, dtype::f16, dtype::i32
 constexpr std::string_view loom_dtypes_text =
     "float16/32/64, int8/32/64, uint8 and bool, little-endian";
 
-[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
-std::string type_name(const py::handle& obj) {
-  return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
-}
-
 // ---- capsules (Note [arrow capsules]) ----------------------------------------------------
 
 // Owners of a heap ArrowSchema/ArrowArray: release it if still live, then free it.

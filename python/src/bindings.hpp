@@ -21,6 +21,12 @@ void bind_session(py::module_& m);  // Session
 void bind_memory(py::module_& m);   // loom.memory: statistics, loans, NumPy's allocator
 void bind_arrow(py::module_& m);    // Table, Arrow PyCapsules, AoS <-> SoA
 
+/// Raises the Python exception `type` with `message` (throws py::error_already_set).
+[[noreturn]] void throw_python(PyObject* type, const std::string& message);
+
+/// The name of obj's Python type ("ndarray"), for error messages.
+std::string type_name(const py::handle& obj);
+
 /// A graph and its builder, shared by every Output made from it (loom.Graph).
 struct py_graph {
   graph g;

@@ -33,15 +33,6 @@ namespace loom::python {
 
 namespace {
 
-[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
-std::string type_name(const py::handle& obj) {
-  return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
-}
-
 node_options options_of(const py_graph& pg, const std::optional<std::string>& name,
                         const std::optional<std::string>& device) {
   node_options o;

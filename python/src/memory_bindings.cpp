@@ -32,11 +32,6 @@ py::dict memory_stats_dict(const memory_stats& st);  // session_bindings.cpp
 
 namespace {
 
-[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
 constexpr std::size_t header = 64;
 
 memory::memory_resource& host_pool() {
@@ -182,12 +177,13 @@ void bind_memory(py::module_& m) {
       "stats",
       [] {
         py::dict out;
-        if (const auto st = host_pool().stats()) out["pool"] = memory_stats_dict(*st);
+        const auto st = host_pool().stats();
+        if (st) out["pool"] = memory_stats_dict(*st);
         // NumPy's share: nothing until install_numpy_allocator made its adaptor.
         const auto np = numpy_adaptor != nullptr ? numpy_adaptor->stats()
                                                  : std::optional<memory_stats>(memory_stats{});
         if (np) out["numpy"] = memory_stats_dict(*np);
-        if (const auto st = host_pool().stats(); st && np) {
+        if (st && np) {
           // What the pool serves that NumPy did not ask for: loom's own tensors.
           memory_stats loom = *st;
           loom.bytes_in_use -= std::min(loom.bytes_in_use, np->bytes_in_use);

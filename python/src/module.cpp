@@ -8,6 +8,16 @@
 #include "loom/core/error.hpp"
 
 namespace loom::python {
+
+void throw_python(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
+}
+
+std::string type_name(const py::handle& obj) {
+  return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
+}
+
 namespace {
 
 void init_module(py::module_& m) {

@@ -33,11 +33,6 @@
 namespace loom::python {
 namespace {
 
-[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
 // ---- Ctrl-C (Note [Ctrl-C]) ---------------------------------------------------------------
 
 std::atomic<std::atomic<bool>*> sigint_target{nullptr};
@@ -120,8 +115,7 @@ std::string name_of(const py::handle& v, const char* what) {
   if (py::isinstance<py_output>(v)) return v.cast<py_output>().out.name();
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
   throw_python(PyExc_TypeError,
-               fmt::format("a {} is a loom.Output or a name, not a {}", what,
-                           py::str(py::type::of(v).attr("__name__")).cast<std::string>()));
+               fmt::format("a {} is a loom.Output or a name, not a {}", what, type_name(v)));
 }
 
 // Names from one Output/str or a sequence of them; `single` says it was one.

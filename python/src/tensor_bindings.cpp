@@ -34,11 +34,6 @@ constexpr const char* versioned_name = "dltensor_versioned";
 constexpr const char* used_legacy_name = "used_dltensor";
 constexpr const char* used_versioned_name = "used_dltensor_versioned";
 
-[[noreturn]] void throw_python(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
 // ---- dtypes ------------------------------------------------------------------------------
 
 // NumPy's type string of a dtype ("<f4"); bfloat16 has none.
@@ -225,9 +220,9 @@ tensor from_capsule(const py::handle& capsule) {
 tensor from_dlpack_object(const py::handle& x) {
   if (PyCapsule_CheckExact(x.ptr()) != 0) return from_capsule(x);
   if (!py::hasattr(x, "__dlpack__")) {
-    throw_python(PyExc_TypeError,
-                 fmt::format("{} has no __dlpack__ method and is not a DLPack capsule",
-                             py::str(py::type::of(x).attr("__name__")).cast<std::string>()));
+    throw_python(
+        PyExc_TypeError,
+        fmt::format("{} has no __dlpack__ method and is not a DLPack capsule", type_name(x)));
   }
   if (py::hasattr(x, "__dlpack_device__")) {
     const auto dev = x.attr("__dlpack_device__")().cast<std::pair<int, int>>();
@@ -270,10 +265,6 @@ py::dict array_interface(const tensor& t) {
   return d;
 }
 
-std::string describe_py(const py::handle& obj) {
-  return py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
-}
-
 }  // namespace
 
 tensor to_tensor(const py::handle& obj, const std::string& what) {
@@ -285,7 +276,6 @@ tensor to_tensor(const py::handle& obj, const std::string& what) {
     // A dtype or layout the buffer protocol cannot give loom: a native, contiguous copy
     // when NumPy can make one of a loom dtype.
     py::object copy = np.attr("ascontiguousarray")(obj);
-    const std::string kind = py::str(copy.attr("dtype").attr("kind")).cast<std::string>();
     if (copy.attr("dtype").attr("byteorder").cast<std::string>() == ">") {
       copy = copy.attr("astype")(copy.attr("dtype").attr("newbyteorder")("<"));
     }
@@ -302,11 +292,11 @@ tensor to_tensor(const py::handle& obj, const std::string& what) {
     array = np.attr("asarray")(obj);
   } catch (py::error_already_set& e) {
     throw_python(PyExc_TypeError, fmt::format("{}: cannot make a tensor of a {}: {}", what,
-                                              describe_py(obj), e.what()));
+                                              type_name(obj), e.what()));
   }
   if (array.attr("dtype").attr("kind").cast<std::string>() == "O") {
     throw_python(PyExc_TypeError,
-                 fmt::format("{}: cannot make a tensor of a {}", what, describe_py(obj)));
+                 fmt::format("{}: cannot make a tensor of a {}", what, type_name(obj)));
   }
   return to_tensor(array, what);
 }
@@ -393,8 +383,8 @@ void bind_tensor(py::module_& m) {
       "from_numpy",
       [](const py::object& array) {
         if (!py::isinstance(array, py::module_::import("numpy").attr("ndarray"))) {
-          throw_python(PyExc_TypeError, fmt::format("from_numpy takes a numpy.ndarray, not a {}",
-                                                    describe_py(array)));
+          throw_python(PyExc_TypeError,
+                       fmt::format("from_numpy takes a numpy.ndarray, not a {}", type_name(array)));
         }
         tensor t = from_buffer(array);
         if (!t.defined()) {
