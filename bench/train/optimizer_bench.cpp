@@ -110,6 +110,9 @@ step_times adam_step_ms(int tensors, std::int64_t elements, adam_form form, bool
                         int threads, int repetitions) {
   session_options o;
   o.devices.cpu_threads = threads;
+  // Each form is measured as written: optimizer_fusion and elementwise_fusion would turn
+  // the per-tensor and op-by-op forms into the fused one (that is `loom bench fusion`'s).
+  o.passes.enabled = false;
   session s(adam_graph(tensors, elements, form, check_finite), o);
   const std::vector<std::string> targets = {"train_step"};
   for (int w = 0; w < 3; ++w) s.run({}, {}, targets);  // plan, state, caches

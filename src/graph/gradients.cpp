@@ -37,6 +37,7 @@ void register_standard_gradients(gradient_registry& r) {
   register_nn_gradients(r);
   register_reduction_gradients(r);
   register_array_gradients(r);
+  register_fused_gradients(r);
 }
 
 void gradient_registry::add(std::string op, gradient_fn fn) {

@@ -13,6 +13,7 @@
 #include "loom/device/device.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/kernel/op_kernel.hpp"
+#include "loom/passes/pass.hpp"
 #include "loom/runtime/session.hpp"
 
 namespace loom::runtime {
@@ -68,6 +69,11 @@ class run_buffer_cache {
 };
 
 struct plan {
+  /// The graph the plan runs: what the signature needs of the session's graph, rewritten
+  /// by the passes (loom/passes/pass_manager.hpp). exec_node::n points into it.
+  std::unique_ptr<graph> g;
+  /// What the passes rewrote and refused, in order.
+  std::vector<passes::pass_record> pass_log;
   std::vector<exec_node> nodes;
   /// Nodes ready at the start (nothing to wait for).
   std::vector<std::int32_t> roots;

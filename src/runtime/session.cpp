@@ -10,9 +10,11 @@
 #include <set>
 #include <shared_mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "executor.hpp"
 #include "loom/kernel/kernel_registry.hpp"
+#include "loom/passes/pass_manager.hpp"
 #include "plan.hpp"
 
 namespace loom {
@@ -39,7 +41,11 @@ struct session::impl {
                                        const std::vector<std::string>& targets);
   std::shared_ptr<const plan> build_plan(const std::vector<std::string>& feeds,
                                          const std::vector<std::string>& fetches,
-                                         const std::vector<std::string>& targets) const;
+                                         const std::vector<std::string>& targets);
+  /// The plan of `sig` over `source`: passes, placement, partitions, kernels.
+  std::shared_ptr<plan> plan_graph(const graph& source, const passes::signature& sig,
+                                   const passes::pass_options& pass_opts,
+                                   const passes::evaluate_fn& evaluate = {}) const;
 };
 
 namespace {
@@ -57,12 +63,40 @@ struct endpoint_hash {
   }
 };
 
+// The nodes that `sig`'s fetches and targets need: a walk back through inputs and control
+// inputs, cut at fed endpoints.
+std::vector<bool> needed_nodes(const graph& g, const passes::signature& sig) {
+  std::unordered_set<endpoint, endpoint_hash> fed(sig.feeds.begin(), sig.feeds.end());
+  std::vector<bool> needed(g.num_nodes(), false);
+  std::vector<node_id> stack;
+  auto need = [&](node_id id) {
+    if (!needed[static_cast<std::size_t>(id)]) {
+      needed[static_cast<std::size_t>(id)] = true;
+      stack.push_back(id);
+    }
+  };
+  for (endpoint e : sig.fetches) {
+    if (!fed.contains(e)) need(e.node);
+  }
+  for (node_id t : sig.targets) need(t);
+  while (!stack.empty()) {
+    const node& nd = g.at(stack.back());
+    stack.pop_back();
+    for (endpoint e : nd.inputs) {
+      if (!fed.contains(e)) need(e.node);
+    }
+    for (node_id c : nd.control_inputs) need(c);
+  }
+  return needed;
+}
+
 }  // namespace
 
 session::session(graph g, session_options options)
     : impl_(std::make_unique<impl>(std::move(g), std::move(options))) {
   const auto& factories = impl_->options.factories != nullptr ? *impl_->options.factories
                                                               : device_factory_registry::global();
+  (void)passes::pass_manager(impl_->options.passes);  // unknown pass names fail here
   impl_->devices = factories.create_devices(impl_->options.devices);
   if (impl_->devices.empty()) throw invalid_argument("session: the device factories made no devices");
 }
@@ -91,11 +125,9 @@ std::shared_ptr<const plan> session::impl::get_plan(const std::vector<std::strin
 
 std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::string>& feeds,
                                                       const std::vector<std::string>& fetches,
-                                                      const std::vector<std::string>& targets) const {
-  auto p = std::make_shared<plan>();
-  const std::size_t n = g.num_nodes();
-
+                                                      const std::vector<std::string>& targets) {
   // Resolve names.
+  passes::signature sig;
   std::unordered_map<endpoint, std::int32_t, endpoint_hash> fed;  // endpoint -> feed index
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     endpoint e;
@@ -107,44 +139,23 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
     if (!fed.emplace(e, static_cast<std::int32_t>(i)).second) {
       throw invalid_argument(fmt::format("feed '{}' is given twice", feeds[i]));
     }
-    p->feed_endpoints.push_back(e);
+    sig.feeds.push_back(e);
   }
-  std::vector<endpoint> fetch_eps;
   for (const auto& f : fetches) {
     try {
-      fetch_eps.push_back(g.parse_endpoint(f));
+      sig.fetches.push_back(g.parse_endpoint(f));
     } catch (const not_found& ex) {
       throw not_found(fmt::format("fetch '{}': {}", f, ex.what()));
     }
   }
-  std::vector<node_id> target_ids;
   for (const auto& t : targets) {
     const node* nd = g.find(t);
     if (nd == nullptr) throw not_found(fmt::format("target '{}': no node of that name", t));
-    target_ids.push_back(nd->id);
+    sig.targets.push_back(nd->id);
   }
 
-  // Prune: walk back from the fetches and targets; fed endpoints cut the walk.
-  std::vector<bool> needed(n, false);
-  std::vector<node_id> stack;
-  auto need = [&](node_id id) {
-    if (!needed[static_cast<std::size_t>(id)]) {
-      needed[static_cast<std::size_t>(id)] = true;
-      stack.push_back(id);
-    }
-  };
-  for (endpoint e : fetch_eps) {
-    if (!fed.contains(e)) need(e.node);
-  }
-  for (node_id t : target_ids) need(t);
-  while (!stack.empty()) {
-    const node& nd = g.at(stack.back());
-    stack.pop_back();
-    for (endpoint e : nd.inputs) {
-      if (!fed.contains(e)) need(e.node);
-    }
-    for (node_id c : nd.control_inputs) need(c);
-  }
+  // Every placeholder the signature needs must be fed.
+  const std::vector<bool> needed = needed_nodes(g, sig);
   for (const node& nd : g.nodes()) {
     if (needed[static_cast<std::size_t>(nd.id)] && nd.op() == "placeholder") {
       throw invalid_argument(fmt::format(
@@ -153,8 +164,39 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
     }
   }
 
+  // The passes rewrite a copy of what the signature needs (Note [fed values in rewritten
+  // graphs]); constant folding evaluates through plans of this session made without them.
+  const passes::evaluate_fn evaluate = [this](const graph& sub, const std::vector<endpoint>& outs) {
+    passes::pass_options none;
+    none.enabled = false;
+    const auto constant_plan = plan_graph(sub, {{}, outs, {}}, none);
+    std::atomic<bool> never{false};
+    return runtime::execute_plan(*constant_plan, {}, variables, {&never, nullptr}, nullptr);
+  };
+  auto p = plan_graph(g, sig, options.passes, evaluate);
+  p->feed_endpoints = sig.feeds;  // check_feed reads the session's graph
+  return p;
+}
+
+std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passes::signature& sig,
+                                                const passes::pass_options& pass_opts,
+                                                const passes::evaluate_fn& evaluate) const {
+  auto p = std::make_shared<plan>();
+  auto rewritten = passes::pass_manager(pass_opts).run(source, sig, evaluate);
+  p->g = std::make_unique<graph>(std::move(rewritten.rewritten.g));
+  p->pass_log = std::move(rewritten.log);
+  const graph& pg = *p->g;
+  const std::size_t n = pg.num_nodes();
+  std::unordered_map<endpoint, std::int32_t, endpoint_hash> fed;
+  for (std::size_t i = 0; i < rewritten.rewritten.feeds.size(); ++i) {
+    fed.emplace(rewritten.rewritten.feeds[i], static_cast<std::int32_t>(i));
+  }
+  const std::vector<endpoint>& fetch_eps = rewritten.rewritten.fetches;
+  const passes::signature rsig{rewritten.rewritten.feeds, fetch_eps, rewritten.rewritten.targets};
+  const std::vector<bool> needed = needed_nodes(pg, rsig);
+
   // Place.
-  const auto placed = runtime::place_nodes(g, needed, devices, options, p->placement);
+  const auto placed = runtime::place_nodes(pg, needed, devices, options, p->placement);
   if (options.log_device_placement) {
     for (const auto& d : p->placement) {
       fmt::print(stderr, "loom placement: {} ({}) -> {}: {}\n", d.node, d.op, d.device, d.reason);
@@ -163,9 +205,10 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
 
   // Plan nodes and slots. Feeds take the first slots.
   std::vector<std::int32_t> exec_of(n, -1);
-  std::int32_t slots = static_cast<std::int32_t>(feeds.size());
-  for (std::int32_t i = 0; i < static_cast<std::int32_t>(feeds.size()); ++i) p->feed_slots.push_back(i);
-  for (const node& nd : g.nodes()) {
+  const auto feed_count = static_cast<std::int32_t>(rsig.feeds.size());
+  std::int32_t slots = feed_count;
+  for (std::int32_t i = 0; i < feed_count; ++i) p->feed_slots.push_back(i);
+  for (const node& nd : pg.nodes()) {
     if (!needed[static_cast<std::size_t>(nd.id)]) continue;
     exec_of[static_cast<std::size_t>(nd.id)] = static_cast<std::int32_t>(p->nodes.size());
     exec_node e;
@@ -190,8 +233,8 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
 
   // Partition: an edge whose source slot lives on another device goes through a _send on
   // the source device and a _recv on the destination, one pair per (slot, device).
-  const op_def& send_def = g.ops().get("_send");
-  const op_def& recv_def = g.ops().get("_recv");
+  const op_def& send_def = pg.ops().get("_send");
+  const op_def& recv_def = pg.ops().get("_recv");
   std::map<std::pair<std::int32_t, const device*>, std::int32_t> recv_slot;
   auto add_transfer_node = [&](const op_def& def, std::string name, const tensor_type& type,
                                device* dev, std::string peer_attr, std::string peer) {
@@ -222,8 +265,8 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
         auto key = std::make_pair(s, static_cast<const device*>(dst));
         auto it = recv_slot.find(key);
         if (it == recv_slot.end()) {
-          const tensor_type& type = g.type_of(e);
-          const std::string base = fmt::format("{}_{}", g.endpoint_name(e), dst->id().index);
+          const tensor_type& type = pg.type_of(e);
+          const std::string base = fmt::format("{}_{}", pg.endpoint_name(e), dst->id().index);
           const std::int32_t send = add_transfer_node(
               send_def, "_send/" + base, type, src, "recv_device", dst->name());
           p->nodes[static_cast<std::size_t>(send)].input_slots.push_back(s);
@@ -274,7 +317,7 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
   for (auto& e : p->nodes) {
     const kernel_def* def = kernels.find(*e.n, e.dev->type());
     if (def == nullptr) (void)kernels.get(*e.n, e.dev->type());  // throws, listing kernels
-    e.kernel = def->create(kernel_construction(*e.n, *e.dev, &g));
+    e.kernel = def->create(kernel_construction(*e.n, *e.dev, &pg));
     e.cheap = e.kernel->is_cheap();
     e.whole_device = e.kernel->uses_all_threads();
   }
@@ -355,6 +398,19 @@ std::vector<placement_decision> session::explain_placement(const std::vector<std
                                                            const std::vector<std::string>& fetches,
                                                            const std::vector<std::string>& targets) {
   return impl_->get_plan(feeds, fetches, targets)->placement;
+}
+
+std::vector<passes::pass_record> session::explain_passes(const std::vector<std::string>& feeds,
+                                                        const std::vector<std::string>& fetches,
+                                                        const std::vector<std::string>& targets) {
+  return impl_->get_plan(feeds, fetches, targets)->pass_log;
+}
+
+const graph& session::planned_graph(const std::vector<std::string>& feeds,
+                                    const std::vector<std::string>& fetches,
+                                    const std::vector<std::string>& targets) {
+  // The plan stays in the session's cache for the session's life, and its graph with it.
+  return *impl_->get_plan(feeds, fetches, targets)->g;
 }
 
 std::vector<std::pair<std::string, std::vector<std::string>>> session::partitions(

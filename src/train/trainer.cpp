@@ -135,7 +135,6 @@ struct step_graph {
   std::string loss;
   std::string accuracy;
   std::vector<std::string> update_targets;
-  std::vector<std::string> update_ops;  // node names of the optimizer's update nodes
   model_graph model;
 };
 
@@ -185,7 +184,6 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
       u = ops::fused_sgd(s.model.params, grads, lr, one, sgd, {}, {.name = "train/fused_sgd"});
     }
     s.update_targets.push_back(u.name);
-    s.update_ops.push_back(u.name);
   } else {
     for (std::size_t k = 0; k < s.model.params.size(); ++k) {
       const auto scope = b.with_device(s.model.params[k].producer().requested_device);
@@ -199,7 +197,6 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
         n = ops::apply_sgd(s.model.params[k], grads[k], lr, sgd, {.name = name});
       }
       s.update_targets.push_back(n);
-      s.update_ops.push_back(n);
     }
   }
   // The step counter advances every step (SGD does not read it).
@@ -242,7 +239,9 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   session_options so;
   so.devices.virtual_cpu_devices = o.devices;
   so.devices.cpu_threads = o.threads;
+  so.passes = o.passes;
   session s(std::move(g), so);
+  report.passes = s.explain_passes({"x", "labels"}, {sg.loss, sg.accuracy}, sg.update_targets);
 
   const std::filesystem::path ckpt = o.checkpoint_dir / "checkpoint.safetensors";
   int first_epoch = 1;
@@ -294,8 +293,9 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       ++report.steps;
       if (trace_this) {
         for (const auto& n : meta.nodes) {
-          if (std::find(sg.update_ops.begin(), sg.update_ops.end(), n.node) !=
-              sg.update_ops.end()) {
+          // By op, not name: optimizer_fusion may have merged the per-tensor updates.
+          if (n.op.starts_with("apply_") || n.op.starts_with("fused_sgd") ||
+              n.op.starts_with("fused_adam")) {
             traced_optimizer_ns += static_cast<double>(n.duration_ns);
           }
         }

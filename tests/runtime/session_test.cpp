@@ -136,7 +136,9 @@ TEST(Session, CancelStopsARunFromAnotherThread) {
   output cur = x;
   for (int i = 0; i < 20000; ++i) cur = ops::identity(cur);
   const std::string last = cur.name();
-  session s(std::move(g));
+  session_options no_passes;
+  no_passes.passes.enabled = false;  // the chain is the point: remove_identities would drop it
+  session s(std::move(g), no_passes);
   std::atomic<bool> stop{true};  // raised before the run starts: nothing runs
   run_options opts;
   opts.cancel = &stop;
@@ -171,7 +173,9 @@ TEST(Session, TraceRecordsEveryNode) {
   auto x = ops::placeholder(b, "x", dtype::f32, {2});
   auto y = ops::identity(x, {.name = "y"});
   ops::identity(y, {.name = "z"});
-  session s(std::move(g));
+  session_options no_passes;
+  no_passes.passes.enabled = false;  // both identities must run to be traced
+  session s(std::move(g), no_passes);
   run_metadata md;
   run_options opts;
   opts.trace = true;

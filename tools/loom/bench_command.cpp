@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "fusion/fusion_bench.hpp"
 #include "interop/interop_bench.hpp"
 #include "memory/memory_bench.hpp"
 #include "runtime/runtime_bench.hpp"
@@ -118,6 +119,36 @@ void add_bench_command(CLI::App& app) {
   interop->callback([iflags] {
     const auto r = bench::run_interop_bench(iflags->options);
     fmt::print("{}", iflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
+  });
+
+  auto* fusion = bench->add_subcommand(
+      "fusion",
+      "Graph passes: an 8-op chain fused vs unfused vs the triad; the MLP step with passes on "
+      "and off; LayerNorm vs PyTorch");
+  struct fusion_flags {
+    bench::fusion_bench_options options;
+    bool json = false;
+    std::string only;
+  };
+  auto fflags = std::make_shared<fusion_flags>();
+  fusion->add_flag("--json", fflags->json, "Print the results as JSON");
+  fusion->add_flag("--quick", fflags->options.quick, "Fewer repetitions, 4M elements (a smoke run)");
+  fusion
+      ->add_option("--repetitions", fflags->options.repetitions, "Timed repetitions per measurement")
+      ->check(CLI::Range(1, 1000));
+  fusion->add_option("--threads", fflags->options.threads, "Threads of the CPU device")
+      ->check(CLI::Range(1, 1024));
+  fusion->add_option("--only", fflags->only, "Run one part")
+      ->check(CLI::IsMember({"chain", "mlp", "layer_norm"}));
+  fusion->callback([fflags] {
+    bench::fusion_bench_options o = fflags->options;
+    if (!fflags->only.empty()) {
+      o.run_chain = fflags->only == "chain";
+      o.run_mlp = fflags->only == "mlp";
+      o.run_layer_norm = fflags->only == "layer_norm";
+    }
+    const auto r = bench::run_fusion_bench(o);
+    fmt::print("{}", fflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
   });
 }
 

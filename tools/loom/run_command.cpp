@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "loom/graph/serialization.hpp"
 #include "loom/memory/npy.hpp"
+#include "loom/passes/pass_manager.hpp"
 #include "loom/runtime/session.hpp"
 
 namespace loom::tools {
@@ -20,6 +21,9 @@ struct run_args {
   std::string output_dir = ".";
   std::string trace_path;
   bool explain = false;
+  bool explain_fusion = false;
+  bool no_passes = false;
+  std::vector<std::string> disabled_passes;
   bool soft = false;
   int virtual_cpus = 1;
   int repeat = 1;
@@ -44,6 +48,12 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--output-dir,-o", args->output_dir, "Where the fetched .npy files go");
   cmd->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of the run here");
   cmd->add_flag("--explain-placement", args->explain, "Print each node's device and why");
+  cmd->add_flag("--explain-fusion", args->explain_fusion,
+                "Print every rewrite the graph passes made and every candidate they refused, "
+                "with the reason");
+  cmd->add_flag("--no-passes", args->no_passes, "Run the graph as written (no graph passes)");
+  cmd->add_option("--disable-pass", args->disabled_passes, "Switch one graph pass off (repeatable)")
+      ->check(CLI::IsMember(passes::pass_manager::standard_pass_names()));
   cmd->add_flag("--soft-placement", args->soft,
                 "Place nodes whose requested device is missing elsewhere");
   cmd->add_option("--virtual-cpus", args->virtual_cpus, "Split the CPU into N devices")
@@ -71,6 +81,8 @@ void add_run_command(CLI::App& app) {
     session_options options;
     options.devices.virtual_cpu_devices = args->virtual_cpus;
     options.allow_soft_placement = args->soft;
+    options.passes.enabled = !args->no_passes;
+    options.passes.disabled = args->disabled_passes;
     session s(std::move(g), options);
     std::vector<std::string> feed_names;
     for (const auto& f : feeds) feed_names.push_back(f.first);
@@ -78,6 +90,11 @@ void add_run_command(CLI::App& app) {
       for (const auto& d : s.explain_placement(feed_names, args->fetches, args->targets)) {
         fmt::print("{} ({}) -> {}: {}\n", d.node, d.op, d.device, d.reason);
       }
+    }
+    if (args->explain_fusion) {
+      const auto log = s.explain_passes(feed_names, args->fetches, args->targets);
+      for (const auto& r : log) fmt::print("{}\n", passes::to_string(r));
+      if (log.empty()) fmt::print("passes: nothing rewritten or refused\n");
     }
     std::vector<tensor> out;
     run_metadata md;

@@ -22,6 +22,8 @@ struct train_flags {
   double test_fraction = 1.0 / 6.0;
   bool no_fused = false;
   bool quiet = false;
+  bool explain_fusion = false;
+  bool no_passes = false;
 };
 
 // "epoch 1/3 [##########..........] 120/156  loss 0.3521  acc 91.4%  15234 samples/s"
@@ -90,10 +92,14 @@ void add_train_command(CLI::App& app) {
                   "Save variables and optimizer state here after every epoch");
   cmd->add_flag("--resume", o.resume, "Continue from the checkpoint in --checkpoint");
   cmd->add_flag("--quiet", f->quiet, "No progress bar");
+  cmd->add_flag("--explain-fusion", f->explain_fusion,
+                "Print what the graph passes rewrote and refused in the training step, and why");
+  cmd->add_flag("--no-passes", f->no_passes, "Run the training graph as written (no graph passes)");
   cmd->add_flag("--profile", o.profile,
                 "Trace every step and print the nodes that take the most time per step");
   cmd->callback([f] {
     auto& opts = f->options;
+    opts.passes.enabled = !f->no_passes;
     train::dataset all =
         f->data.empty() ? train::make_digits(f->examples, opts.seed) : train::load_csv(f->data);
     auto [train_set, test_set] = train::split(all, f->test_fraction, opts.seed);
@@ -131,6 +137,10 @@ void add_train_command(CLI::App& app) {
     }
     if (!opts.trace_path.empty()) fmt::print("  trace              {}\n", opts.trace_path.string());
     if (!report.profile.empty()) print_profile(report);
+    if (f->explain_fusion) {
+      fmt::print("\ngraph passes (training step)\n");
+      for (const auto& r : report.passes) fmt::print("  {}\n", passes::to_string(r));
+    }
   });
 }
 

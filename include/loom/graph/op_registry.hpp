@@ -47,5 +47,6 @@ void register_reduction_ops(op_registry& registry);    // reductions, softmax, l
 void register_array_ops(op_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
 void register_transfer_ops(op_registry& registry);     // _send / _recv (inserted by the partitioner)
 void register_optimizer_ops(op_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
+void register_fused_ops(op_registry& registry);  // fused_elementwise
 
 }  // namespace loom

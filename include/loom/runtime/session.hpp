@@ -2,7 +2,8 @@
 //
 // A session creates its devices through the registered device factories, and keeps a
 // copy of the graph it was given. session::run(feeds, fetches, targets) prunes the graph
-// to what the fetches and targets need, places every node on a device (placer), cuts the
+// to what the fetches and targets need, rewrites that with the graph passes (folding,
+// CSE, fusion: loom/passes/pass_manager.hpp), places every node on a device (placer), cuts the
 // graph per device with _send/_recv copies on the edges between them (partitioner), makes
 // each node's kernel once, and runs the result as dataflow (executor). All of that is a
 // *plan*, cached per (feeds, fetches, targets) signature, so repeated runs pay only for
@@ -22,6 +23,7 @@
 #include "loom/device/device_factory.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/kernel/variable_store.hpp"
+#include "loom/passes/pass.hpp"
 #include "loom/runtime/run_metadata.hpp"
 
 namespace loom {
@@ -36,6 +38,9 @@ struct session_options {
   bool log_device_placement = false;
   /// The registry to take device factories from (nullptr: the global one).
   const device_factory_registry* factories = nullptr;
+  /// The graph passes run on each plan before placement: all of them unless switched off
+  /// (docs/passes.md). Checked when the session is made.
+  passes::pass_options passes;
 };
 
 /// A feed: a tensor for a node output ("x" or "x:1").
@@ -80,6 +85,16 @@ class session {
   std::vector<placement_decision> explain_placement(const std::vector<std::string>& feeds,
                                                      const std::vector<std::string>& fetches,
                                                      const std::vector<std::string>& targets = {});
+  /// What the graph passes rewrote and refused (with the reasons) in the plan of this
+  /// signature (makes the plan).
+  std::vector<passes::pass_record> explain_passes(const std::vector<std::string>& feeds,
+                                                  const std::vector<std::string>& fetches,
+                                                  const std::vector<std::string>& targets = {});
+  /// The graph the plan of this signature runs (after the passes), for inspection. Valid
+  /// while the session lives.
+  [[nodiscard]] const graph& planned_graph(const std::vector<std::string>& feeds,
+                                           const std::vector<std::string>& fetches,
+                                           const std::vector<std::string>& targets = {});
   /// Node names per device partition of the plan for this signature, _send/_recv included.
   std::vector<std::pair<std::string, std::vector<std::string>>> partitions(
       const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,

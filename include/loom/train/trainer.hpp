@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/passes/pass.hpp"
 #include "loom/train/dataset.hpp"
 
 namespace loom::train {
@@ -51,6 +52,8 @@ struct train_options {
   bool sample_optimizer_time = true;
   /// Trace every step and report each node's mean time per step (train_report::profile).
   bool profile = false;
+  /// The graph passes the training step's plan runs (all by default).
+  passes::pass_options passes;
 };
 
 /// One step's figures, for progress display.
@@ -101,6 +104,8 @@ struct train_report {
   /// With train_options::profile: every node's mean time per step, slowest first. Nodes on
   /// different threads overlap, so the times can sum to more than a step.
   std::vector<node_time> profile;
+  /// What the graph passes rewrote and refused in the training step's plan.
+  std::vector<passes::pass_record> passes;
 };
 
 /// Trains on `train_set`, evaluates on `test_set` after every epoch. Throws

@@ -39,6 +39,7 @@ void register_elementwise_kernels(kernel_registry& r) {
   register_binary_kernels(r);
   register_cast_kernels(r);
   register_generator_kernels(r);
+  register_fused_kernels(r);
 }
 
 }  // namespace loom::cpu

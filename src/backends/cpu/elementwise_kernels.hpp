@@ -26,5 +26,6 @@ void register_unary_kernels(kernel_registry& registry);      // elementwise_unar
 void register_binary_kernels(kernel_registry& registry);     // elementwise_binary.cpp
 void register_cast_kernels(kernel_registry& registry);       // elementwise_cast.cpp: cast, where
 void register_generator_kernels(kernel_registry& registry);  // elementwise_generators.cpp
+void register_fused_kernels(kernel_registry& registry);      // fused_elementwise.cpp
 
 }  // namespace loom::cpu

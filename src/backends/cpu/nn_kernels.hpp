@@ -19,6 +19,8 @@ void register_nn_pool_kernels(kernel_registry& registry);    // max_pool2d, avg_
 void register_nn_conv_backward_kernels(kernel_registry& registry);
 // max_pool2d_grad, avg_pool2d_grad (nn_pool_backward.cpp)
 void register_nn_pool_backward_kernels(kernel_registry& registry);
+// fused_matmul, fused_conv2d (nn_fused.cpp)
+void register_nn_fused_kernels(kernel_registry& registry);
 
 namespace nn_detail {
 

@@ -18,8 +18,9 @@
 
 namespace loom::cpu {
 
-void register_reduce_kernels(kernel_registry& registry);   // reduce_*, argmax
-void register_softmax_kernels(kernel_registry& registry);  // softmax, log_softmax, layer_norm, xent
+void register_reduce_kernels(kernel_registry& registry);      // reduce_*, argmax
+void register_softmax_kernels(kernel_registry& registry);     // softmax, log_softmax, xent
+void register_layer_norm_kernels(kernel_registry& registry);  // layer_norm, layer_norm_grad
 
 namespace reduction {
 

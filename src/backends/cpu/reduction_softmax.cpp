@@ -1,10 +1,11 @@
-// CPU kernels of softmax, log_softmax, layer_norm and softmax_cross_entropy.
+// CPU kernels of softmax, log_softmax and softmax_cross_entropy (layer_norm's are in
+// nn_layer_norm.cpp).
 //
 // Each works on a dense view of its input split around the axis as [outer, n, inner]
 // (reduction_common.hpp, split_at). Softmax subtracts the maximum along the axis before
-// exponentiating, so any finite input gives finite output; sums of exponentials and the
-// layer-norm statistics are carried in double (Note [blocked summation]). 16-bit floats
-// compute in float through a per-task scratch row and round once, on the final store.
+// exponentiating, so any finite input gives finite output; sums of exponentials are carried
+// in double (Note [blocked summation]). 16-bit floats compute in float through a per-task
+// scratch row and round once, on the final store.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -196,85 +197,6 @@ class softmax_kernel final : public op_kernel {
   std::int64_t axis_;
 };
 
-// ---- layer_norm -------------------------------------------------------------------------
-
-template <class T>
-void layer_norm_into(kernel_context& ctx, const T* x, const T* gamma, const T* beta, T* y,
-                     T* mean_out, T* rstd_out, std::int64_t outer, std::int64_t n, double eps) {
-  using C = compute_t<T>;
-  ctx.parallel_for(outer, 3.0 * static_cast<double>(n), [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t o = b; o < e; ++o) {
-      const T* xr = x + o * n;
-      T* yr = y + o * n;
-      if (n == 0) {
-        mean_out[o] = store<T>(std::numeric_limits<double>::quiet_NaN());
-        rstd_out[o] = store<T>(std::numeric_limits<double>::quiet_NaN());
-        continue;
-      }
-      const double mean =
-          blocked_sum<C>(n, [xr](std::int64_t i) { return load(xr[i]); }) / static_cast<double>(n);
-      const C mc = static_cast<C>(mean);
-      const double var = blocked_sum<C>(n,
-                                        [xr, mc](std::int64_t i) {
-                                          const C d = load(xr[i]) - mc;
-                                          return d * d;
-                                        }) /
-                         static_cast<double>(n);
-      const double rstd = 1.0 / std::sqrt(var + eps);
-      const C rc = static_cast<C>(rstd);
-      for (std::int64_t i = 0; i < n; ++i) {
-        yr[i] = store<T>((load(xr[i]) - mc) * rc * load(gamma[i]) + load(beta[i]));
-      }
-      mean_out[o] = store<T>(mean);
-      rstd_out[o] = store<T>(rstd);
-    }
-  });
-}
-
-class layer_norm_kernel final : public op_kernel {
- public:
-  explicit layer_norm_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")), eps_(c.attr<double>("epsilon")) {}
-
-  void compute(kernel_context& ctx) override {
-    tensor hold_x;
-    tensor hold_g;
-    tensor hold_b;
-    const tensor& x = dense_input(ctx, 0, hold_x);
-    const tensor& gamma = dense_input(ctx, 1, hold_g);
-    const tensor& beta = dense_input(ctx, 2, hold_b);
-    const shape& s = x.shape();
-    const std::size_t axis = normalize_axis(ctx, axis_, s);
-    shape lead;
-    shape normalized;
-    for (std::size_t k = 0; k < s.rank(); ++k) (k < axis ? lead : normalized).push_back(s[k]);
-    if (gamma.shape() != normalized || beta.shape() != normalized) {
-      ctx.fail("gamma {} and beta {} must both have shape x.shape[{}:] = {} (x is {})",
-               to_string(gamma.shape()), to_string(beta.shape()), axis, to_string(normalized),
-               to_string(s));
-    }
-    const std::int64_t outer = lead.num_elements();
-    const std::int64_t n = normalized.num_elements();
-    tensor& y = ctx.forward_input_or_allocate_output(0, 0, s);
-    tensor& mean = ctx.allocate_output(1, lead);
-    tensor& rstd = ctx.allocate_output(2, lead);
-    if (outer == 0) return;
-    visit_dtype(x.type(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (float_type_v<T>) {
-        layer_norm_into<T>(ctx, x.data<T>(), gamma.data<T>(), beta.data<T>(), y.data<T>(),
-                           mean.data<T>(), rstd.data<T>(), outer, n, eps_);
-      } else {
-        ctx.fail("layer_norm has no kernel for {}", to_string(x.type()));
-      }
-    });
-  }
-
- private:
-  std::int64_t axis_;
-  double eps_;
-};
-
 // ---- softmax_cross_entropy --------------------------------------------------------------
 
 template <class T, class L>
@@ -356,7 +278,6 @@ void register_softmax_kernels(kernel_registry& r) {
   const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
   r.add(make_kernel_def<softmax_kernel<false>>("softmax", cpu, type_constraint(floats)));
   r.add(make_kernel_def<softmax_kernel<true>>("log_softmax", cpu, type_constraint(floats)));
-  r.add(make_kernel_def<layer_norm_kernel>("layer_norm", cpu, type_constraint(floats)));
   r.add(make_kernel_def<xent_kernel>("softmax_cross_entropy", cpu,
                                      {{"T", floats}, {"Tlabels", {dtype::i32, dtype::i64}}}));
 }

@@ -17,8 +17,8 @@ std::vector<dtype> all_types() {
           dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
 }
 
-// A placeholder's value comes from the feeds; the executor never runs this kernel unless
-// the feed is missing.
+// A placeholder's (or a plan's _arg's) value comes from the feeds; the executor never runs
+// this kernel unless the feed is missing.
 class placeholder_kernel final : public op_kernel {
  public:
   using op_kernel::op_kernel;
@@ -175,6 +175,9 @@ class recv_kernel final : public op_kernel {
 void register_state_kernels(kernel_registry& r) {
   const auto any = type_constraint(all_types(), "dtype");
   r.add(make_kernel_def<placeholder_kernel>("placeholder", cpu, any));
+  // A plan's fed values (Note [fed values in rewritten graphs]): filled by the executor,
+  // never computed; a kernel so that placement can weigh them like placeholders.
+  r.add(make_kernel_def<placeholder_kernel>("_arg", cpu, any));
   r.add(make_kernel_def<const_kernel>("const", cpu, any));
   r.add(make_kernel_def<variable_kernel>("variable", cpu, any));
   r.add(make_kernel_def<update_kernel<update::set>>("assign", cpu, type_constraint(all_types())));

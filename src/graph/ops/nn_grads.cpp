@@ -1,6 +1,10 @@
 // Gradients of the nn ops (nn_ops.cpp): matmul by matmuls, bias_add by a reduction, and
 // conv2d and pooling by their backward ops (conv2d_backprop_input/filter,
-// max_pool2d_grad, avg_pool2d_grad), which take the forward node's attributes.
+// max_pool2d_grad, avg_pool2d_grad), which take the forward node's attributes; the fused
+// ops (nn_fused_ops.cpp) through the activation's gradient and then their core's.
+#include <cmath>
+#include <numbers>
+
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
@@ -12,12 +16,13 @@ namespace {
 using grads = std::vector<std::optional<output>>;
 using ints = std::vector<std::int64_t>;
 
-grads matmul_grad(const gradient_context& c) {
+// The gradients of inputs 0 and 1 (a, b) of a matmul (or fused_matmul) node whose product
+// has the gradient dy.
+grads matmul_input_grads(const gradient_context& c, output dy) {
   // z = op(a) @ op(b), op a transpose of the last two dims or not. Each case is written so
   // that no explicit transpose is made: matmul transposes its operands itself.
   const output a = c.input(0);
   const output b = c.input(1);
-  const output dy = c.grad(0);
   const bool ta = c.attr<bool>("transpose_a");
   const bool tb = c.attr<bool>("transpose_b");
   output da;
@@ -39,6 +44,10 @@ grads matmul_grad(const gradient_context& c) {
   return {c.unbroadcast(da, 0), c.unbroadcast(db, 1)};
 }
 
+grads matmul_grad(const gradient_context& c) {
+  return matmul_input_grads(c, c.grad(0));
+}
+
 grads bias_add_grad(const gradient_context& c) {
   const output dy = c.grad(0);
   const std::size_t rank = c.input_shape(0).rank();
@@ -57,15 +66,72 @@ attr_map conv_attrs(const gradient_context& c) {
           {"groups", c.attr<std::int64_t>("groups")}};
 }
 
-grads conv2d_grad(const gradient_context& c) {
+// The gradients of inputs 0 and 1 (input, filter) of a conv2d (or fused_conv2d) node whose
+// output has the gradient dy.
+grads conv2d_input_grads(const gradient_context& c, output dy) {
   graph_builder& b = c.builder();
-  const output dy = c.grad(0);
   attr_map in_attrs = conv_attrs(c);
   in_attrs.emplace("input_shape", c.input_shape(0));
   attr_map filter_attrs = conv_attrs(c);
   filter_attrs.emplace("filter_shape", c.input_shape(1));
   return {b.add1("conv2d_backprop_input", {dy, c.input(1)}, std::move(in_attrs)),
           b.add1("conv2d_backprop_filter", {c.input(0), dy}, std::move(filter_attrs))};
+}
+
+grads conv2d_grad(const gradient_context& c) {
+  return conv2d_input_grads(c, c.grad(0));
+}
+
+// fused_matmul / fused_conv2d: y = act(z), z = core + bias + residual. dz = dy * act'(z),
+// from y where act' is a function of y (relu, tanh, sigmoid), else from z recomputed by the
+// same fused op without its activation; then the core's gradients of dz, the bias's sum of
+// dz over every dimension but its own, and dz itself for the residual.
+output fused_dz(const gradient_context& c, bool conv) {
+  const output dy = c.grad(0);
+  const output y = c.output_of(0);
+  const auto act = c.attr<std::string>("activation");
+  if (act == "none") return dy;
+  if (act == "relu") return c.builder().add1("relu_grad", {dy, y});
+  if (act == "tanh") return dy * (1.0 - y * y);
+  if (act == "sigmoid") return dy * (y * (1.0 - y));
+  // gelu: z again, with the node's inputs and attributes but no activation.
+  std::vector<output> inputs;
+  for (std::size_t i = 0; i < c.num_inputs(); ++i) inputs.push_back(c.input(i));
+  attr_map attrs = c.forward().attrs;
+  attrs["activation"] = std::string("none");
+  const output z = c.builder().add1(conv ? "fused_conv2d" : "fused_matmul", inputs, attrs);
+  if (act == "gelu_tanh") {
+    // As gelu's gradient (elementwise_grads.cpp): y = z s, s = sigmoid(2u),
+    // u = k (z + 0.044715 z^3): dy/dz = s + z s (1 - s) 2 k (1 + 3 * 0.044715 z^2).
+    constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
+    const output z2 = z * z;
+    const output u = (z + z2 * z * 0.044715) * k;
+    const output s = ops::sigmoid(u * 2.0);
+    const output du = (z2 * (3.0 * 0.044715) + 1.0) * (2.0 * k);
+    return dy * (s + z * s * (1.0 - s) * du);
+  }
+  // y = z Phi(z): dy/dz = Phi(z) + z phi(z).
+  const output phi_big = (ops::erf(z * (1.0 / std::numbers::sqrt2)) + 1.0) * 0.5;
+  const output phi = ops::exp(z * z * -0.5) * (1.0 / std::sqrt(2.0 * std::numbers::pi));
+  return dy * (phi_big + z * phi);
+}
+
+gradient_fn fused_grad(bool conv) {
+  return [conv](const gradient_context& c) -> grads {
+    const output dz = fused_dz(c, conv);
+    grads g = conv ? conv2d_input_grads(c, dz) : matmul_input_grads(c, dz);
+    if (c.attr<bool>("has_bias")) {
+      const std::size_t rank = c.output_shape(0).rank();
+      const std::size_t channel = conv ? 1 : rank - 1;
+      ints axes;
+      for (std::size_t d = 0; d < rank; ++d) {
+        if (d != channel) axes.push_back(static_cast<std::int64_t>(d));
+      }
+      g.push_back(ops::reduce_sum(dz, axes));
+    }
+    if (c.attr<bool>("has_residual")) g.push_back(dz);
+    return g;
+  };
 }
 
 attr_map pool_attrs(const gradient_context& c) {
@@ -80,6 +146,8 @@ void register_nn_gradients(gradient_registry& r) {
   r.add("matmul", matmul_grad);
   r.add("bias_add", bias_add_grad);
   r.add("conv2d", conv2d_grad);
+  r.add("fused_matmul", fused_grad(false));
+  r.add("fused_conv2d", fused_grad(true));
   r.add("max_pool2d", [](const gradient_context& c) -> grads {
     return {c.builder().add1("max_pool2d_grad", {c.input(0), c.grad(0)}, pool_attrs(c))};
   });

@@ -335,6 +335,8 @@ attr_def shape4_attr(std::string name) {
 
 }  // namespace
 
+void register_nn_fused_ops(op_registry& r);  // fused_matmul, fused_conv2d (nn_fused_ops.cpp)
+
 void register_nn_ops(op_registry& r) {
   {
     op_def d;
@@ -452,6 +454,7 @@ void register_nn_ops(op_registry& r) {
     d.infer = infer_avg_pool2d_grad;
     r.add(std::move(d));
   }
+  register_nn_fused_ops(r);
 }
 
 namespace ops {

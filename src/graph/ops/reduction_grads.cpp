@@ -1,7 +1,8 @@
 // Gradients of the reduction-family ops (reduction_ops.cpp). A reduction's gradient
 // broadcasts dy back over the reduced axes (reshaped to the keepdims shape, then
-// broadcast_to the input's shape, a view); softmax, log_softmax and layer_norm use their
-// outputs; softmax_cross_entropy its own backprop output.
+// broadcast_to the input's shape, a view); softmax and log_softmax use their outputs;
+// layer_norm emits one layer_norm_grad node (which has no gradient itself: second order
+// through it is an error); softmax_cross_entropy uses its own backprop output.
 #include <fmt/format.h>
 
 #include "loom/graph/gradients.hpp"
@@ -102,40 +103,20 @@ grads log_softmax_grad(const gradient_context& c) {
 }
 
 grads layer_norm_grad(const gradient_context& c) {
-  // xhat = (x - mean) rstd, y = xhat gamma + beta, over the normalised dims [axis, rank).
-  // dxhat = dy gamma; dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat));
-  // dgamma = sum over the leading dims of dy xhat; dbeta = sum of dy.
+  // One layer_norm_grad node (its CPU kernel fuses the row sums, dx, dgamma and dbeta:
+  // src/backends/cpu/nn_layer_norm.cpp). Over the normalised dims [axis, rank), with
+  // xhat = (x - mean) rstd and dxhat = dy gamma:
+  //   dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
+  //   dgamma = sum over the leading dims of dy xhat, dbeta = sum of dy.
   // mean and rstd (outputs 1 and 2) are only statistics: gradients sent to them are not
   // propagated (their consumers are the training graph's bookkeeping, not the loss).
   if (c.has_grad(1) || c.has_grad(2)) {
     c.fail("gradients through layer_norm's mean or rstd outputs are not supported");
   }
-  const shape& xs = c.input_shape(0);
-  const auto axis = static_cast<std::size_t>(axis_of(c));
-  ints lead;
-  ints norm;
-  shape stat_shape = xs;  // the keepdims shape of mean and rstd
-  for (std::size_t d = 0; d < xs.rank(); ++d) {
-    if (d < axis) {
-      lead.push_back(static_cast<std::int64_t>(d));
-    } else {
-      norm.push_back(static_cast<std::int64_t>(d));
-      stat_shape[d] = 1;
-    }
-  }
-  const output x = c.input(0);
-  const output gamma = c.input(1);
-  const output dy = c.grad(0);
-  const output mean = ops::reshape(c.output_of(1), stat_shape.to_vector());
-  const output rstd = ops::reshape(c.output_of(2), stat_shape.to_vector());
-  const output xhat = (x - mean) * rstd;
-  const output dxhat = dy * gamma;
-  const output m1 = ops::reduce_mean(dxhat, norm, true);
-  const output m2 = ops::reduce_mean(dxhat * xhat, norm, true);
-  const output dx = rstd * (dxhat - m1 - xhat * m2);
-  const output dgamma = lead.empty() ? dy * xhat : ops::reduce_sum(dy * xhat, lead);
-  const output dbeta = lead.empty() ? dy : ops::reduce_sum(dy, lead);
-  return {dx, dgamma, dbeta};
+  auto outs = c.builder().add("layer_norm_grad",
+                              {c.grad(0), c.input(0), c.input(1), c.output_of(1), c.output_of(2)},
+                              {{"axis", axis_of(c)}});
+  return {outs.at(0), outs.at(1), outs.at(2)};
 }
 
 grads xent_grad(const gradient_context& c) {

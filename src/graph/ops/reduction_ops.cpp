@@ -1,5 +1,6 @@
 // reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, softmax, log_softmax,
-// layer_norm, softmax_cross_entropy, argmax: definitions, inference and builders.
+// layer_norm, layer_norm_grad, softmax_cross_entropy, argmax: definitions, inference and
+// builders.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -117,6 +118,56 @@ void infer_layer_norm(inference_context& c) {
   c.set_output(2, t, lead);
 }
 
+// Checks that input `i` (named `what`) fits `want` dim by dim (unknown dims fit anything).
+void check_fits(inference_context& c, std::size_t i, const char* what, const shape& want,
+                const std::string& want_name, std::size_t axis, const shape& x) {
+  const tensor_type& p = c.input(i);
+  if (!p.shape) return;
+  bool ok = p.shape->rank() == want.rank();
+  for (std::size_t k = 0; ok && k < want.rank(); ++k) ok = compatible((*p.shape)[k], want[k]);
+  if (!ok) {
+    c.fail(fmt::format("{} of shape {} does not match {} = {} (x is {}, axis {})", what,
+                       to_string(*p.shape), want_name, to_string(want), to_string(x), axis));
+  }
+}
+
+// layer_norm_grad(dy, x, gamma, mean, rstd) -> dx, dgamma, dbeta.
+void infer_layer_norm_grad(inference_context& c) {
+  const tensor_type& dy = c.input(0);
+  const tensor_type& x = c.input(1);
+  const dtype t = x.type;
+  // x's shape, with dims it leaves unknown taken from dy's.
+  std::optional<shape> xs = x.shape ? x.shape : dy.shape;
+  if (x.shape && dy.shape) {
+    bool ok = dy.shape->rank() == x.shape->rank();
+    for (std::size_t k = 0; ok && k < x.shape->rank(); ++k) {
+      ok = compatible((*dy.shape)[k], (*x.shape)[k]);
+      if (ok && (*xs)[k] < 0) (*xs)[k] = (*dy.shape)[k];
+    }
+    if (!ok) {
+      c.fail(fmt::format("dy of shape {} does not match x of shape {}", to_string(*dy.shape),
+                         to_string(*x.shape)));
+    }
+  }
+  if (!xs) {
+    c.set_output(0, t, std::nullopt);
+    c.set_output(1, t, c.input(2).shape);
+    c.set_output(2, t, c.input(2).shape);
+    return;
+  }
+  const shape& s = *xs;
+  const std::size_t axis = normalize(c, c.attr<std::int64_t>("axis"), s);
+  shape lead;
+  shape normalized;
+  for (std::size_t k = 0; k < s.rank(); ++k) (k < axis ? lead : normalized).push_back(s[k]);
+  check_fits(c, 2, "gamma", normalized, fmt::format("x.shape[{}:]", axis), axis, s);
+  check_fits(c, 3, "mean", lead, fmt::format("x.shape[:{}]", axis), axis, s);
+  check_fits(c, 4, "rstd", lead, fmt::format("x.shape[:{}]", axis), axis, s);
+  c.set_output(0, t, s);
+  c.set_output(1, t, normalized);
+  c.set_output(2, t, normalized);
+}
+
 void infer_xent(inference_context& c) {
   const tensor_type& logits = c.input(0);
   const tensor_type& labels = c.input(1);
@@ -207,6 +258,18 @@ void register_reduction_ops(op_registry& r) {
     d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1)),
                std::move(eps)};
     d.infer = infer_layer_norm;
+    r.add(std::move(d));
+  }
+  {
+    // The gradient of layer_norm in one node (reduction_grads.cpp emits it): dx, and gamma's
+    // and beta's gradients summed over the leading dims, from the forward's mean and rstd.
+    op_def d;
+    d.name = "layer_norm_grad";
+    d.summary = "layer_norm's gradient: dx, dgamma, dbeta from dy, x, gamma, mean, rstd";
+    d.inputs = {typed("dy"), typed("x"), typed("gamma"), typed("mean"), typed("rstd")};
+    d.outputs = {typed("dx"), typed("dgamma"), typed("dbeta")};
+    d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1))};
+    d.infer = infer_layer_norm_grad;
     r.add(std::move(d));
   }
   {

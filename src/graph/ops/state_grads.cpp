@@ -9,7 +9,7 @@ void register_state_gradients(gradient_registry& r) {
     return {c.grad(0)};
   });
   // Optimizer steps update variables in place; nothing is differentiated through them.
-  for (const char* op : {"placeholder", "const", "variable", "assign", "assign_add",
+  for (const char* op : {"placeholder", "_arg", "const", "variable", "assign", "assign_add",
                          "assign_sub", "no_op", "apply_sgd", "apply_adam", "apply_adamw",
                          "fused_sgd", "fused_adam", "fused_adamw"}) {
     r.add_none(op);

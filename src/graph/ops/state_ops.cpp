@@ -139,6 +139,25 @@ void register_state_ops(op_registry& r) {
     d.is_cheap = true;
     r.add(std::move(d));
   }
+  {
+    // Note [fed values in rewritten graphs]: the passes work on a copy of what one
+    // signature needs, in which every fed endpoint is an _arg of the endpoint's type (its
+    // rank may be unknown, which a placeholder cannot say). The executor fills it from the
+    // feed; it is never computed (its kernels fail like a placeholder's if it were).
+    op_def d;
+    d.name = "_arg";
+    d.summary = "a fed value in a graph rewritten by the passes";
+    d.outputs = {typed("output", "dtype")};
+    d.attrs = {type_attr("dtype"), attr("shape", attr_type::shape, attr_value(shape{})),
+               attr("known_rank", attr_type::boolean, attr_value(true))};
+    d.infer = [](inference_context& c) {
+      std::optional<shape> s;
+      if (c.attr<bool>("known_rank")) s = c.attr<shape>("shape");
+      c.set_output(0, c.attr<dtype>("dtype"), std::move(s));
+    };
+    d.is_cheap = true;
+    r.add(std::move(d));
+  }
 }
 
 void register_transfer_ops(op_registry& r) {

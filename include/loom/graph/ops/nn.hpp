@@ -1,14 +1,16 @@
-// Neural-network ops: matmul, bias_add, conv2d, max_pool2d, avg_pool2d, and the gradients
-// of conv2d and the pooling ops (the backward ops the symbolic gradients build on).
+// Neural-network ops: matmul, bias_add, conv2d, max_pool2d, avg_pool2d, the gradients of
+// conv2d and the pooling ops (the backward ops the symbolic gradients build on), and
+// matmul and conv2d with a fused epilogue (bias, residual, activation).
 //
 // Layouts follow PyTorch for images (NCHW activations, OIHW filters) and TensorFlow for
 // bias_add (the bias runs along the last dimension unless data_format is "NCHW"). On CPU
 // the float32 and bfloat16 kernels call oneDNN; float64 (and what oneDNN lacks on the
 // machine) runs loom's reference loops. The op definitions (attributes,
-// inference) are in src/graph/ops/nn_ops.cpp.
+// inference) are in src/graph/ops/nn_ops.cpp and nn_fused_ops.cpp.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,5 +98,36 @@ output max_pool2d_grad(output x, output dy, const pool_options& options,
 /// must be known; avg_pool2d over it must give dy's shape.
 output avg_pool2d_grad(output dy, shape input_shape, const pool_options& options,
                        const node_options& o = {});
+
+/// The epilogue of a fused matmul or conv2d: y = activation(core + bias + residual), the
+/// bias and the residual optional.
+struct epilogue {
+  /// Rank 1: [N] (the last dimension of a matmul's product, broadcast over its rows, as
+  /// bias_add "NHWC") or [C_out] (the channels of a conv2d's NCHW output, as bias_add
+  /// "NCHW").
+  std::optional<output> bias;
+  /// Exactly the core's output shape, added element-wise.
+  std::optional<output> residual;
+  /// "none", "relu", "gelu" (erf form), "gelu_tanh" (the tanh approximation), "tanh" or
+  /// "sigmoid"; the same functions as ops::relu, ops::gelu, ops::tanh and ops::sigmoid.
+  std::string activation = "none";
+};
+
+/// activation(matmul(a, b, transpose_a, transpose_b) + bias + residual) as one node
+/// (`fused_matmul`), which the CPU runs as one oneDNN primitive with post-ops where it can.
+/// Shapes and dtypes as matmul (float types). The node: inputs a, b, then the list `args`
+/// (the bias, then the residual, those given); attributes T, transpose_a, transpose_b,
+/// has_bias, has_residual, activation, and num_args = has_bias + has_residual. Throws
+/// loom::invalid_argument naming the shapes for what matmul rejects, a bias that is not [N], a
+/// residual that is not the product's shape, and an unknown activation.
+output fused_matmul(output a, output b, const epilogue& e, bool transpose_a = false,
+                    bool transpose_b = false, const node_options& o = {});
+
+/// activation(conv2d(x, w, options) + bias + residual) as one node (`fused_conv2d`). Shapes
+/// and dtypes as conv2d; the bias is [C_out], the residual the output's shape. The node:
+/// inputs input, filter, then `args` as fused_matmul's; conv2d's attributes and the
+/// epilogue's. Errors as conv2d's, and as fused_matmul's for the epilogue.
+output fused_conv2d(output x, output w, const epilogue& e, const conv2d_options& options = {},
+                    const node_options& o = {});
 
 }  // namespace loom::ops

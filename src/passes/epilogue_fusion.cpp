@@ -1,0 +1,300 @@
+// epilogue_fusion: a matmul or conv2d and the element-wise ops after it (bias, residual,
+// activation) become one fused_matmul or fused_conv2d node, which the CPU runs as one
+// oneDNN primitive with post-ops (Note [fused epilogue] in src/backends/cpu/nn_fused.cpp).
+//
+// Matches a core, then any of these steps, in this order, at least one:
+//   core  = matmul(a, b) (any transposes, batched too) or conv2d(x, w) (any attributes)
+//   bias: bias_add(core, bias) along the channel (the last dim of a matmul's product:
+//         "NHWC", or "NCHW" on a rank-2 product; dim 1 of a conv2d's NCHW output: "NCHW"),
+//         or add(core, bias) (either order) where the bias broadcasts along every dim but
+//         the channel: [N] or [1, N] for a matmul (leading 1s), [C, 1, 1] or [1, C, 1, 1]
+//         for a conv2d (a [C] bias added to NCHW runs along W, NumPy-style, and is not a
+//         channel bias). A bias of rank > 1 is reshaped to [N] / [C].
+//   residual: add(., r) (either order), r of exactly the output's (fully known) shape and
+//         dtype and not computed from the core;
+//   activation: relu, gelu (approximate "none" -> "gelu", "tanh" -> "gelu_tanh"), tanh or
+//         sigmoid.
+// The match becomes fused_matmul(a, b, [bias], [residual]) or fused_conv2d(x, w, [bias],
+// [residual]) with the core's attributes, has_bias, has_residual and activation; its output
+// replaces the last matched value (its readers, fetches, control readers and target). This
+// pass runs before element-wise fusion, which would otherwise take the bias and the
+// activation into a fused_elementwise node.
+//
+// A step joins only when the value before it is read by that step alone (not fetched, no
+// control readers, not a target), asks for the core's device, and waits for no other node
+// (control inputs); otherwise the match stops before it, and when it was an epilogue op it
+// is logged as refused with the reason (typically: the value is also read by a gradient,
+// because gradients() ran before the passes; relu's own gradient reads relu's output, which
+// the fused node provides, so training graphs fuse). Also logged: bias shapes that are not
+// channel biases, and dtypes no fused kernel takes on the requested device type.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "loom/passes/pass_manager.hpp"
+#include "pass_util.hpp"
+
+namespace loom::passes {
+namespace {
+
+bool is_float(dtype t) {
+  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
+}
+
+std::optional<endpoint> other_input(const graph_editor& ed, node_id id, endpoint known) {
+  const auto& in = ed.inputs(id);
+  if (in.size() != 2) return std::nullopt;
+  if (in[0] == known) return in[1];
+  if (in[1] == known) return in[0];
+  return std::nullopt;
+}
+
+bool epilogue_op(const std::string& op) {
+  return op == "bias_add" || op == "add" || op == "relu" || op == "gelu" || op == "tanh" ||
+         op == "sigmoid";
+}
+
+struct match {
+  node_id core = -1;
+  bool conv = false;
+  std::size_t channel = 0;     // the bias's dim of the output
+  std::vector<node_id> chain;  // core first
+  std::optional<endpoint> bias;
+  std::optional<endpoint> residual;
+  std::string activation = "none";
+};
+
+class epilogue_fusion final : public graph_pass {
+ public:
+  epilogue_fusion() : graph_pass("epilogue_fusion") {}
+
+ private:
+  // When `b` broadcasts against output shape `out` along every dim but `channel` (where it
+  // has the channel count), the bias as [C] needs no more than a reshape.
+  static bool channel_bias(const std::optional<shape>& b, const shape& out, std::size_t channel) {
+    if (!b || b->rank() > out.rank() || b->rank() < out.rank() - channel) return false;
+    const std::size_t lead = out.rank() - b->rank();
+    for (std::size_t k = 0; k < b->rank(); ++k) {
+      const std::size_t d = lead + k;
+      const std::int64_t want = d == channel ? out[d] : 1;
+      if (want < 0 || (*b)[k] != want) return false;
+    }
+    return true;
+  }
+
+  // Extends the match by one step at reader `r` of `cur`; false when `r` is no step of
+  // the kind `kind` ("bias", "residual", "activation").
+  static bool take(const graph_editor& ed, match& mt, node_id r, endpoint cur,
+                   const std::string& kind, const shape& out) {
+    const node& rn = ed.at(r);
+    const dtype t = ed.at(mt.core).outputs[0].type;
+    if (kind == "bias") {
+      if (rn.op() == "bias_add") {
+        if (ed.inputs(r)[0] != cur) return false;
+        const bool nchw = rn.attr<std::string>("data_format") == "NCHW";
+        const std::size_t ch = nchw ? 1 : out.rank() - 1;
+        if (ch != mt.channel) return false;
+        mt.bias = ed.inputs(r)[1];
+      } else if (rn.op() == "add") {
+        const auto b = other_input(ed, r, cur);
+        if (!b || *b == cur || ed.type_of(*b).type != t) return false;
+        if (!channel_bias(ed.type_of(*b).shape, out, mt.channel)) return false;
+        mt.bias = *b;
+      } else {
+        return false;
+      }
+    } else if (kind == "residual") {
+      if (rn.op() != "add") return false;
+      const auto res = other_input(ed, r, cur);
+      if (!res || *res == cur || ed.type_of(*res).type != t) return false;
+      if (!same_known_shape(ed.type_of(*res).shape, out)) return false;
+      // Not computed from the core (the fused node would read its own result).
+      if (std::find(mt.chain.begin(), mt.chain.end(), res->node) != mt.chain.end() ||
+          reaches(ed, mt.core, res->node)) {
+        return false;
+      }
+      mt.residual = *res;
+    } else {
+      const std::string& op = rn.op();
+      if (op == "relu" || op == "tanh" || op == "sigmoid") {
+        mt.activation = op;
+      } else if (op == "gelu") {
+        mt.activation = rn.attr<std::string>("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+      } else {
+        return false;
+      }
+    }
+    mt.chain.push_back(r);
+    return true;
+  }
+
+  // Why add or bias_add `r` of `cur` is neither a bias nor a residual step.
+  static std::string why_not_added(const graph_editor& ed, node_id r, endpoint cur,
+                                   const shape& out) {
+    if (ed.at(r).op() == "bias_add") {
+      return fmt::format(
+          "its data_format \"{}\" adds the bias along another dim than the "
+          "output's channels (output {})",
+          ed.at(r).attr<std::string>("data_format"), to_string(out));
+    }
+    const auto other = other_input(ed, r, cur);
+    if (!other || *other == cur) return "it adds the value to itself";
+    const auto& os = ed.type_of(*other).shape;
+    const std::string name = ed.g().endpoint_name(*other);
+    if (same_known_shape(os, out)) {
+      return fmt::format(
+          "it adds '{}', which is computed from the core's result: fusing would "
+          "make a cycle",
+          name);
+    }
+    if (!out.is_fully_defined()) {
+      return fmt::format(
+          "the output's shape {} is not fully known, so '{}' ({}) cannot be shown "
+          "to be a residual of exactly that shape",
+          to_string(out), name, to_string(ed.type_of(*other)));
+    }
+    return fmt::format(
+        "it adds '{}' ({}), which is neither a channel bias nor a residual of "
+        "the output's shape {}",
+        name, to_string(ed.type_of(*other)), to_string(out));
+  }
+
+  static std::optional<match> find(const graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& core = ed.at(id);
+    const bool conv = core.op() == "conv2d";
+    if ((core.op() != "matmul" && !conv) || !is_float(core.outputs[0].type)) return std::nullopt;
+    const auto& os = core.outputs[0].shape;
+    if (!os || os->rank() < 2 || (conv && os->rank() != 4)) return std::nullopt;
+    const shape out = *os;
+    match mt;
+    mt.core = id;
+    mt.conv = conv;
+    mt.channel = conv ? 1 : out.rank() - 1;
+    mt.chain.push_back(id);
+    if (!ed.control_inputs(id).empty()) {
+      if (auto r = ed.uses({id, 0}); !r.empty() && epilogue_op(ed.at(r.front().node).op())) {
+        ctx.refused({core.name},
+                    fmt::format("no epilogue fused: '{}' waits for '{}' (a control input)",
+                                core.name, ed.at(ed.control_inputs(id).front()).name));
+      }
+      return std::nullopt;
+    }
+    for (const char* kind : {"bias", "residual", "activation"}) {
+      const endpoint cur{mt.chain.back(), 0};
+      const auto& uses = ed.uses(cur);
+      auto refuse = [&](node_id r, const std::string& why) {
+        if (epilogue_op(ed.at(r).op())) {
+          ctx.refused({ed.at(r).name},
+                      fmt::format("not fused into the epilogue of '{}': {}", core.name, why));
+        }
+      };
+      if (uses.empty()) break;
+      if (uses.size() > 1 || ed.is_fetched(cur) || ed.has_control_users(cur.node) ||
+          ed.is_pinned(cur.node)) {
+        std::vector<node_id> readers;
+        for (const use& u : uses) readers.push_back(u.node);
+        for (node_id r : readers) {
+          const auto who = outside_reader(ed, cur, {r});
+          refuse(r, who ? read_outside_reason(ed, cur, *who,
+                                              conv ? "ops::fused_conv2d" : "ops::fused_matmul")
+                        : fmt::format("'{}' is a target of the run", ed.at(cur.node).name));
+        }
+        break;
+      }
+      const node_id r = uses.front().node;
+      const node& rn = ed.at(r);
+      if (!same_request(rn, core)) {
+        refuse(r, fmt::format("it asks for device '{}', '{}' for '{}'", rn.requested_device,
+                              core.name, core.requested_device));
+        break;
+      }
+      if (!ed.control_inputs(r).empty()) {
+        refuse(r, fmt::format("it waits for '{}' (a control input)",
+                              ed.at(ed.control_inputs(r).front()).name));
+        break;
+      }
+      if (take(ed, mt, r, cur, kind, out)) continue;
+      // Not this step: maybe a later one (an add without bias is a residual, say).
+      if (std::string(kind) == "activation") {
+        if (rn.op() == "add" || rn.op() == "bias_add") refuse(r, why_not_added(ed, r, cur, out));
+        break;
+      }
+    }
+    if (mt.chain.size() < 2) return std::nullopt;
+    return mt;
+  }
+
+  static bool rewrite(graph_editor& ed, pass_context& ctx, const match& mt) {
+    const node& core = ed.at(mt.core);
+    const dtype t = core.outputs[0].type;
+    if (auto why = missing_kernel(mt.conv ? "fused_conv2d" : "fused_matmul", {{"T", t}},
+                                  core.requested_device)) {
+      ctx.refused(names_of(ed, mt.chain), *why);
+      return false;
+    }
+    const node_id last = mt.chain.back();
+    const std::string last_name = ed.at(last).name;
+    std::vector<endpoint> inputs{ed.inputs(mt.core)[0], ed.inputs(mt.core)[1]};
+    if (mt.bias) {
+      const auto& bs = ed.type_of(*mt.bias).shape;
+      endpoint b = *mt.bias;
+      if (bs->rank() != 1) {
+        const std::int64_t c = (*core.outputs[0].shape)[mt.channel];
+        b = {ed.add({.name = ed.g().unique_name(fmt::format("{}/bias", last_name)),
+                     .op = "reshape",
+                     .inputs = {b},
+                     .attrs = {{"shape", std::vector<std::int64_t>{c}}},
+                     .device = core.requested_device,
+                     .control_inputs = {}}),
+             0};
+      }
+      inputs.push_back(b);
+    }
+    if (mt.residual) inputs.push_back(*mt.residual);
+    attr_map attrs = core.attrs;
+    attrs.erase("T");
+    attrs.emplace("has_bias", mt.bias.has_value());
+    attrs.emplace("has_residual", mt.residual.has_value());
+    attrs.emplace("activation", mt.activation);
+    const std::string op = mt.conv ? "fused_conv2d" : "fused_matmul";
+    const node_id fused = ed.add({.name = ed.g().unique_name("fused/" + last_name),
+                                  .op = op,
+                                  .inputs = inputs,
+                                  .attrs = std::move(attrs),
+                                  .device = core.requested_device,
+                                  .control_inputs = {}});
+    ed.replace_uses({last, 0}, {fused, 0});
+    ed.replace_node(last, fused);
+    const auto names = names_of(ed, mt.chain);
+    for (auto it = mt.chain.rbegin(); it != mt.chain.rend(); ++it) ed.erase(*it);
+    std::vector<std::string> parts;
+    if (mt.bias) parts.push_back(fmt::format("bias '{}'", ed.g().endpoint_name(*mt.bias)));
+    if (mt.residual)
+      parts.push_back(fmt::format("residual '{}'", ed.g().endpoint_name(*mt.residual)));
+    if (mt.activation != "none") parts.push_back(mt.activation);
+    std::string what;
+    for (const auto& p : parts) what += fmt::format("{}{}", what.empty() ? "" : ", ", p);
+    ctx.rewrote(names, fmt::format("{} '{}' ({})", op, ed.at(fused).name, what));
+    return true;
+  }
+
+  bool do_run(pass_context& ctx) override {
+    graph_editor& ed = ctx.editor();
+    bool changed = false;
+    for (node_id id : ed.topological_order()) {
+      if (!ed.alive(id)) continue;
+      const auto mt = find(ed, ctx, id);
+      if (!mt) continue;
+      changed = rewrite(ed, ctx, *mt) || changed;
+    }
+    return changed;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<graph_pass> make_epilogue_fusion() {
+  return std::make_unique<epilogue_fusion>();
+}
+
+}  // namespace loom::passes
