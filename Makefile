@@ -52,6 +52,7 @@ bench: build
 	./$(BUILD)/loom bench runtime
 	./$(BUILD)/loom bench train
 	./$(BUILD)/loom bench interop
+	./$(BUILD)/loom bench fusion
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/train_vs_torch.py --loom $(BUILD)/loom
 

@@ -221,17 +221,49 @@ void bind_session(py::module_& m) {
   py::class_<session, std::shared_ptr<session>>(m, "Session",
                                                 "Runs a Graph on this machine's devices")
       .def(py::init([](const std::shared_ptr<py_graph>& g, int virtual_cpus, int threads,
-                       std::size_t memory_limit, bool soft_placement) {
+                       std::size_t memory_limit, bool soft_placement, bool passes,
+                       std::vector<std::string> disabled_passes) {
              session_options o;
              o.devices.virtual_cpu_devices = virtual_cpus;
              o.devices.cpu_threads = threads;
              o.devices.cpu_memory_limit = memory_limit;
              o.allow_soft_placement = soft_placement;
+             o.passes.enabled = passes;
+             o.passes.disabled = std::move(disabled_passes);
              return std::make_shared<session>(g->g, o);
            }),
            py::arg("graph"), py::kw_only(), py::arg("virtual_cpus") = 1, py::arg("threads") = 0,
            py::arg("memory_limit") = 0, py::arg("soft_placement") = false,
-           "A session over a copy of `graph` (later additions to the graph are not seen)")
+           py::arg("passes") = true, py::arg("disabled_passes") = std::vector<std::string>{},
+           "A session over a copy of `graph` (later additions to the graph are not seen). "
+           "passes=False runs graphs as written; disabled_passes names graph passes to switch "
+           "off (docs/passes.md)")
+      .def(
+          "explain_passes",
+          [](const std::shared_ptr<session>& s, const py::object& fetches, const py::object& feeds,
+             const py::object& targets) {
+            const std::vector<std::string> feed_names =
+                names_of(py::isinstance<py::dict>(feeds) ? py::object(py::list(feeds)) : feeds, "feed");
+            const std::vector<std::string> fetch_names = names_of(fetches, "fetch");
+            const std::vector<std::string> target_names = names_of(targets, "target");
+            std::vector<passes::pass_record> log;
+            {
+              py::gil_scoped_release unlocked;
+              log = s->explain_passes(feed_names, fetch_names, target_names);
+            }
+            py::list out;
+            for (const auto& r : log) {
+              out.append(py::dict(
+                  py::arg("pass") = r.pass,
+                  py::arg("kind") = r.what == passes::pass_record::kind::rewrite ? "rewrite" : "refused",
+                  py::arg("nodes") = r.nodes, py::arg("result") = r.result,
+                  py::arg("reason") = r.reason, py::arg("text") = passes::to_string(r)));
+            }
+            return out;
+          },
+          py::arg("fetches"), py::arg("feeds") = py::none(), py::arg("targets") = py::none(),
+          "What the graph passes rewrote and refused (with reasons) in the plan for these "
+          "fetches, feeds (names, Outputs, or the feed dict) and targets: a list of dicts")
       .def("run", &run, py::arg("fetches"), py::arg("feeds") = py::none(),
            py::arg("targets") = py::none(), py::kw_only(), py::arg("trace") = py::none(),
            "Runs the graph: returns a Tensor for a single fetch, else a list. feeds maps "
