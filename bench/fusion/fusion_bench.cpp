@@ -92,9 +92,9 @@ mlp_passes_result run_mlp(const fusion_bench_options& o) {
     t.passes.enabled = true;
     const auto with = train::train(data, data, t);
     on.push_back(with.epochs.back().samples_per_second);
-    r.rewrites = static_cast<std::size_t>(std::count_if(with.passes.begin(), with.passes.end(), [](const auto& p) {
-      return p.what == passes::pass_record::kind::rewrite;
-    }));
+    r.rewrites = static_cast<std::size_t>(
+        std::count_if(with.passes.begin(), with.passes.end(),
+                      [](const auto& p) { return p.what == passes::pass_record::kind::rewrite; }));
     t.passes.enabled = false;
     off.push_back(train::train(data, data, t).epochs.back().samples_per_second);
   }
@@ -137,10 +137,11 @@ nlohmann::json to_json(const fusion_bench_result& r) {
                   {"fused", c.fused_expr}};
   }
   if (r.mlp) {
-    j["mlp_training_step"] = {{"passes_on_samples_per_second", r.mlp->on_samples_per_second},
-                              {"passes_off_samples_per_second", r.mlp->off_samples_per_second},
-                              {"ratio", r.mlp->on_samples_per_second / r.mlp->off_samples_per_second},
-                              {"rewrites", r.mlp->rewrites}};
+    j["mlp_training_step"] = {
+        {"passes_on_samples_per_second", r.mlp->on_samples_per_second},
+        {"passes_off_samples_per_second", r.mlp->off_samples_per_second},
+        {"ratio", r.mlp->on_samples_per_second / r.mlp->off_samples_per_second},
+        {"rewrites", r.mlp->rewrites}};
   }
   if (r.layer_norm) j["layer_norm"] = to_json(*r.layer_norm);
   return j;

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <optional>
 #include <string>
 
@@ -31,7 +30,7 @@ struct fusion_bench_options {
 struct chain_bench_result {
   std::int64_t elements = 0;
   int ops = 8;
-  double fused_ms = 0;    // medians
+  double fused_ms = 0;  // medians
   double unfused_ms = 0;
   double triad_gb_per_s = 0;
   double fused_gb_per_s = 0;  // 12 bytes per element, as the triad counts

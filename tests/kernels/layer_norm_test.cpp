@@ -574,6 +574,81 @@ TEST(LayerNormBackward, InPlaceThroughASession) {
   });
 }
 
+// Rows [r0, r1) of a dense [rows, n] tensor, as a new tensor.
+tensor row_slice(const tensor& x, std::int64_t r0, std::int64_t r1) {
+  const std::int64_t n = x.dim(1);
+  const auto v = values(x);
+  return make(x.type(), {r1 - r0, n}, std::vector<double>(v.begin() + r0 * n, v.begin() + r1 * n));
+}
+
+// Expects the elements [from, from + count) of a to have the bits of b's first count.
+void expect_same_bits(const tensor& a, std::int64_t from, const tensor& b, std::int64_t count) {
+  const std::size_t size = size_of(a.type());
+  ASSERT_EQ(a.type(), b.type());
+  EXPECT_EQ(
+      std::memcmp(static_cast<const char*>(a.raw_data()) + static_cast<std::size_t>(from) * size,
+                  b.raw_data(), static_cast<std::size_t>(count) * size),
+      0)
+      << "elements from " << from;
+}
+
+TEST(LayerNormStreaming, LargeOutputsGiveTheSameBitsAsSmallOnes) {
+  // 8 MiB outputs are written with streaming stores (Note [layer_norm streaming stores]);
+  // rows are computed independently, so a slice of the rows computed on its own (plain
+  // stores, and other rows first in their range) must give the same bits, and the whole
+  // must match the reference.
+  for_each_isa([] {
+    for (const dtype t : {dtype::f32, dtype::f64}) {
+      SCOPED_TRACE(to_string(t));
+      const std::int64_t rows = t == dtype::f32 ? 2048 : 1024;
+      const std::int64_t n = 1024;
+      const tensor x = random(t, {rows, n}, 81, -2.0, 3.0);
+      const tensor g = random(t, {n}, 82, 0.5, 2.0);
+      const tensor b = random(t, {n}, 83);
+      const tensor dy = random(t, {rows, n}, 84);
+      const auto fwd = run_op("layer_norm", {x, g, b});
+      const auto want = layer_norm_ref(values(x), rows, n, values(g), values(b), 1e-5);
+      expect_close(fwd[0], {rows, n}, want.y, fwd_rtol(t), fwd_atol(t));
+      const auto bwd = run_op("layer_norm_grad", {dy, x, g, fwd[1], fwd[2]});
+      const auto want_b = layer_norm_grad_ref(values(dy), values(x), values(g), values(fwd[1]),
+                                              values(fwd[2]), rows, n);
+      expect_close(bwd[0], {rows, n}, want_b.dx, bwd_rtol(t), bwd_atol(t, 1));
+      expect_close(bwd[1], {n}, want_b.dgamma, bwd_rtol(t), bwd_atol(t, rows));
+      for (const std::int64_t r0 : {std::int64_t{0}, rows / 2 - 3, rows - 5}) {
+        const std::int64_t r1 = std::min(rows, r0 + 8);
+        const tensor xs = row_slice(x, r0, r1);
+        const auto fs = run_op("layer_norm", {xs, g, b});
+        expect_same_bits(fwd[0], r0 * n, fs[0], (r1 - r0) * n);
+        expect_same_bits(fwd[1], r0, fs[1], r1 - r0);
+        expect_same_bits(fwd[2], r0, fs[2], r1 - r0);
+        const auto stat = [&](const tensor& v) {
+          return row_slice(v.reshaped({rows, 1}), r0, r1).reshaped({r1 - r0});
+        };
+        const auto bs =
+            run_op("layer_norm_grad", {row_slice(dy, r0, r1), xs, g, stat(fwd[1]), stat(fwd[2])});
+        expect_same_bits(bwd[0], r0 * n, bs[0], (r1 - r0) * n);
+      }
+    }
+  });
+}
+
+// ---- inference ---------------------------------------------------------------------------
+
+TEST(LayerNormGradInference, TakesKnownDimsFromEveryInput) {
+  graph g;
+  graph_builder b(g);
+  const auto x = ops::placeholder(b, "x", dtype::f16, {-1, 3, -1});
+  const auto dy = ops::placeholder(b, "dy", dtype::f16, {5, -1, -1});
+  const auto gamma = ops::placeholder(b, "gamma", dtype::f16, {3, 8});
+  const auto stat = ops::placeholder(b, "stat", dtype::f16, {-1});
+  const auto outs =
+      b.add("layer_norm_grad", {dy, x, gamma, stat, stat}, {{"axis", std::int64_t{1}}});
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_EQ(outs[0].type(), (tensor_type{dtype::f16, shape{5, 3, -1}}));
+  EXPECT_EQ(outs[1].type(), (tensor_type{dtype::f16, shape{3, 8}}));
+  EXPECT_EQ(outs[2].type(), (tensor_type{dtype::f16, shape{3, 8}}));
+}
+
 // ---- bad input --------------------------------------------------------------------------
 
 TEST(LayerNormGradErrors, AtGraphBuildTime) {

@@ -32,32 +32,14 @@
 namespace loom {
 
 /// The element-wise operations a fused expression can hold.
+// clang-format off
 enum class ew_op : std::uint8_t {
   // unary
-  neg,
-  abs,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  tanh,
-  sigmoid,
-  relu,
-  gelu,
-  gelu_tanh,
-  erf,
-  square,
-  reciprocal,
+  neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid, relu, gelu, gelu_tanh, erf, square, reciprocal,
   // binary
-  add,
-  sub,
-  mul,
-  div,
-  pow,
-  maximum,
-  minimum,
-  relu_grad,
+  add, sub, mul, div, pow, maximum, minimum, relu_grad,
 };
+// clang-format on
 
 /// The number of ew_op values (ew_op(0) .. ew_op(num_ew_ops - 1) are all valid).
 inline constexpr int num_ew_ops = static_cast<int>(ew_op::relu_grad) + 1;

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,7 +64,8 @@ class graph_editor {
   [[nodiscard]] const graph& g() const noexcept { return work_; }
   [[nodiscard]] const node& at(node_id id) const { return work_.at(id); }
   [[nodiscard]] bool alive(node_id id) const { return alive_.at(static_cast<std::size_t>(id)); }
-  /// The node's current inputs.
+  /// The node's current inputs. The references these accessors return stay valid while
+  /// nodes are added (not while the node's readers are moved).
   [[nodiscard]] const std::vector<endpoint>& inputs(node_id id) const {
     return inputs_.at(static_cast<std::size_t>(id));
   }
@@ -109,11 +111,13 @@ class graph_editor {
 
   graph work_;
   std::vector<bool> alive_;
-  std::vector<std::vector<endpoint>> inputs_;
+  // Deques: the references inputs(), uses() and control_inputs() return stay valid while
+  // a pass adds nodes.
+  std::deque<std::vector<endpoint>> inputs_;
   /// Readers per node, per output.
-  std::vector<std::vector<std::vector<use>>> uses_;
-  std::vector<std::vector<node_id>> controls_;  // each node's current control inputs
-  std::vector<std::vector<node_id>> control_users_;
+  std::deque<std::vector<std::vector<use>>> uses_;
+  std::deque<std::vector<node_id>> controls_;  // each node's current control inputs
+  std::deque<std::vector<node_id>> control_users_;
   std::vector<bool> pinned_;
   std::size_t live_ = 0;
   signature sig_;  // in the working graph's ids

@@ -55,7 +55,9 @@ std::vector<attr_def> epilogue_attr_defs() {
 // attributes, taken from the node) and returns its output type. Failures are the core's.
 tensor_type infer_core(const inference_context& c, const op_def& core, const attr_map& attrs) {
   inference_context cc(core, c.node_name(), attrs, {c.input(0), c.input(1)}, 1);
-  cc.set_output(0, c.input(0).type, std::nullopt);
+  // Only the dtype: the shape stays unknown until the core's inference sets it. (Setting a
+  // whole tensor_type with std::nullopt trips GCC 12's -Wmaybe-uninitialized under ASan.)
+  cc.outputs().at(0).type = c.input(0).type;
   core.infer(cc);
   return cc.outputs().at(0);
 }

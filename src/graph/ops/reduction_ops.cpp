@@ -163,6 +163,12 @@ void infer_layer_norm_grad(inference_context& c) {
   check_fits(c, 2, "gamma", normalized, fmt::format("x.shape[{}:]", axis), axis, s);
   check_fits(c, 3, "mean", lead, fmt::format("x.shape[:{}]", axis), axis, s);
   check_fits(c, 4, "rstd", lead, fmt::format("x.shape[:{}]", axis), axis, s);
+  // dgamma and dbeta have gamma's shape: dims x leaves unknown are taken from gamma's.
+  if (const auto& g = c.input(2).shape) {
+    for (std::size_t k = 0; k < normalized.rank(); ++k) {
+      if (normalized[k] < 0) normalized[k] = (*g)[k];
+    }
+  }
   c.set_output(0, t, s);
   c.set_output(1, t, normalized);
   c.set_output(2, t, normalized);
