@@ -35,10 +35,6 @@
 namespace loom::passes {
 namespace {
 
-bool is_float(dtype t) {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
-
 bool fully_known(const std::optional<shape>& s) {
   if (!s) return false;
   for (std::size_t d = 0; d < s->rank(); ++d) {
@@ -62,7 +58,7 @@ class elementwise_fusion final : public graph_pass {
   static bool member(const graph_editor& ed, node_id id) {
     const node& n = ed.at(id);
     if (!fusable_op(n) || n.outputs.size() != 1) return false;
-    return is_float(n.outputs[0].type) && fully_known(n.outputs[0].shape) && !ed.is_pinned(id) &&
+    return is_floating(n.outputs[0].type) && fully_known(n.outputs[0].shape) && !ed.is_pinned(id) &&
            !ed.has_control_users(id) && ed.control_inputs(id).empty();
   }
 

@@ -37,18 +37,6 @@
 namespace loom::passes {
 namespace {
 
-bool is_float(dtype t) {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
-
-std::optional<endpoint> other_input(const graph_editor& ed, node_id id, endpoint known) {
-  const auto& in = ed.inputs(id);
-  if (in.size() != 2) return std::nullopt;
-  if (in[0] == known) return in[1];
-  if (in[1] == known) return in[0];
-  return std::nullopt;
-}
-
 bool epilogue_op(const std::string& op) {
   return op == "bias_add" || op == "add" || op == "relu" || op == "gelu" || op == "tanh" ||
          op == "sigmoid";
@@ -162,7 +150,7 @@ class epilogue_fusion final : public graph_pass {
   static std::optional<match> find(const graph_editor& ed, pass_context& ctx, node_id id) {
     const node& core = ed.at(id);
     const bool conv = core.op() == "conv2d";
-    if ((core.op() != "matmul" && !conv) || !is_float(core.outputs[0].type)) return std::nullopt;
+    if ((core.op() != "matmul" && !conv) || !is_floating(core.outputs[0].type)) return std::nullopt;
     const auto& os = core.outputs[0].shape;
     if (!os || os->rank() < 2 || (conv && os->rank() != 4)) return std::nullopt;
     const shape out = *os;

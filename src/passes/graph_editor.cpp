@@ -6,6 +6,7 @@
 #include <functional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace loom::passes {
 namespace {
@@ -38,7 +39,70 @@ std::string arg_name(const graph& source, const graph& work, endpoint e) {
   }
 }
 
+// Kahn's algorithm over the nodes [0, count) for which live(id) holds, smallest id first
+// among the ready ones, so an unrewritten graph keeps its order and a rewritten one stays
+// close to it. preds(id, visit) calls visit(p) for every edge p -> id (p live). A cycle
+// leaves its nodes out of the result.
+template <class Live, class Preds>
+std::vector<node_id> kahn_order(std::size_t count, Live live, Preds preds) {
+  std::vector<std::int32_t> pending(count, 0);
+  std::vector<std::vector<node_id>> readers(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto id = static_cast<node_id>(i);
+    if (!live(id)) continue;
+    preds(id, [&](node_id p) {
+      readers[static_cast<std::size_t>(p)].push_back(id);
+      ++pending[i];
+    });
+  }
+  std::priority_queue<node_id, std::vector<node_id>, std::greater<>> ready;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (live(static_cast<node_id>(i)) && pending[i] == 0) ready.push(static_cast<node_id>(i));
+  }
+  std::vector<node_id> order;
+  while (!ready.empty()) {
+    const node_id id = ready.top();
+    ready.pop();
+    order.push_back(id);
+    for (node_id r : readers[static_cast<std::size_t>(id)]) {
+      if (--pending[static_cast<std::size_t>(r)] == 0) ready.push(r);
+    }
+  }
+  return order;
+}
+
 }  // namespace
+
+std::vector<bool> needed_nodes(const graph& g, const signature& sig, bool named_variables) {
+  std::unordered_set<endpoint, endpoint_hash> fed(sig.feeds.begin(), sig.feeds.end());
+  std::vector<bool> needed(g.num_nodes(), false);
+  std::vector<node_id> stack;
+  auto need = [&](node_id id) {
+    if (!needed[static_cast<std::size_t>(id)]) {
+      needed[static_cast<std::size_t>(id)] = true;
+      stack.push_back(id);
+    }
+  };
+  for (endpoint e : sig.fetches) {
+    if (!fed.contains(e)) need(e.node);
+  }
+  for (node_id t : sig.targets) need(t);
+  while (!stack.empty()) {
+    const node& nd = g.at(stack.back());
+    stack.pop_back();
+    for (endpoint e : nd.inputs) {
+      if (!fed.contains(e)) need(e.node);
+    }
+    for (node_id c : nd.control_inputs) need(c);
+    if (named_variables && !nd.def->colocate_with_attr.empty()) {
+      auto it = nd.attrs.find(nd.def->colocate_with_attr);
+      if (it != nd.attrs.end() && it->second.type() == attr_type::string) {
+        if (const node* v = g.find(it->second.as<std::string>())) need(v->id);
+      }
+    }
+  }
+  return needed;
+}
 
 graph_editor::graph_editor(const graph& source, const signature& sig) : work_(source.ops()) {
   const std::size_t n = source.num_nodes();
@@ -65,34 +129,7 @@ graph_editor::graph_editor(const graph& source, const signature& sig) : work_(so
   for (endpoint e : sig.fetches) check_endpoint(e, "a fetch");
   for (node_id t : sig.targets) check_node(t, "a target");
 
-  // What the signature needs: a walk back from fetches and targets, cut at fed endpoints.
-  std::vector<bool> needed(n, false);
-  std::vector<node_id> stack;
-  auto need = [&](node_id id) {
-    if (!needed[static_cast<std::size_t>(id)]) {
-      needed[static_cast<std::size_t>(id)] = true;
-      stack.push_back(id);
-    }
-  };
-  for (endpoint e : sig.fetches) {
-    if (!fed.contains(e)) need(e.node);
-  }
-  for (node_id t : sig.targets) need(t);
-  while (!stack.empty()) {
-    const node& nd = source.at(stack.back());
-    stack.pop_back();
-    for (endpoint e : nd.inputs) {
-      if (!fed.contains(e)) need(e.node);
-    }
-    for (node_id c : nd.control_inputs) need(c);
-    // A variable named by attribute (assign's) is looked up by the kernel: copy it along.
-    if (!nd.def->colocate_with_attr.empty()) {
-      auto it = nd.attrs.find(nd.def->colocate_with_attr);
-      if (it != nd.attrs.end() && it->second.type() == attr_type::string) {
-        if (const node* v = source.find(it->second.as<std::string>())) need(v->id);
-      }
-    }
-  }
+  const std::vector<bool> needed = needed_nodes(source, sig, true);
 
   // Fed endpoints first, as _args (Note [fed values in rewritten graphs]).
   std::vector<endpoint> arg_of(sig.feeds.size());
@@ -116,34 +153,14 @@ graph_editor::graph_editor(const graph& source, const signature& sig) : work_(so
     if (auto it = fed.find(e); it != fed.end()) return arg_of[it->second];
     return {copy_of[static_cast<std::size_t>(e.node)], e.index};
   };
-  std::vector<std::int32_t> waiting(n, 0);
-  std::vector<std::vector<node_id>> readers(n);
-  for (const node& nd : source.nodes()) {
-    if (!needed[static_cast<std::size_t>(nd.id)]) continue;
-    for (endpoint e : nd.inputs) {
-      if (fed.contains(e)) continue;
-      readers[static_cast<std::size_t>(e.node)].push_back(nd.id);
-      ++waiting[static_cast<std::size_t>(nd.id)];
-    }
-    for (node_id c : nd.control_inputs) {
-      readers[static_cast<std::size_t>(c)].push_back(nd.id);
-      ++waiting[static_cast<std::size_t>(nd.id)];
-    }
-  }
-  std::priority_queue<node_id, std::vector<node_id>, std::greater<>> ready;
-  for (const node& nd : source.nodes()) {
-    if (needed[static_cast<std::size_t>(nd.id)] && waiting[static_cast<std::size_t>(nd.id)] == 0)
-      ready.push(nd.id);
-  }
-  std::vector<node_id> order;
-  while (!ready.empty()) {
-    const node_id id = ready.top();
-    ready.pop();
-    order.push_back(id);
-    for (node_id r : readers[static_cast<std::size_t>(id)]) {
-      if (--waiting[static_cast<std::size_t>(r)] == 0) ready.push(r);
-    }
-  }
+  const std::vector<node_id> order = kahn_order(
+      n, [&](node_id id) { return needed[static_cast<std::size_t>(id)]; },
+      [&](node_id id, auto&& visit) {
+        for (endpoint e : source.at(id).inputs) {
+          if (!fed.contains(e)) visit(e.node);
+        }
+        for (node_id c : source.at(id).control_inputs) visit(c);
+      });
   for (node_id id : order) {
     const node& nd = source.at(id);
     node_spec spec{.name = nd.name,
@@ -213,36 +230,12 @@ bool graph_editor::is_pinned(node_id id) const {
 }
 
 std::vector<node_id> graph_editor::topological_order() const {
-  // Kahn's algorithm, smallest id first among the ready, so an unrewritten graph keeps its
-  // order and a rewritten one stays close to it.
-  const std::size_t count = work_.num_nodes();
-  std::vector<std::int32_t> pending(count, 0);
-  std::vector<std::vector<node_id>> readers(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (!alive_[i]) continue;
-    for (endpoint e : inputs_[i]) {
-      readers[static_cast<std::size_t>(e.node)].push_back(static_cast<node_id>(i));
-      ++pending[i];
-    }
-    for (node_id c : controls_[i]) {
-      readers[static_cast<std::size_t>(c)].push_back(static_cast<node_id>(i));
-      ++pending[i];
-    }
-  }
-  std::priority_queue<node_id, std::vector<node_id>, std::greater<>> ready;
-  for (std::size_t i = 0; i < count; ++i) {
-    if (alive_[i] && pending[i] == 0) ready.push(static_cast<node_id>(i));
-  }
-  std::vector<node_id> order;
-  order.reserve(live_);
-  while (!ready.empty()) {
-    const node_id id = ready.top();
-    ready.pop();
-    order.push_back(id);
-    for (node_id r : readers[static_cast<std::size_t>(id)]) {
-      if (--pending[static_cast<std::size_t>(r)] == 0) ready.push(r);
-    }
-  }
+  auto order = kahn_order(
+      work_.num_nodes(), [&](node_id id) { return alive(id); },
+      [&](node_id id, auto&& visit) {
+        for (endpoint e : inputs(id)) visit(e.node);
+        for (node_id c : control_inputs(id)) visit(c);
+      });
   if (order.size() != live_) {
     throw invalid_argument("a pass left a cycle in the graph (a bug of that pass)");
   }

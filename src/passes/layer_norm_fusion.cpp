@@ -41,19 +41,6 @@
 namespace loom::passes {
 namespace {
 
-bool is_float(dtype t) {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
-
-// The input of binary node `id` that is not `known`, when `known` is one of its inputs.
-std::optional<endpoint> other_input(const graph_editor& ed, node_id id, endpoint known) {
-  const auto& in = ed.inputs(id);
-  if (in.size() != 2) return std::nullopt;
-  if (in[0] == known) return in[1];
-  if (in[1] == known) return in[0];
-  return std::nullopt;
-}
-
 // The first reader of `e` that `pred` accepts.
 template <class Pred>
 std::optional<node_id> reader(const graph_editor& ed, endpoint e, Pred pred) {
@@ -107,7 +94,7 @@ class layer_norm_fusion final : public graph_pass {
   // devices; nullopt when `m` does not start a layer normalisation.
   static std::optional<match> find_core(const graph_editor& ed, node_id m) {
     const node& mn = ed.at(m);
-    if (mn.op() != "reduce_mean" || !is_float(mn.outputs[0].type)) return std::nullopt;
+    if (mn.op() != "reduce_mean" || !is_floating(mn.outputs[0].type)) return std::nullopt;
     const endpoint x = ed.inputs(m)[0];
     const auto& xs = ed.type_of(x).shape;
     if (!xs || xs->rank() == 0) return std::nullopt;

@@ -65,6 +65,14 @@ bool unused(const graph_editor& ed, node_id id) {
   return true;
 }
 
+std::optional<endpoint> other_input(const graph_editor& ed, node_id id, endpoint known) {
+  const auto& in = ed.inputs(id);
+  if (in.size() != 2) return std::nullopt;
+  if (in[0] == known) return in[1];
+  if (in[1] == known) return in[0];
+  return std::nullopt;
+}
+
 std::vector<std::string> names_of(const graph_editor& ed, const std::vector<node_id>& ids) {
   std::vector<std::string> out;
   out.reserve(ids.size());

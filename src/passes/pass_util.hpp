@@ -27,6 +27,9 @@ bool read_once_inside(const graph_editor& ed, endpoint e);
 /// Every output of `id` is unread and unfetched, and nothing waits for it.
 bool unused(const graph_editor& ed, node_id id);
 
+/// The input of binary node `id` that is not `known`, when `known` is one of its inputs.
+std::optional<endpoint> other_input(const graph_editor& ed, node_id id, endpoint known);
+
 /// The names of nodes, for the log.
 std::vector<std::string> names_of(const graph_editor& ed, const std::vector<node_id>& ids);
 

@@ -20,10 +20,6 @@
 namespace loom::passes {
 namespace {
 
-bool is_float(dtype t) {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
-
 // The input a no-op node passes through, or nullopt.
 std::optional<endpoint> passes_through(const graph_editor& ed, node_id id) {
   const node& n = ed.at(id);
@@ -48,7 +44,7 @@ std::optional<endpoint> passes_through(const graph_editor& ed, node_id id) {
     return identity && fits(in[0]) ? std::optional(in[0]) : std::nullopt;
   }
   if (in.size() != 2) return std::nullopt;
-  const bool floats = is_float(n.outputs[0].type);
+  const bool floats = is_floating(n.outputs[0].type);
   auto is = [&](endpoint c, double v, bool negative_zero) {
     const auto u = uniform_constant(ed, c);
     if (!u || *u != v) return false;

@@ -37,18 +37,6 @@
 namespace loom::passes {
 namespace {
 
-bool is_float(dtype t) {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
-
-std::optional<endpoint> other_input(const graph_editor& ed, node_id id, endpoint known) {
-  const auto& in = ed.inputs(id);
-  if (in.size() != 2) return std::nullopt;
-  if (in[0] == known) return in[1];
-  if (in[1] == known) return in[0];
-  return std::nullopt;
-}
-
 // A reduce_sum over the class axis of a rank-2 value, without keepdims.
 bool sums_classes(const node& n) {
   if (n.op() != "reduce_sum" || n.attr<bool>("keepdims")) return false;
@@ -90,7 +78,7 @@ class softmax_xent_fusion final : public graph_pass {
   // The structure from log_softmax `id` to the loss; nullopt when there is none.
   static std::optional<match> find(const graph_editor& ed, node_id id) {
     const node& n = ed.at(id);
-    if (n.op() != "log_softmax" || !is_float(n.outputs[0].type)) return std::nullopt;
+    if (n.op() != "log_softmax" || !is_floating(n.outputs[0].type)) return std::nullopt;
     const auto& s = n.outputs[0].shape;
     if (!s || s->rank() != 2) return std::nullopt;
     const auto axis = n.attr<std::int64_t>("axis");

@@ -10,7 +10,6 @@
 #include <set>
 #include <shared_mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "executor.hpp"
 #include "loom/kernel/kernel_registry.hpp"
@@ -63,33 +62,6 @@ struct endpoint_hash {
   }
 };
 
-// The nodes that `sig`'s fetches and targets need: a walk back through inputs and control
-// inputs, cut at fed endpoints.
-std::vector<bool> needed_nodes(const graph& g, const passes::signature& sig) {
-  std::unordered_set<endpoint, endpoint_hash> fed(sig.feeds.begin(), sig.feeds.end());
-  std::vector<bool> needed(g.num_nodes(), false);
-  std::vector<node_id> stack;
-  auto need = [&](node_id id) {
-    if (!needed[static_cast<std::size_t>(id)]) {
-      needed[static_cast<std::size_t>(id)] = true;
-      stack.push_back(id);
-    }
-  };
-  for (endpoint e : sig.fetches) {
-    if (!fed.contains(e)) need(e.node);
-  }
-  for (node_id t : sig.targets) need(t);
-  while (!stack.empty()) {
-    const node& nd = g.at(stack.back());
-    stack.pop_back();
-    for (endpoint e : nd.inputs) {
-      if (!fed.contains(e)) need(e.node);
-    }
-    for (node_id c : nd.control_inputs) need(c);
-  }
-  return needed;
-}
-
 }  // namespace
 
 session::session(graph g, session_options options)
@@ -98,7 +70,8 @@ session::session(graph g, session_options options)
                                                               : device_factory_registry::global();
   (void)passes::pass_manager(impl_->options.passes);  // unknown pass names fail here
   impl_->devices = factories.create_devices(impl_->options.devices);
-  if (impl_->devices.empty()) throw invalid_argument("session: the device factories made no devices");
+  if (impl_->devices.empty())
+    throw invalid_argument("session: the device factories made no devices");
 }
 
 session::~session() {
@@ -155,12 +128,12 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
   }
 
   // Every placeholder the signature needs must be fed.
-  const std::vector<bool> needed = needed_nodes(g, sig);
+  const std::vector<bool> needed = passes::needed_nodes(g, sig);
   for (const node& nd : g.nodes()) {
     if (needed[static_cast<std::size_t>(nd.id)] && nd.op() == "placeholder") {
       throw invalid_argument(fmt::format(
-          "placeholder '{}' ({}{}) needs a feed: the fetches and targets depend on it",
-          nd.name, to_string(nd.attr<dtype>("dtype")), to_string(nd.attr<shape>("shape"))));
+          "placeholder '{}' ({}{}) needs a feed: the fetches and targets depend on it", nd.name,
+          to_string(nd.attr<dtype>("dtype")), to_string(nd.attr<shape>("shape"))));
     }
   }
 
@@ -193,7 +166,7 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
   }
   const std::vector<endpoint>& fetch_eps = rewritten.rewritten.fetches;
   const passes::signature rsig{rewritten.rewritten.feeds, fetch_eps, rewritten.rewritten.targets};
-  const std::vector<bool> needed = needed_nodes(pg, rsig);
+  const std::vector<bool> needed = passes::needed_nodes(pg, rsig);
 
   // Place.
   const auto placed = runtime::place_nodes(pg, needed, devices, options, p->placement);
@@ -227,7 +200,8 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
   }
   auto slot_of = [&](endpoint e) -> std::int32_t {
     if (auto it = fed.find(e); it != fed.end()) return it->second;
-    return p->nodes[static_cast<std::size_t>(exec_of[static_cast<std::size_t>(e.node)])].first_output +
+    return p->nodes[static_cast<std::size_t>(exec_of[static_cast<std::size_t>(e.node)])]
+               .first_output +
            e.index;
   };
 
@@ -267,11 +241,11 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
         if (it == recv_slot.end()) {
           const tensor_type& type = pg.type_of(e);
           const std::string base = fmt::format("{}_{}", pg.endpoint_name(e), dst->id().index);
-          const std::int32_t send = add_transfer_node(
-              send_def, "_send/" + base, type, src, "recv_device", dst->name());
+          const std::int32_t send =
+              add_transfer_node(send_def, "_send/" + base, type, src, "recv_device", dst->name());
           p->nodes[static_cast<std::size_t>(send)].input_slots.push_back(s);
-          const std::int32_t recv = add_transfer_node(
-              recv_def, "_recv/" + base, type, dst, "send_device", src->name());
+          const std::int32_t recv =
+              add_transfer_node(recv_def, "_recv/" + base, type, dst, "send_device", src->name());
           p->nodes[static_cast<std::size_t>(recv)].input_slots.push_back(
               p->nodes[static_cast<std::size_t>(send)].first_output);
           it = recv_slot.emplace(key, p->nodes[static_cast<std::size_t>(recv)].first_output).first;
@@ -291,14 +265,16 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
       ++p->slot_readers[static_cast<std::size_t>(s)];
       const std::int32_t producer = producer_of_slot[static_cast<std::size_t>(s)];
       if (producer >= 0) {
-        p->nodes[static_cast<std::size_t>(producer)].consumers.push_back(static_cast<std::int32_t>(i));
+        p->nodes[static_cast<std::size_t>(producer)].consumers.push_back(
+            static_cast<std::int32_t>(i));
         ++e.pending;
       }
     }
     if (e.n->id >= 0) {
       for (node_id c : e.n->control_inputs) {
         const std::int32_t producer = exec_of[static_cast<std::size_t>(c)];
-        p->nodes[static_cast<std::size_t>(producer)].consumers.push_back(static_cast<std::int32_t>(i));
+        p->nodes[static_cast<std::size_t>(producer)].consumers.push_back(
+            static_cast<std::int32_t>(i));
         ++e.pending;
       }
     }
@@ -383,9 +359,9 @@ std::vector<tensor> session::run(const std::vector<feed>& feeds,
       metadata->placement.push_back(fmt::format("{} -> {} ({})", d.node, d.device, d.reason));
     }
   }
-  auto result = runtime::execute_plan(*p, std::move(values), impl_->variables,
-                                      {&cancelled, options.cancel},
-                                      options.trace ? metadata : nullptr);
+  auto result =
+      runtime::execute_plan(*p, std::move(values), impl_->variables, {&cancelled, options.cancel},
+                            options.trace ? metadata : nullptr);
   return result;
 }
 
@@ -394,15 +370,15 @@ void session::cancel() {
   for (auto* flag : impl_->active) flag->store(true, std::memory_order_relaxed);
 }
 
-std::vector<placement_decision> session::explain_placement(const std::vector<std::string>& feeds,
-                                                           const std::vector<std::string>& fetches,
-                                                           const std::vector<std::string>& targets) {
+std::vector<placement_decision> session::explain_placement(
+    const std::vector<std::string>& feeds, const std::vector<std::string>& fetches,
+    const std::vector<std::string>& targets) {
   return impl_->get_plan(feeds, fetches, targets)->placement;
 }
 
 std::vector<passes::pass_record> session::explain_passes(const std::vector<std::string>& feeds,
-                                                        const std::vector<std::string>& fetches,
-                                                        const std::vector<std::string>& targets) {
+                                                         const std::vector<std::string>& fetches,
+                                                         const std::vector<std::string>& targets) {
   return impl_->get_plan(feeds, fetches, targets)->pass_log;
 }
 
@@ -428,7 +404,9 @@ std::vector<std::pair<std::string, std::vector<std::string>>> session::partition
   return out;
 }
 
-const graph& session::get_graph() const noexcept { return impl_->g; }
+const graph& session::get_graph() const noexcept {
+  return impl_->g;
+}
 const std::vector<std::unique_ptr<device>>& session::devices() const noexcept {
   return impl_->devices;
 }
@@ -440,11 +418,13 @@ device& session::find_device(std::string_view name) const {
   }
   std::vector<std::string> names;
   for (const auto& d : impl_->devices) names.push_back(d->name());
-  throw not_found(fmt::format("no device '{}' in this session (devices: {})", name,
-                              fmt::join(names, ", ")));
+  throw not_found(
+      fmt::format("no device '{}' in this session (devices: {})", name, fmt::join(names, ", ")));
 }
 
-variable_store& session::variables() noexcept { return impl_->variables; }
+variable_store& session::variables() noexcept {
+  return impl_->variables;
+}
 
 std::size_t session::plan_count() const {
   std::shared_lock lock(impl_->plans_mutex);

@@ -27,12 +27,18 @@ using namespace reduction;
 
 constexpr dtype float_types[] = {dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
 
-// The row loops a check runs with (Note [layer_norm row kernels]): "1" forces the baseline
-// ISA, "0" lets the kernel use AVX2 where the CPU has it.
+// The row loops a check runs with (Note [layer_norm row kernels]): LOOM_MAX_CPU_ISA=baseline
+// forces the baseline ISA; without the cap the kernel uses AVX2 where the CPU has it.
 class isa_scope {
  public:
-  explicit isa_scope(bool baseline) { ::setenv("LOOM_CPU_BASELINE_ISA", baseline ? "1" : "0", 1); }
-  ~isa_scope() { ::unsetenv("LOOM_CPU_BASELINE_ISA"); }
+  explicit isa_scope(bool baseline) {
+    if (baseline) {
+      ::setenv("LOOM_MAX_CPU_ISA", "baseline", 1);
+    } else {
+      ::unsetenv("LOOM_MAX_CPU_ISA");
+    }
+  }
+  ~isa_scope() { ::unsetenv("LOOM_MAX_CPU_ISA"); }
   isa_scope(const isa_scope&) = delete;
   isa_scope& operator=(const isa_scope&) = delete;
 };

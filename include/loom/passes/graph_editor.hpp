@@ -44,6 +44,11 @@ struct signature {
   std::vector<node_id> targets;
 };
 
+/// The nodes of `g` that `sig`'s fetches and targets need: a walk back along data and
+/// control inputs, cut at fed endpoints. With `named_variables`, also the nodes a needed
+/// node names by attribute (assign's variable), which its kernel looks up.
+std::vector<bool> needed_nodes(const graph& g, const signature& sig, bool named_variables = false);
+
 /// The graph the passes produced, and the signature's endpoints in it.
 struct rewritten_graph {
   graph g;

@@ -70,8 +70,8 @@ inline constexpr bool float_type_v =
 // The vector code uses GCC/Clang vector extensions. On x86-64 the row loops are compiled
 // twice, for the baseline ISA (SSE2: 16-byte vectors) that the rest of loom builds for and
 // for AVX2 with FMA (32-byte vectors), and the kernel picks one per call: AVX2 where the
-// CPU has it, unless the environment sets LOOM_CPU_BASELINE_ISA=1 (which the tests use to
-// run both).
+// CPU has it, unless the environment caps it with LOOM_MAX_CPU_ISA=baseline (the cap the
+// fused element-wise kernel reads too; docs/runtime.md), which the tests use to run both.
 
 constexpr std::int64_t row_block = 512;     // row elements summed in C before carrying in double
 constexpr std::int64_t flush_rows = 32;     // rows a group sums in C before carrying in double
@@ -582,8 +582,8 @@ bool use_avx2() noexcept {
 #if LOOM_LAYER_NORM_AVX2
   static const bool cpu_has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (!cpu_has) return false;
-  const char* baseline = std::getenv("LOOM_CPU_BASELINE_ISA");
-  return baseline == nullptr || std::strcmp(baseline, "1") != 0;
+  const char* cap = std::getenv("LOOM_MAX_CPU_ISA");
+  return cap == nullptr || (std::strcmp(cap, "baseline") != 0 && std::strcmp(cap, "sse2") != 0);
 #else
   return false;
 #endif
