@@ -28,10 +28,7 @@ bool is_source(const node& n) {
 }
 
 std::optional<std::size_t> known_bytes(const tensor_type& t) {
-  if (!t.shape) return std::nullopt;
-  for (std::size_t d = 0; d < t.shape->rank(); ++d) {
-    if ((*t.shape)[d] < 0) return std::nullopt;
-  }
+  if (!t.shape || !t.shape->is_fully_defined()) return std::nullopt;
   return static_cast<std::size_t>(t.shape->num_elements()) * size_of(t.type);
 }
 

@@ -35,14 +35,6 @@
 namespace loom::passes {
 namespace {
 
-bool fully_known(const std::optional<shape>& s) {
-  if (!s) return false;
-  for (std::size_t d = 0; d < s->rank(); ++d) {
-    if ((*s)[d] < 0) return false;
-  }
-  return true;
-}
-
 class elementwise_fusion final : public graph_pass {
  public:
   elementwise_fusion() : graph_pass("elementwise_fusion") {}
@@ -58,7 +50,8 @@ class elementwise_fusion final : public graph_pass {
   static bool member(const graph_editor& ed, node_id id) {
     const node& n = ed.at(id);
     if (!fusable_op(n) || n.outputs.size() != 1) return false;
-    return is_floating(n.outputs[0].type) && fully_known(n.outputs[0].shape) && !ed.is_pinned(id) &&
+    return is_floating(n.outputs[0].type) && n.outputs[0].shape &&
+           n.outputs[0].shape->is_fully_defined() && !ed.is_pinned(id) &&
            !ed.has_control_users(id) && ed.control_inputs(id).empty();
   }
 

@@ -51,10 +51,6 @@ bool same_request(const node& a, const node& b) {
   return a.requested_device == b.requested_device;
 }
 
-bool read_once_inside(const graph_editor& ed, endpoint e) {
-  return ed.uses(e).size() == 1 && !ed.is_fetched(e) && !ed.has_control_users(e.node);
-}
-
 bool unused(const graph_editor& ed, node_id id) {
   if (ed.has_control_users(id)) return false;
   const node& n = ed.at(id);
@@ -81,11 +77,7 @@ std::vector<std::string> names_of(const graph_editor& ed, const std::vector<node
 }
 
 bool same_known_shape(const std::optional<shape>& a, const std::optional<shape>& b) {
-  if (!a || !b || a->rank() != b->rank()) return false;
-  for (std::size_t d = 0; d < a->rank(); ++d) {
-    if ((*a)[d] < 0 || (*a)[d] != (*b)[d]) return false;
-  }
-  return true;
+  return a && b && a->is_fully_defined() && *a == *b;
 }
 
 std::optional<std::string> missing_kernel(std::string_view op,

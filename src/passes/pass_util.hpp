@@ -20,10 +20,6 @@ std::optional<double> uniform_constant(const graph_editor& ed, endpoint e,
 /// or drop nodes require it before placement: a request is the user's word.
 bool same_request(const node& a, const node& b);
 
-/// The single output `e` is read exactly once, is not fetched, and its node has no
-/// control readers: a value a fusion may keep inside.
-bool read_once_inside(const graph_editor& ed, endpoint e);
-
 /// Every output of `id` is unread and unfetched, and nothing waits for it.
 bool unused(const graph_editor& ed, node_id id);
 

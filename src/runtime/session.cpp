@@ -24,6 +24,8 @@ using runtime::plan;
 struct session::impl {
   session_options options;
   graph g;
+  /// The passes every plan runs (made once: an unknown pass name fails the constructor).
+  passes::pass_manager pipeline;
   std::vector<std::unique_ptr<device>> devices;
   variable_store variables;
 
@@ -33,7 +35,8 @@ struct session::impl {
   std::mutex active_mutex;
   std::set<std::atomic<bool>*> active;  // cancel flags of runs in progress
 
-  impl(graph graph_in, session_options opts) : options(std::move(opts)), g(std::move(graph_in)) {}
+  impl(graph graph_in, session_options opts)
+      : options(std::move(opts)), g(std::move(graph_in)), pipeline(options.passes) {}
 
   std::shared_ptr<const plan> get_plan(const std::vector<std::string>& feeds,
                                        const std::vector<std::string>& fetches,
@@ -43,7 +46,7 @@ struct session::impl {
                                          const std::vector<std::string>& targets);
   /// The plan of `sig` over `source`: passes, placement, partitions, kernels.
   std::shared_ptr<plan> plan_graph(const graph& source, const passes::signature& sig,
-                                   const passes::pass_options& pass_opts,
+                                   const passes::pass_manager& pass_pipeline,
                                    const passes::evaluate_fn& evaluate = {}) const;
 };
 
@@ -68,7 +71,6 @@ session::session(graph g, session_options options)
     : impl_(std::make_unique<impl>(std::move(g), std::move(options))) {
   const auto& factories = impl_->options.factories != nullptr ? *impl_->options.factories
                                                               : device_factory_registry::global();
-  (void)passes::pass_manager(impl_->options.passes);  // unknown pass names fail here
   impl_->devices = factories.create_devices(impl_->options.devices);
   if (impl_->devices.empty())
     throw invalid_argument("session: the device factories made no devices");
@@ -140,22 +142,25 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
   // The passes rewrite a copy of what the signature needs (Note [fed values in rewritten
   // graphs]); constant folding evaluates through plans of this session made without them.
   const passes::evaluate_fn evaluate = [this](const graph& sub, const std::vector<endpoint>& outs) {
-    passes::pass_options none;
-    none.enabled = false;
+    static const passes::pass_manager none([] {
+      passes::pass_options o;
+      o.enabled = false;
+      return o;
+    }());
     const auto constant_plan = plan_graph(sub, {{}, outs, {}}, none);
     std::atomic<bool> never{false};
     return runtime::execute_plan(*constant_plan, {}, variables, {&never, nullptr}, nullptr);
   };
-  auto p = plan_graph(g, sig, options.passes, evaluate);
+  auto p = plan_graph(g, sig, pipeline, evaluate);
   p->feed_endpoints = sig.feeds;  // check_feed reads the session's graph
   return p;
 }
 
 std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passes::signature& sig,
-                                                const passes::pass_options& pass_opts,
+                                                const passes::pass_manager& pass_pipeline,
                                                 const passes::evaluate_fn& evaluate) const {
   auto p = std::make_shared<plan>();
-  auto rewritten = passes::pass_manager(pass_opts).run(source, sig, evaluate);
+  auto rewritten = pass_pipeline.run(source, sig, evaluate);
   p->g = std::make_unique<graph>(std::move(rewritten.rewritten.g));
   p->pass_log = std::move(rewritten.log);
   const graph& pg = *p->g;

@@ -349,35 +349,14 @@ class fused_matmul_kernel final : public fused_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& a = ctx.input(0);
     const tensor& b = ctx.input(1);
-    if (a.rank() < 2 || b.rank() < 2) {
-      ctx.fail("matmul needs inputs of rank >= 2, got a {} and b {}", a.describe(), b.describe());
-    }
-    const std::size_t ra = a.rank();
-    const std::size_t rb = b.rank();
-    const std::int64_t m = transpose_a_ ? a.dim(ra - 1) : a.dim(ra - 2);
-    const std::int64_t ka = transpose_a_ ? a.dim(ra - 2) : a.dim(ra - 1);
-    const std::int64_t kb = transpose_b_ ? b.dim(rb - 1) : b.dim(rb - 2);
-    const std::int64_t n = transpose_b_ ? b.dim(rb - 2) : b.dim(rb - 1);
-    if (ka != kb) {
-      ctx.fail("inner dimensions differ: a {} has K = {}, b {} has K = {}", a.describe(), ka,
-               b.describe(), kb);
-    }
-    shape out_shape;
-    try {
-      out_shape = broadcast_shapes(shape(a.shape().dims().first(ra - 2)),
-                                   shape(b.shape().dims().first(rb - 2)));
-    } catch (const invalid_argument&) {
-      ctx.fail("batch dimensions of a {} and b {} do not broadcast", a.describe(), b.describe());
-    }
-    out_shape.push_back(m);
-    out_shape.push_back(n);
+    const auto [out_shape, k] = matmul_dims_of(ctx, a, b, transpose_a_, transpose_b_);
     check_args(ctx, out_shape);
     if (out_shape.num_elements() == 0) {
       ctx.allocate_output(0, out_shape);
       return;
     }
     const auto dt = onednn::data_type_of(type_);
-    if (ka > 0 && dt && !onednn_lacks_type_.load(std::memory_order_relaxed)) {
+    if (k > 0 && dt && !onednn_lacks_type_.load(std::memory_order_relaxed)) {
       if (run_onednn(ctx, out_shape, *dt)) return;
       // float32 oneDNN always has; for the others, later calls go straight to the fallback.
       if (type_ != dtype::f32) onednn_lacks_type_.store(true, std::memory_order_relaxed);

@@ -22,6 +22,17 @@ void register_nn_pool_backward_kernels(kernel_registry& registry);
 // fused_matmul, fused_conv2d (nn_fused.cpp)
 void register_nn_fused_kernels(kernel_registry& registry);
 
+/// matmul's output shape for a and b (batch dims broadcast, then [M, N]) and its inner
+/// dimension K.
+struct matmul_dims {
+  shape out;
+  std::int64_t k = 0;
+};
+/// Fails the kernel naming the shapes when the ranks, K or the batch dims do not fit
+/// (nn_matmul.cpp; matmul and fused_matmul).
+matmul_dims matmul_dims_of(kernel_context& ctx, const tensor& a, const tensor& b, bool transpose_a,
+                           bool transpose_b);
+
 namespace nn_detail {
 
 /// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward kernels and
