@@ -8,6 +8,8 @@ function(loom_set_warnings target)
       -Wno-missing-field-initializers>
     $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wpedantic>)
   if(LOOM_WERROR)
-    target_compile_options(${target} PRIVATE -Werror)
+    # nvcc spells it differently; CUDA sources (kernels) get its own form.
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX,C>:-Werror>
+                           $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>)
   endif()
 endfunction()

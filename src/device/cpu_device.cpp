@@ -53,9 +53,13 @@ memory::bfc_pool_options pool_options(int index, std::size_t memory_limit) {
 }  // namespace
 
 cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::string description)
+    : cpu_device(index, threads, memory_limit, std::move(description),
+                 memory::host_resource::instance()) {}
+
+cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::string description,
+                       memory::memory_resource& upstream)
     : device(cpu_attributes(index, threads, memory_limit, std::move(description))),
-      pool_allocator_(std::make_unique<memory::bfc_pool>(memory::host_resource::instance(),
-                                                         pool_options(index, memory_limit))),
+      pool_allocator_(std::make_unique<memory::bfc_pool>(upstream, pool_options(index, memory_limit))),
       threads_(std::make_unique<thread_pool>(threads, fmt::format("cpu:{}", index))) {}
 
 // threads_ goes first (declared last), so work still queued on the pool finishes while the
@@ -84,8 +88,10 @@ std::vector<std::unique_ptr<device>> cpu_device_factory::create_devices(
     std::string description = fmt::format("{} host, {} thread{}", host_architecture(), per_device,
                                           per_device == 1 ? "" : "s");
     if (n > 1) description += fmt::format(", virtual {} of {}", i + 1, n);
-    devices.push_back(std::make_unique<cpu_device>(i, per_device, options.cpu_memory_limit,
-                                                   std::move(description)));
+    if (!memory_note_.empty()) description += ", " + memory_note_;
+    devices.push_back(std::make_unique<cpu_device>(
+        i, per_device, options.cpu_memory_limit, std::move(description),
+        upstream_ != nullptr ? *upstream_ : memory::host_resource::instance()));
   }
   return devices;
 }

@@ -37,6 +37,11 @@ tensor device::copy_from_host(const tensor& src) {
   return out;
 }
 
+tensor device::contiguous_copy(const tensor& src) {
+  require_host_accessible("contiguous_copy", *this, src);
+  return memory::contiguous_copy(src, allocator(), id());
+}
+
 tensor device::copy_to_host(const tensor& src, memory::memory_resource& host) {
   require_host_accessible("copy_to_host", *this, src);
   tensor out =

@@ -63,6 +63,9 @@ std::vector<std::unique_ptr<device>> device_factory_registry::create_devices(
 
 void register_builtin_device_factories(device_factory_registry& registry) {
   registry.register_factory(std::make_unique<cpu_device_factory>(), 0);
+#ifdef LOOM_HAVE_CUDA
+  register_cuda_device_factories(registry);
+#endif
 }
 
 }  // namespace loom

@@ -36,6 +36,9 @@ kernel_registry& kernel_registry::global() {
   static kernel_registry* registry = [] {
     auto* r = new kernel_registry;  // immortal, as the op registry
     register_cpu_kernels(*r);
+#ifdef LOOM_HAVE_CUDA
+    register_cuda_kernels(*r);
+#endif
     return r;
   }();
   return *registry;

@@ -22,7 +22,7 @@ void kernel_context::fail(const std::string& message) const {
 tensor kernel_context::input_contiguous(std::size_t i) {
   const tensor& in = inputs_[i];
   if (in.is_contiguous()) return in;
-  return memory::contiguous_copy(in, device_.allocator(), device_.id());
+  return device_.contiguous_copy(in);
 }
 
 tensor& kernel_context::allocate_output(std::size_t i, const shape& s) {

@@ -177,8 +177,23 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
     }
     device* chosen = able.front();
     if (reason.empty() || reason.ends_with(": ")) {
+      // Name why the devices before it were passed over (per node, so a GPU falling back to
+      // the CPU says which op had no kernel there).
+      std::string passed_over;
+      for (device* d : ordered) {
+        if (d == chosen) break;
+        if (d->type() == chosen->type()) continue;
+        for (node_id m : group) {
+          if (registry.find(g.at(m), d->type()) == nullptr) {
+            passed_over = fmt::format("; {} has no {} kernel for {}", d->name(), to_string(d->type()),
+                                      g.at(m).describe());
+            break;
+          }
+        }
+        if (!passed_over.empty()) break;
+      }
       reason += able.size() == ordered.size() ? "the highest-priority device"
-                                              : "the highest-priority device with a kernel";
+                                              : "the highest-priority device with a kernel" + passed_over;
     }
     placed[static_cast<std::size_t>(nd.id)] = chosen;
     group_device[static_cast<std::size_t>(root)] = chosen;

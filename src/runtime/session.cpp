@@ -232,6 +232,13 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
     p->nodes.push_back(std::move(e));
     return static_cast<std::int32_t>(p->nodes.size() - 1);
   };
+  device* host_device = nullptr;
+  for (const auto& d : devices) {
+    if (d->type() == device_type::cpu) {
+      host_device = d.get();
+      break;
+    }
+  }
   const std::size_t graph_nodes = p->nodes.size();
   for (std::size_t i = 0; i < graph_nodes; ++i) {
     const node& nd = *p->nodes[i].n;
@@ -239,7 +246,11 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
     for (endpoint e : nd.inputs) {
       std::int32_t s = slot_of(e);
       const std::int32_t producer = producer_of_slot[static_cast<std::size_t>(s)];
-      device* src = producer >= 0 ? p->nodes[static_cast<std::size_t>(producer)].dev : nullptr;
+      // Fed values live in the caller's memory: a consumer on a device the CPU cannot
+      // reach (a GPU) receives them through a copy, as from a node on the host device.
+      device* src = producer >= 0 ? p->nodes[static_cast<std::size_t>(producer)].dev
+                    : s < feed_count && !is_host_accessible(dst->type()) ? host_device
+                                                                          : nullptr;
       if (src != nullptr && src != dst) {
         auto key = std::make_pair(s, static_cast<const device*>(dst));
         auto it = recv_slot.find(key);

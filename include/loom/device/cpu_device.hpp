@@ -18,6 +18,10 @@ class cpu_device final : public device {
   /// loom::out_of_memory. `description` is free text. Throws loom::invalid_argument for a
   /// negative index or threads < 1. Destruction finishes the work queued on the pool first.
   cpu_device(int index, int threads, std::size_t memory_limit, std::string description);
+  /// The same over `upstream` (which must outlive the device) instead of pageable host
+  /// memory: pinned memory, for the GPU-compatible CPU device of the CUDA backend.
+  cpu_device(int index, int threads, std::size_t memory_limit, std::string description,
+             memory::memory_resource& upstream);
   ~cpu_device() override;
 
   memory::memory_resource& allocator() override { return *pool_allocator_; }
@@ -37,8 +41,16 @@ class cpu_device final : public device {
 /// cpu_threads < 0.
 class cpu_device_factory final : public device_factory {
  public:
+  /// Devices whose pools draw from `upstream` (nullptr: pageable host memory), with
+  /// `memory_note` ("pinned memory") added to their descriptions.
+  explicit cpu_device_factory(memory::memory_resource* upstream = nullptr, std::string memory_note = {})
+      : upstream_(upstream), memory_note_(std::move(memory_note)) {}
   device_type type() const noexcept override { return device_type::cpu; }
   std::vector<std::unique_ptr<device>> create_devices(const device_options& options) override;
+
+ private:
+  memory::memory_resource* upstream_;
+  std::string memory_note_;
 };
 
 }  // namespace loom

@@ -4,7 +4,8 @@
 // and lives as long as the session (or whoever else owns it). It owns
 // - its memory: `allocator()`, the resource every tensor on it comes from (on CPU a growing
 //   bfc_pool over host memory, so allocations are pooled and measurable);
-// - its compute: on CPU an intra-op thread_pool (`pool()`); on GPU, later, streams.
+// - its compute: on CPU an intra-op thread_pool (`pool()`); on a CUDA GPU a stream group
+//   (compute, host-to-device, device-to-host, device-to-device; src/backends/cuda).
 // Devices are thread-safe: many runs may use one at once.
 #pragma once
 
@@ -63,6 +64,11 @@ class device {
   /// loom::invalid_argument when `src` is undefined, not in host-accessible memory, or this
   /// device's memory is not host-accessible (such devices override it).
   [[nodiscard]] virtual tensor copy_from_host(const tensor& src);
+  /// A dense copy of `src` (on this device, any strides, including 0) in a new contiguous
+  /// tensor on this device. The base implementation copies with the CPU (host-accessible
+  /// memory); devices whose memory the CPU cannot reach override it (CUDA: a gather kernel
+  /// on the compute stream).
+  [[nodiscard]] virtual tensor contiguous_copy(const tensor& src);
   /// Copies `src` (on this device, any strides) into a new contiguous tensor on cpu:0 whose
   /// memory comes from `host` (which must outlive it). Throws as copy_from_host.
   [[nodiscard]] virtual tensor copy_to_host(const tensor& src, memory::memory_resource& host);

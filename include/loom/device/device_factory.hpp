@@ -17,6 +17,37 @@
 
 namespace loom {
 
+/// How CUDA devices take and hand out their memory (TensorFlow's GPUOptions, RMM's
+/// resources). See docs/cuda.md.
+struct cuda_options {
+  /// Where the pool's regions come from: cudaMalloc ("cuda"), cudaMallocAsync
+  /// ("cuda_async": the driver's own stream-ordered pool, under loom's), or
+  /// cudaMallocManaged ("managed": unified memory, which can exceed the card's memory).
+  enum class upstream_kind { cuda, cuda_async, managed };
+  upstream_kind upstream = upstream_kind::cuda;
+  /// Use a bfc_pool over the upstream (true), or hand out the upstream's blocks directly
+  /// (false: every allocation is a cudaMalloc; for comparison and debugging).
+  bool pool = true;
+  /// Fraction of the card's total memory the pool takes when it is made (TensorFlow's
+  /// per_process_gpu_memory_fraction with allow_growth off); 0 takes nothing up front.
+  double preallocate_fraction = 0.0;
+  /// Grow the pool on demand (TensorFlow's allow_growth). Off with a preallocation: a fixed
+  /// pool that fails once it is full.
+  bool allow_growth = true;
+  /// Bytes the pool may hold at most (0: the card's free memory when the device is made).
+  std::size_t memory_limit = 0;
+  /// When the device's memory is exhausted, allocate from managed (unified) memory instead of
+  /// failing: the allocation succeeds and the driver pages it between host and device.
+  bool spill_to_managed = false;
+  /// Serve the process's C ABI allocator (loom_allocate for cuda:N) from this pool, so that
+  /// PyTorch, CuPy and Numba plugged into loom share it (c_api.h).
+  bool serve_c_api = true;
+  /// CPU devices allocate from pinned (page-locked) host memory when a GPU is present, so
+  /// copies to and from the GPU run asynchronously at full bandwidth (TensorFlow's
+  /// GPU-compatible CPU device).
+  bool pinned_cpu_memory = true;
+};
+
 /// Options every factory reads what it needs from.
 struct device_options {
   /// Logical CPU devices to split the machine into: "/device:CPU:0" .. "/device:CPU:N-1",
@@ -26,6 +57,10 @@ struct device_options {
   int cpu_threads = 0;
   /// Bytes each CPU device's pool may hold (0: no limit).
   std::size_t cpu_memory_limit = 0;
+  /// GPUs to use, by CUDA ordinal (after CUDA_VISIBLE_DEVICES); -1 uses every one, 0 none.
+  int cuda_device_count = -1;
+  /// Memory of CUDA devices.
+  cuda_options cuda;
 };
 
 class device_factory {
@@ -70,5 +105,12 @@ class device_factory_registry {
 
 /// Registers loom's own factories (CPU; CUDA when built with it). Called by global().
 void register_builtin_device_factories(device_factory_registry& registry);
+
+#ifdef LOOM_HAVE_CUDA
+/// The CUDA backend's factories (src/backends/cuda/cuda_info.cpp): GPUs, one device per
+/// visible GPU, and a GPU-compatible CPU factory (pinned memory when a GPU is present), both
+/// at priority 10, above the CPU factory's 0.
+void register_cuda_device_factories(device_factory_registry& registry);
+#endif
 
 }  // namespace loom

@@ -59,6 +59,9 @@ class kernel_registry {
 
 /// Registers the CPU backend's kernels (src/backends/cpu/cpu_kernels.cpp).
 void register_cpu_kernels(kernel_registry& registry);
+/// Registers the CUDA backend's kernels (src/backends/cuda/cuda_kernels.cpp); only in builds
+/// with the backend (LOOM_HAVE_CUDA), and registered whether or not a GPU is present.
+void register_cuda_kernels(kernel_registry& registry);
 
 /// Shorthand for the constraint "T in {types...}".
 inline std::vector<std::pair<std::string, std::vector<dtype>>> type_constraint(

@@ -1,0 +1,30 @@
+// cuda: what the process can tell about CUDA, without including any CUDA header.
+//
+// loom's CUDA backend (src/backends/cuda) is built when the CUDA toolkit is found (CMake
+// option LOOM_CUDA; LOOM_HAVE_CUDA is then defined for everything that links loom). A build
+// with it behaves exactly as one without on a machine with no GPU or no driver: the CUDA
+// device factory makes no devices, placement uses the CPU, and the gpu-labelled tests skip
+// saying why (availability()). docs/cuda.md has the long form.
+#pragma once
+
+#include <string>
+
+namespace loom::cuda {
+
+/// True when loom was built with the CUDA backend.
+[[nodiscard]] bool is_built() noexcept;
+
+/// GPUs this process can use (after CUDA_VISIBLE_DEVICES): 0 without the backend, without a
+/// driver, or without a GPU. Never throws.
+[[nodiscard]] int device_count() noexcept;
+
+/// Why device_count() is 0 ("loom was built without CUDA", "no CUDA driver: CUDA driver
+/// version is insufficient for CUDA runtime version", "no CUDA GPU is visible"), or "" when
+/// GPUs are present. Never throws.
+[[nodiscard]] std::string availability();
+
+/// "CUDA runtime 13.0, driver 13.0, 1 GPU: NVIDIA H200 (sm_90, 139.8 GiB)", or the reason
+/// none is available. For `loom devices` and logs.
+[[nodiscard]] std::string describe();
+
+}  // namespace loom::cuda

@@ -1,0 +1,11 @@
+// The CUDA backend's kernel table: every family, listed once (no static registration).
+#include "cuda_kernels.hpp"
+
+namespace loom {
+
+void register_cuda_kernels(kernel_registry& registry) {
+  cuda::register_state_kernels(registry);
+  cuda::register_transfer_kernels(registry);
+}
+
+}  // namespace loom

@@ -1,0 +1,20 @@
+// The CUDA backend's kernel families; register_cuda_kernels (cuda_kernels.cpp) calls each.
+// Kernels run on the device's compute stream (Note [cuda stream group]): compute() queues
+// the work and returns.
+#pragma once
+
+#include "loom/kernel/kernel_registry.hpp"
+
+namespace loom::cuda {
+
+void register_state_kernels(kernel_registry& registry);        // state_kernels.cpp
+void register_transfer_kernels(kernel_registry& registry);     // state_kernels.cpp
+void register_elementwise_kernels(kernel_registry& registry);  // elementwise_kernels.cpp
+void register_array_kernels(kernel_registry& registry);        // array_kernels.cpp
+void register_reduction_kernels(kernel_registry& registry);    // reduction_kernels.cpp
+void register_nn_kernels(kernel_registry& registry);           // nn_kernels.cpp
+void register_matmul_kernels(kernel_registry& registry);       // matmul_kernels.cpp
+void register_optimizer_kernels(kernel_registry& registry);    // optimizer_kernels.cpp
+void register_fused_kernels(kernel_registry& registry);        // fused_elementwise.cpp
+
+}  // namespace loom::cuda
