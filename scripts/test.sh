@@ -3,7 +3,8 @@
 #   1. Release: all tests.
 #   2. ASan+UBSan: all tests.
 #   3. TSan: the memory, device and runtime tests (pools, adaptors, thread pool and
-#      executor are built to be thread-safe).
+#      executor are built to be thread-safe), without the CUDA backend (its kernels would
+#      be compiled a third time for tests that run on the CPU only).
 #   4. Each libFuzzer target (fuzz/*_fuzz.cpp: the BFC pool's alloc/free/trim sequences,
 #      the allocation-log parser and replay) for FUZZ_SECONDS.
 # Prints one closing line with the totals; exits non-zero when anything failed.
@@ -65,7 +66,7 @@ tsan_targets=()
 for f in tests/memory/*_test.c tests/memory/*_test.cpp tests/device/*_test.cpp tests/runtime/*_test.cpp; do
   [ -e "$f" ] && tsan_targets+=("$(basename "${f%.*}")")
 done
-build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_BUILD_TOOLS=OFF \
+build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM_BUILD_TOOLS=OFF -DLOOM_CUDA=OFF \
       -- "${tsan_targets[@]}" ||
   { echo "TSan build failed"; exit 1; }
 # TSan cannot map its shadow memory under the high ASLR entropy of some kernels;

@@ -9,6 +9,11 @@
 #include "memory/memory_bench.hpp"
 #include "runtime/runtime_bench.hpp"
 #include "train/train_bench.hpp"
+#ifdef LOOM_HAVE_CUDA
+#include "cuda/kernel_bench.hpp"
+#include "cuda/layer_norm_gpu_bench.hpp"
+#include "cuda/pool_gpu_bench.hpp"
+#endif
 
 namespace loom::tools {
 
@@ -150,6 +155,40 @@ void add_bench_command(CLI::App& app) {
     const auto r = bench::run_fusion_bench(o);
     fmt::print("{}", fflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
   });
+
+#ifdef LOOM_HAVE_CUDA
+  auto* gpu = bench->add_subcommand(
+      "cuda",
+      "GPU: pool allocate+free vs cudaMalloc+cudaFree; matmul vs direct cuBLASLt; FusedAdam vs "
+      "a device-to-device copy; LayerNorm (python/bench/layer_norm_gpu_torch.py adds PyTorch)");
+  struct cuda_flags {
+    bench::gpu_bench_options options;
+    bool json = false;
+    std::string only;
+  };
+  auto cflags = std::make_shared<cuda_flags>();
+  gpu->add_flag("--json", cflags->json, "Print the results as JSON");
+  gpu->add_flag("--quick", cflags->options.quick, "Fewer repetitions, smaller problems");
+  gpu->add_option("--repetitions", cflags->options.repetitions, "Timed repetitions per measurement")
+      ->check(CLI::Range(1, 1000));
+  gpu->add_option("--only", cflags->only, "Run one part")
+      ->check(CLI::IsMember({"pool", "matmul", "fused_adam", "layer_norm"}));
+  gpu->callback([cflags] {
+    const auto& o = cflags->options;
+    auto wants = [&](const char* part) { return cflags->only.empty() || cflags->only == part; };
+    nlohmann::json all = nlohmann::json::object();
+    std::string text;
+    auto add = [&](const char* part, const auto& r) {
+      all[part] = bench::to_json(r);
+      text += fmt::format("== {} ==\n{}\n", part, bench::to_text(r));
+    };
+    if (wants("pool")) add("pool", bench::run_pool_gpu_bench(o));
+    if (wants("matmul")) add("matmul", bench::run_matmul_gpu_bench(o));
+    if (wants("fused_adam")) add("fused_adam", bench::run_fused_adam_gpu_bench(o));
+    if (wants("layer_norm")) add("layer_norm", bench::run_layer_norm_gpu_bench(o.repetitions));
+    fmt::print("{}", cflags->json ? all.dump(2) + "\n" : text);
+  });
+#endif
 }
 
 }  // namespace loom::tools

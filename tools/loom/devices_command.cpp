@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "loom/core/memory_stats.hpp"
+#include "loom/device/cuda.hpp"
 #include "loom/device/device_factory.hpp"
 
 namespace loom::tools {
@@ -18,6 +19,8 @@ void add_devices_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--threads", options->cpu_threads, "CPU threads in all (0: the machine's)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpus", options->cuda_device_count, "GPUs to use (-1: every visible one)")
+      ->check(CLI::Range(-1, 1024));
   cmd->add_flag("--json", *json, "Print JSON");
   cmd->callback([options, json] {
     const auto devices = device_factory_registry::global().create_devices(*options);
@@ -43,6 +46,7 @@ void add_devices_command(CLI::App& app) {
                  a.memory_limit == 0 ? std::string("none") : format_bytes(a.memory_limit),
                  a.description);
     }
+    fmt::print("CUDA: {}\n", cuda::describe());
   });
 }
 

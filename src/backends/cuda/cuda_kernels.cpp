@@ -6,6 +6,9 @@ namespace loom {
 void register_cuda_kernels(kernel_registry& registry) {
   cuda::register_state_kernels(registry);
   cuda::register_transfer_kernels(registry);
+  cuda::register_fused_kernels(registry);
+  cuda::register_matmul_kernels(registry);
+  cuda::register_optimizer_kernels(registry);
 }
 
 }  // namespace loom

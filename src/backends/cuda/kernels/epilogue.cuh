@@ -1,0 +1,26 @@
+// The element-wise epilogue of fused_matmul on the GPU, for what cuBLASLt's own epilogues do
+// not cover: out = act(out + bias[column] + residual) over a dense row-major [rows, columns]
+// matrix (Note [cuda matmul epilogues] in matmul_kernels.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace loom::cuda::kernels {
+
+/// Element types of the epilogue (loom's f16/bf16 are bit-compatible with __half and
+/// __nv_bfloat16).
+enum class epilogue_type : int { f32, f64, f16, bf16 };
+
+/// The activations of fused_matmul, as its CPU kernel computes them (nn_fused.cpp).
+enum class epilogue_activation : int { none, relu, gelu, gelu_tanh, tanh, sigmoid };
+
+/// out[r, c] = act(out[r, c] + bias[c] + residual[r, c]) for `rows` x `columns` elements,
+/// computed in float (double for f64) and rounded once; `bias` and `residual` may be null.
+/// Queued on `stream`; returns the launch status.
+cudaError_t matmul_epilogue(void* out, const void* bias, const void* residual, std::int64_t rows,
+                            std::int64_t columns, epilogue_type type, epilogue_activation act,
+                            cudaStream_t stream);
+
+}  // namespace loom::cuda::kernels
