@@ -53,6 +53,8 @@ bench: build
 	./$(BUILD)/loom bench train
 	./$(BUILD)/loom bench interop
 	./$(BUILD)/loom bench fusion
+	@# GPU benchmarks: in builds with the CUDA backend (they report why when no GPU is present).
+	if ./$(BUILD)/loom bench cuda --help >/dev/null 2>&1; then ./$(BUILD)/loom bench cuda; fi
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/train_vs_torch.py --loom $(BUILD)/loom
 

@@ -18,7 +18,8 @@ using clock_type = std::chrono::steady_clock;
 // Nanoseconds per allocate+free pair of `sizes` (cycled) through alloc/free, `pairs` pairs
 // per repetition, median over repetitions.
 template <class Alloc, class Free>
-double ns_per_pair(const std::vector<std::size_t>& sizes, int pairs, int reps, Alloc&& alloc, Free&& free_fn) {
+double ns_per_pair(const std::vector<std::size_t>& sizes, int pairs, int reps, Alloc&& alloc,
+                   Free&& free_fn) {
   std::vector<double> samples;
   for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
     const auto start = clock_type::now();

@@ -25,6 +25,7 @@ from ._loom import (  # noqa: F401
     deinterleave,
     dtype,
     from_arrow,
+    from_cuda_array_interface,
     from_dlpack,
     from_numpy,
     interleave,
@@ -33,6 +34,7 @@ from ._loom import (  # noqa: F401
     op_names,
 )
 from . import ops  # noqa: F401
+from . import cuda  # noqa: F401  (imports PyTorch, CuPy or Numba only when asked to)
 
 float32 = dtype.float32
 float64 = dtype.float64
@@ -63,9 +65,16 @@ def tensor(data, dtype=None):
     return Tensor(data, dtype)
 
 
+def asarray(obj):
+    """A loom.Tensor of obj without a copy where one is possible: a loom.Tensor, NumPy
+    arrays, objects with __dlpack__ (PyTorch, CuPy) or __cuda_array_interface__ (Numba);
+    else of numpy.asarray(obj). (as_tensor under the array API's name.)"""
+    return as_tensor(obj)
+
+
 __all__ = [
     "CancelledError", "Graph", "NodeError", "Output", "Session", "Table", "Tensor", "as_tensor",
-    "deinterleave", "dtype", "from_arrow", "from_dlpack", "from_numpy", "interleave", "memory",
-    "op_def", "op_names", "ops", "tensor",
+    "asarray", "cuda", "deinterleave", "dtype", "from_arrow", "from_cuda_array_interface",
+    "from_dlpack", "from_numpy", "interleave", "memory", "op_def", "op_names", "ops", "tensor",
     "float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool_",
 ]

@@ -1,4 +1,6 @@
-// loom.memory: the process's host pool, its statistics, loans, and NumPy's data allocator.
+// loom.memory: the process's host pool, its statistics (per device and per library), loans,
+// NumPy's data allocator, and the C ABI allocator (allocate / deallocate, for the plug-ins of
+// python/loom/cuda.py).
 //
 // Note [NumPy allocator]
 // install_numpy_allocator() makes loom's host pool (cpu:0's resource, the one loom.Tensor
@@ -17,12 +19,18 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.hpp"
 #include "loom/core/error.hpp"
 #include "loom/memory/bfc_pool.hpp"
+#include "loom/memory/c_api.h"
 #include "loom/memory/device_resources.hpp"
 #include "loom/memory/host_resource.hpp"
+#include "loom/memory/library_resources.hpp"
 #include "loom/memory/loans.hpp"
 #include "loom/memory/statistics_adaptor.hpp"
 
@@ -108,6 +116,37 @@ bool installed() {
   return PyCapsule_GetPointer(current.ptr(), "mem_handler") == loom_handler();
 }
 
+loom_device to_loom_device(device_id d) {
+  return loom_device{static_cast<std::int32_t>(d.type), d.index};
+}
+
+// Raises the Python exception for the C ABI's last error on this thread.
+[[noreturn]] void raise_c_api_error() {
+  const std::string message = loom_last_error_message();
+  switch (loom_last_error()) {
+    case LOOM_ERROR_OUT_OF_MEMORY:
+      throw_python(PyExc_MemoryError, message);
+    case LOOM_ERROR_INVALID_ARGUMENT:
+      throw_python(PyExc_ValueError, message);
+    case LOOM_ERROR_NO_DEVICE:
+      throw_python(PyExc_KeyError, message);
+    default:
+      throw_python(PyExc_RuntimeError, message);
+  }
+}
+
+// loom.memory.stats(device, library=...): one library's figures.
+py::dict library_stats_dict(device_id device, const std::string& library, bool host) {
+  if (host && library == "numpy") {
+    return memory_stats_dict(numpy_adaptor != nullptr ? numpy_adaptor->get_stats()
+                                                      : memory_stats{});
+  }
+  if (std::string why = memory::check_library_name(library); !why.empty()) {
+    throw_python(PyExc_ValueError, why);
+  }
+  return memory_stats_dict(memory::library_stats(device, library).value_or(memory_stats{}));
+}
+
 py::dict loan_dict(const memory::loan& l) {
   return py::dict(py::arg("ticket") = l.ticket,
                   py::arg("pointer") = reinterpret_cast<std::uintptr_t>(l.pointer),
@@ -175,30 +214,112 @@ void bind_memory(py::module_& m) {
       "valid. Raises ValueError for invalid options.");
   m.def(
       "stats",
-      [] {
+      [](const std::string& device_name, const std::optional<std::string>& library) {
+        const device_id device = parse_device_id(device_name);
+        const bool host = device == device_id{device_type::cpu, 0};
+        if (library) return py::object(library_stats_dict(device, *library, host));
         py::dict out;
-        const auto st = host_pool().stats();
+        memory::memory_resource* r = memory::find_device_resource(device);
+        if (r == nullptr) {
+          throw_python(PyExc_KeyError,
+                       fmt::format("no memory resource serves {} (for a GPU: a session on it, or "
+                                   "one of the plug-ins of loom.cuda, makes one)",
+                                   to_string(device)));
+        }
+        const auto st = r->stats();
         if (st) out["pool"] = memory_stats_dict(*st);
-        // NumPy's share: nothing until install_numpy_allocator made its adaptor.
-        const auto np = numpy_adaptor != nullptr ? numpy_adaptor->stats()
-                                                 : std::optional<memory_stats>(memory_stats{});
-        if (np) out["numpy"] = memory_stats_dict(*np);
-        if (st && np) {
-          // What the pool serves that NumPy did not ask for: loom's own tensors.
+        // Each library's share: NumPy's (on cpu:0; nothing until install_numpy_allocator made
+        // its adaptor) and those of the C ABI's loom_allocate_for.
+        std::vector<std::pair<std::string, memory_stats>> shares;
+        if (host) {
+          const auto np = numpy_adaptor != nullptr ? numpy_adaptor->get_stats() : memory_stats{};
+          out["numpy"] = memory_stats_dict(np);
+          shares.emplace_back("numpy", np);
+        }
+        py::dict libs;
+        for (const std::string& name : memory::libraries(device)) {
+          const memory_stats ls = memory::library_stats(device, name).value_or(memory_stats{});
+          libs[py::str(name)] = memory_stats_dict(ls);
+          shares.emplace_back(name, ls);
+        }
+        out["libraries"] = libs;
+        if (st) {
+          // What the pool serves that no library asked for: loom's own tensors.
           memory_stats loom = *st;
-          loom.bytes_in_use -= std::min(loom.bytes_in_use, np->bytes_in_use);
-          loom.allocations_in_use -= std::min(loom.allocations_in_use, np->allocations_in_use);
-          loom.num_allocs -= std::min(loom.num_allocs, np->num_allocs);
-          loom.num_deallocs -= std::min(loom.num_deallocs, np->num_deallocs);
+          for (const auto& [name, share] : shares) {
+            loom.bytes_in_use -= std::min(loom.bytes_in_use, share.bytes_in_use);
+            loom.allocations_in_use -= std::min(loom.allocations_in_use, share.allocations_in_use);
+            loom.num_allocs -= std::min(loom.num_allocs, share.num_allocs);
+            loom.num_deallocs -= std::min(loom.num_deallocs, share.num_deallocs);
+          }
           out["loom"] = py::dict(py::arg("bytes_in_use") = loom.bytes_in_use,
                                  py::arg("allocations_in_use") = loom.allocations_in_use,
                                  py::arg("num_allocs") = loom.num_allocs,
                                  py::arg("num_deallocs") = loom.num_deallocs);
         }
-        return out;
+        return py::object(std::move(out));
       },
-      "The host pool's statistics ('pool'), NumPy's share of it ('numpy', through "
-      "install_numpy_allocator) and loom's ('loom')");
+      py::arg("device") = "cpu:0", py::arg("library") = py::none(),
+      "A device's memory statistics. Without `library`: the pool serving the device ('pool'), "
+      "each library's share ('libraries', by name: those that allocated through "
+      "loom_allocate_for or the plug-ins of loom.cuda; on cpu:0 also 'numpy', through "
+      "install_numpy_allocator) and loom's own ('loom': the pool less every share). With "
+      "`library` ('torch', 'cupy', 'numba', 'numpy', ...): that library's figures (zeros when "
+      "it has allocated nothing there). KeyError when nothing serves the device.");
+  m.def(
+      "allocate",
+      [](std::size_t nbytes, const std::string& device_name,
+         const std::optional<std::string>& library, std::size_t alignment,
+         std::uintptr_t stream_handle) {
+        const loom_device d = to_loom_device(parse_device_id(device_name));
+        auto* s = reinterpret_cast<void*>(stream_handle);
+        void* p = nullptr;
+        {
+          const py::gil_scoped_release release;  // a GPU pool may wait for a stream
+          p = library ? loom_allocate_for(library->c_str(), nbytes, alignment, d, s)
+                      : loom_allocate(nbytes, alignment, d, s);
+        }
+        if (p == nullptr) raise_c_api_error();
+        return reinterpret_cast<std::uintptr_t>(p);
+      },
+      py::arg("nbytes"), py::kw_only(), py::arg("device") = "cpu:0",
+      py::arg("library") = py::none(), py::arg("alignment") = 0, py::arg("stream") = 0,
+      "A block of `nbytes` from the pool serving `device`, through the C ABI (loom_allocate, "
+      "or loom_allocate_for counted for `library`), as an address; give it back with "
+      "deallocate and the same arguments. `alignment` 0 means 64; `stream` is a "
+      "cudaStream_t as an integer (0: the default stream). MemoryError, ValueError, KeyError "
+      "(no resource serves the device).");
+  m.def(
+      "deallocate",
+      [](std::uintptr_t address, std::size_t nbytes, const std::string& device_name,
+         const std::optional<std::string>& library, std::size_t alignment,
+         std::uintptr_t stream_handle) {
+        const loom_device d = to_loom_device(parse_device_id(device_name));
+        auto* p = reinterpret_cast<void*>(address);
+        auto* s = reinterpret_cast<void*>(stream_handle);
+        {
+          const py::gil_scoped_release release;
+          if (library) {
+            loom_deallocate_for(library->c_str(), p, nbytes, alignment, d, s);
+          } else {
+            loom_deallocate(p, nbytes, alignment, d, s);
+          }
+        }
+        if (loom_last_error() != LOOM_OK) raise_c_api_error();
+      },
+      py::arg("address"), py::arg("nbytes"), py::kw_only(), py::arg("device") = "cpu:0",
+      py::arg("library") = py::none(), py::arg("alignment") = 0, py::arg("stream") = 0,
+      "Gives back a block from allocate (same nbytes, device, library, alignment; `stream`: "
+      "where its last use was ordered). ValueError, leaving the block alone, for a library "
+      "that allocated nothing on the device.");
+  m.def(
+      "libraries",
+      [](const std::string& device_name) {
+        return memory::libraries(parse_device_id(device_name));
+      },
+      py::arg("device") = "cpu:0",
+      "The libraries that allocated on `device` through loom_allocate_for, in order of first "
+      "use");
   m.def(
       "outstanding_loans",
       [] {

@@ -51,6 +51,8 @@ void init_module(py::module_& m) {
   bind_arrow(m);
   auto memory = m.def_submodule("memory", "Memory statistics, loans, NumPy's allocator");
   bind_memory(memory);
+  auto cuda = m.def_submodule("_cuda", "CUDA interop for loom.cuda (python/loom/cuda.py)");
+  bind_cuda(cuda);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// loom.dtype, loom.Tensor, and zero-copy exchange with NumPy and PyTorch: DLPack both ways
-// (Tensor.__dlpack__ / __dlpack_device__, loom.from_dlpack), the NumPy array interface
-// (Tensor.__array_interface__), and the buffer protocol for NumPy arrays DLPack cannot
-// carry (read-only ones).
+// loom.dtype, loom.Tensor, and zero-copy exchange with NumPy, PyTorch, CuPy and Numba: DLPack
+// both ways with the stream handshake for GPU memory (Tensor.__dlpack__ / __dlpack_device__,
+// loom.from_dlpack), the NumPy array interface (Tensor.__array_interface__), the CUDA array
+// interface both ways (Tensor.__cuda_array_interface__, loom.from_cuda_array_interface), and
+// the buffer protocol for NumPy arrays DLPack cannot carry (read-only ones).
 //
 // Note [capsules]
 // A DLPack capsule is named "dltensor" (legacy) or "dltensor_versioned" (DLPack 1.x). The
@@ -16,11 +17,17 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.hpp"
 #include "loom/core/error.hpp"
+#include "loom/interop/cuda_interop.hpp"
 #include "loom/interop/dlpack.hpp"
 #include "loom/memory/device_resources.hpp"
 #include "loom/memory/npy.hpp"
@@ -149,25 +156,52 @@ void capsule_destructor(PyObject* capsule) {
   PyErr_Restore(type, value, traceback);
 }
 
-// Tensor.__dlpack__ (Note [capsules]).
+// The DLPack device of a tensor: (type code, index).
+std::pair<int, int> dlpack_device_of(const tensor& t) {
+  const device_id d = t.defined() ? t.device() : device_id{device_type::cpu, 0};
+  return {static_cast<int>(d.type), d.index};
+}
+
+// Tensor.__dlpack__ (Notes [capsules] and [cuda imports]).
 py::object to_capsule(const tensor& t, const py::object& stream, const py::object& max_version,
                       const py::object& dl_device, const py::object& copy) {
+  const std::pair<int, int> own = dlpack_device_of(t);
+  const bool on_host = is_host_accessible(static_cast<device_type>(own.first));
+  std::optional<std::int64_t> stream_number;
   if (!stream.is_none()) {
-    throw_python(PyExc_BufferError,
-                 fmt::format("loom tensors live on the CPU, which has no streams: stream must "
-                             "be None, got {}",
-                             py::str(py::repr(stream)).cast<std::string>()));
+    if (!py::isinstance<py::int_>(stream)) {
+      throw_python(PyExc_TypeError, fmt::format("__dlpack__: stream must be None or an int, "
+                                                "not a {}",
+                                                type_name(stream)));
+    }
+    stream_number = stream.cast<std::int64_t>();
   }
   if (!dl_device.is_none()) {
     const auto dev = dl_device.cast<std::pair<int, int>>();
-    if (dev.first != kDLCPU || dev.second != 0) {
-      throw_python(PyExc_BufferError,
-                   fmt::format("cannot export a CPU tensor to DLPack device ({}, {}); loom "
-                               "exports to (1, 0), the CPU",
-                               dev.first, dev.second));
+    if (dev != own) {
+      throw_python(
+          PyExc_BufferError,
+          fmt::format("cannot export a tensor on {} to DLPack device ({}, {}); loom "
+                      "exports it to ({}, {}) only",
+                      to_string(t.device()), dev.first, dev.second, own.first, own.second));
     }
   }
   const bool make_copy = !copy.is_none() && copy.cast<bool>();
+  if (make_copy && !on_host) {
+    throw_python(PyExc_BufferError,
+                 fmt::format("__dlpack__(copy=True): loom copies host memory only; the tensor "
+                             "is on {}",
+                             to_string(t.device())));
+  }
+  try {
+    // The handshake: the consumer's stream waits for loom's work (may wait on the host).
+    const py::gil_scoped_release release;
+    interop::prepare_export(t, stream_number);
+  } catch (const unsupported_error&) {
+    throw;  // a build without CUDA: TypeError
+  } catch (const invalid_argument& e) {
+    throw_python(PyExc_BufferError, fmt::format("__dlpack__: {}", e.what()));
+  }
   const tensor src = make_copy ? host_copy(t) : t;
   bool versioned = false;
   if (!max_version.is_none()) {
@@ -189,8 +223,8 @@ py::object to_capsule(const tensor& t, const py::object& stream, const py::objec
   return py::reinterpret_steal<py::object>(capsule);
 }
 
-// Consumes a capsule (Note [capsules]).
-tensor from_capsule(const py::handle& capsule) {
+// Consumes a capsule (Note [capsules]); GPU memory in it is ordered on `s`.
+tensor from_capsule(const py::handle& capsule, stream s = {}) {
   const char* name = PyCapsule_GetName(capsule.ptr());
   if (name == nullptr) throw py::error_already_set();
   const std::string_view n(name);
@@ -200,14 +234,14 @@ tensor from_capsule(const py::handle& capsule) {
   }
   if (n == legacy_name) {
     auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), legacy_name));
-    tensor t = interop::from_dlpack(m);  // throws before taking m
+    tensor t = interop::from_dlpack(m, s);  // throws before taking m
     PyCapsule_SetName(capsule.ptr(), used_legacy_name);
     return t;
   }
   if (n == versioned_name) {
     auto* m =
         static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), versioned_name));
-    tensor t = interop::from_dlpack(m);
+    tensor t = interop::from_dlpack(m, s);
     PyCapsule_SetName(capsule.ptr(), used_versioned_name);
     return t;
   }
@@ -216,33 +250,280 @@ tensor from_capsule(const py::handle& capsule) {
                            legacy_name, versioned_name));
 }
 
-// loom.from_dlpack(x): a capsule, or an object with __dlpack__ and __dlpack_device__.
-tensor from_dlpack_object(const py::handle& x) {
-  if (PyCapsule_CheckExact(x.ptr()) != 0) return from_capsule(x);
+// A stream argument of loom's importers: None, or an int other than 0 and below -1.
+std::optional<std::int64_t> stream_argument(const py::object& stream, const char* what) {
+  if (stream.is_none()) return std::nullopt;
+  if (!py::isinstance<py::int_>(stream)) {
+    throw_python(PyExc_TypeError, fmt::format("{}: stream must be None or an int, not a {}", what,
+                                              type_name(stream)));
+  }
+  const auto n = stream.cast<std::int64_t>();
+  if (n <= 0) {
+    throw_python(PyExc_ValueError,
+                 fmt::format("{}: stream {} is no CUDA stream (1: the legacy default stream, 2: "
+                             "the per-thread default stream, else a cudaStream_t)",
+                             what, n));
+  }
+  return n;
+}
+
+// loom.from_dlpack(x, stream=None): a capsule, or an object with __dlpack__ and
+// __dlpack_device__. For memory on a GPU, loom is the consumer of the stream handshake
+// (Note [interop streams]): the producer orders its work before `stream` when one is given
+// (the import's buffer records it), else before loom's interop stream, which the host then
+// waits for, so the memory is ready for any stream when the import returns.
+tensor from_dlpack_object(const py::handle& x, const py::object& stream) {
+  const std::optional<std::int64_t> wanted = stream_argument(stream, "from_dlpack");
+  if (PyCapsule_CheckExact(x.ptr()) != 0) {
+    return from_capsule(x, wanted ? interop::stream_from_protocol(*wanted) : loom::stream{});
+  }
   if (!py::hasattr(x, "__dlpack__")) {
     throw_python(
         PyExc_TypeError,
         fmt::format("{} has no __dlpack__ method and is not a DLPack capsule", type_name(x)));
   }
+  std::pair<int, int> dev{kDLCPU, 0};
   if (py::hasattr(x, "__dlpack_device__")) {
-    const auto dev = x.attr("__dlpack_device__")().cast<std::pair<int, int>>();
-    if (dev.first != kDLCPU) {
+    dev = x.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+    if (dev.first != kDLCPU && dev.first != kDLCUDA && dev.first != kDLCUDAHost &&
+        dev.first != kDLCUDAManaged) {
       throw_python(PyExc_BufferError,
-                   fmt::format("the tensor is on DLPack device ({}, {}); loom imports CPU "
-                               "memory only (device type 1)",
+                   fmt::format("the tensor is on DLPack device ({}, {}); loom imports CPU (1), "
+                               "CUDA (2), CUDA host (3) and CUDA managed (13) memory",
                                dev.first, dev.second));
     }
   }
+  const bool streams = dev.first == kDLCUDA || dev.first == kDLCUDAManaged;
+  std::optional<std::int64_t> consumer;  // the stream the producer orders its work before
+  if (streams) {
+    consumer = wanted ? *wanted
+                      : interop::protocol_stream_number(interop::cuda_interop_stream(dev.second));
+  }
+  py::object stream_arg = consumer ? py::object(py::int_(*consumer)) : py::object(py::none());
   // Ask for a versioned capsule; producers that predate DLPack 1.0 (NumPy 1.x, PyTorch 1.x)
   // take no max_version and give the legacy one.
   py::object capsule;
   try {
-    capsule = x.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 0));
+    capsule = streams ? x.attr("__dlpack__")(py::arg("stream") = stream_arg,
+                                             py::arg("max_version") = py::make_tuple(1, 0))
+                      : x.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(1, 0));
   } catch (py::error_already_set& e) {
     if (!e.matches(PyExc_TypeError)) throw;
-    capsule = x.attr("__dlpack__")();
+    capsule =
+        streams ? x.attr("__dlpack__")(py::arg("stream") = stream_arg) : x.attr("__dlpack__")();
   }
-  return from_capsule(capsule);
+  if (streams && !wanted) {
+    tensor t = from_capsule(capsule);  // ready for any stream once the host has waited
+    const py::gil_scoped_release release;
+    interop::cuda_stream_synchronize(dev.second, interop::stream_from_protocol(*consumer));
+    return t;
+  }
+  return from_capsule(capsule,
+                      consumer ? interop::stream_from_protocol(*consumer) : loom::stream{});
+}
+
+tensor from_dlpack_object(const py::handle& x) {
+  return from_dlpack_object(x, py::none());
+}
+
+// ---- the CUDA array interface -------------------------------------------------------------
+
+// Tensor.__cuda_array_interface__ (version 3), for tensors in GPU memory; AttributeError
+// otherwise, so that hasattr() tells consumers to look elsewhere. "stream" is the stream
+// loom's work on the memory is ordered on (Note [interop streams]); a buffer that names none
+// is made ready for every stream first (the host waits for the device), and "stream" is None.
+py::dict cuda_array_interface(const tensor& t) {
+  const device_id d = t.defined() ? t.device() : device_id{device_type::cpu, 0};
+  if (d.type != device_type::cuda && d.type != device_type::cuda_managed) {
+    throw py::attribute_error(
+        fmt::format("__cuda_array_interface__: the tensor is in {} memory, not on a GPU (use "
+                    "__array_interface__ or DLPack)",
+                    to_string(d)));
+  }
+  const char* typestr = memory::numpy_typestr(t.type());
+  if (typestr == nullptr) {
+    throw py::attribute_error(
+        "__cuda_array_interface__: bfloat16 has no typestr (share it through DLPack)");
+  }
+  py::dict out;
+  py::tuple dims(t.rank());
+  py::tuple strides(t.rank());
+  for (std::size_t i = 0; i < t.rank(); ++i) {
+    dims[i] = t.dim(i);
+    strides[i] = t.strides()[i] * static_cast<std::int64_t>(size_of(t.type()));
+  }
+  out["shape"] = dims;
+  out["typestr"] = typestr;
+  // An empty tensor's pointer is 0, as the specification asks.
+  const auto address =
+      t.num_elements() > 0 ? reinterpret_cast<std::uintptr_t>(t.raw_data()) : std::uintptr_t{0};
+  out["data"] = py::make_tuple(address, t.buf()->read_only());
+  out["strides"] = t.is_contiguous() ? py::object(py::none()) : py::object(strides);
+  out["version"] = 3;
+  const loom::stream s = t.buf()->stream_of();
+  if (s.is_default()) {
+    {
+      const py::gil_scoped_release release;
+      interop::cuda_stream_synchronize(d.index, s);
+    }
+    out["stream"] = py::none();
+  } else {
+    out["stream"] = interop::protocol_stream_number(s);
+  }
+  return out;
+}
+
+// The dtype of a CUDA array interface typestr ("<f4", "|u1", "|b1").
+dtype dtype_of_typestr(const std::string& typestr) {
+  const auto fail = [&](const char* why) -> dtype {
+    throw_python(PyExc_TypeError,
+                 fmt::format("from_cuda_array_interface: typestr '{}' {} (loom has float16/32/64, "
+                             "int8/32/64, uint8 and bool)",
+                             typestr, why));
+  };
+  if (typestr.size() < 3) return fail("is not a typestr");
+  if (typestr[0] == '>') return fail("is big-endian");
+  if (typestr[0] != '<' && typestr[0] != '|' && typestr[0] != '=') return fail("is not a typestr");
+  const std::string_view kind(typestr.data() + 1, typestr.size() - 1);
+  if (kind == "f2") return dtype::f16;
+  if (kind == "f4") return dtype::f32;
+  if (kind == "f8") return dtype::f64;
+  if (kind == "i1") return dtype::i8;
+  if (kind == "i4") return dtype::i32;
+  if (kind == "i8") return dtype::i64;
+  if (kind == "u1") return dtype::u8;
+  if (kind == "b1") return dtype::boolean;
+  return fail("has no loom dtype");
+}
+
+// The release of a buffer over another object's GPU memory: drops the reference that keeps
+// the object (and so its memory) alive, under the GIL, on whichever thread lets go last.
+void release_py_object(void* context, void*, std::size_t, std::size_t, loom::stream) noexcept {
+  if (Py_IsInitialized() != 0) {
+    const PyGILState_STATE state = PyGILState_Ensure();
+    Py_DECREF(static_cast<PyObject*>(context));
+    PyGILState_Release(state);
+  }
+}
+
+// loom.from_cuda_array_interface(obj, stream=None): a tensor viewing obj's GPU memory (no
+// copy), keeping obj alive. Everything is checked before any CUDA call. A producer "stream"
+// is waited for as from_dlpack waits (Note [interop streams]).
+tensor from_cuda_array_interface(const py::handle& obj, const py::object& stream) {
+  const std::optional<std::int64_t> wanted = stream_argument(stream, "from_cuda_array_interface");
+  if (!py::hasattr(obj, "__cuda_array_interface__")) {
+    throw_python(PyExc_TypeError, fmt::format("from_cuda_array_interface: a {} has no "
+                                              "__cuda_array_interface__",
+                                              type_name(obj)));
+  }
+  const py::object iface = obj.attr("__cuda_array_interface__");
+  if (!py::isinstance<py::dict>(iface)) {
+    throw_python(PyExc_TypeError,
+                 fmt::format("from_cuda_array_interface: __cuda_array_interface__ is a {}, not a "
+                             "dict",
+                             type_name(iface)));
+  }
+  const auto d = iface.cast<py::dict>();
+  const auto bad = [](const std::string& why) -> void {
+    throw_python(PyExc_ValueError, "from_cuda_array_interface: " + why);
+  };
+  for (const char* key : {"shape", "typestr", "data", "version"}) {
+    if (!d.contains(key)) bad(fmt::format("the interface has no '{}'", key));
+  }
+  const auto version = d["version"].cast<std::int64_t>();
+  if (version < 0 || version > 3) {
+    bad(fmt::format("version {} (loom reads versions 0 to 3)", version));
+  }
+  if (d.contains("mask") && !d["mask"].is_none()) {
+    throw_python(PyExc_TypeError,
+                 "from_cuda_array_interface: masked arrays are not supported (mask is not None)");
+  }
+  const dtype t = dtype_of_typestr(py::str(d["typestr"]).cast<std::string>());
+  const auto esize = static_cast<std::int64_t>(size_of(t));
+  const auto dims_in = d["shape"].cast<std::vector<std::int64_t>>();
+  const std::size_t rank = dims_in.size();
+  shape dims = shape::filled(rank, 0);
+  shape strides = shape::filled(rank, 0);
+  std::int64_t count = 1;
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (dims_in[i] < 0) bad(fmt::format("dimension {} is {}", i, dims_in[i]));
+    dims[i] = dims_in[i];
+    if (__builtin_mul_overflow(count, dims_in[i], &count)) bad("the element count overflows");
+  }
+  std::vector<std::int64_t> byte_strides;
+  if (d.contains("strides") && !d["strides"].is_none()) {
+    byte_strides = d["strides"].cast<std::vector<std::int64_t>>();
+    if (byte_strides.size() != rank) {
+      bad(fmt::format("{} strides for {} dimensions", byte_strides.size(), rank));
+    }
+  }
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+  std::int64_t next = 1;
+  for (std::size_t i = rank; i-- > 0;) {
+    std::int64_t s = next;
+    if (!byte_strides.empty()) {
+      if (byte_strides[i] % esize != 0) {
+        bad(fmt::format("stride {} of dimension {} is not a multiple of the item size {}",
+                        byte_strides[i], i, esize));
+      }
+      s = byte_strides[i] / esize;
+    }
+    strides[i] = s;
+    next *= std::max<std::int64_t>(dims[i], 1);
+    if (dims[i] == 0) continue;
+    std::int64_t span = 0;
+    std::int64_t& end = s < 0 ? lo : hi;
+    if (__builtin_mul_overflow(dims[i] - 1, s, &span) || __builtin_add_overflow(end, span, &end)) {
+      bad(fmt::format("stride {} of dimension {} reaches past the 64-bit range", s, i));
+    }
+  }
+  const auto data = d["data"].cast<py::tuple>();
+  if (data.size() != 2) bad("'data' is not a (pointer, read_only) pair");
+  const auto address = data[0].cast<std::uintptr_t>();
+  const bool read_only = data[1].cast<bool>();
+  if (address == 0 && count != 0) bad(fmt::format("a null pointer for {} elements", count));
+  std::optional<std::int64_t> producer;
+  if (version >= 3 && d.contains("stream") && !d["stream"].is_none()) {
+    const auto n = d["stream"].cast<std::int64_t>();
+    if (n == 0) bad("stream 0 is disallowed by version 3 (ambiguous)");
+    if (n < 0) bad(fmt::format("stream {} is no CUDA stream", n));
+    producer = n;
+  }
+  // CUDA from here on: where the memory is, and the producer's stream.
+  device_id dev{device_type::cuda, 0};
+  {
+    const py::gil_scoped_release release;
+    dev = address != 0 ? interop::cuda_pointer_device(reinterpret_cast<const void*>(address))
+                       : device_id{device_type::cuda, interop::cuda_current_device()};
+  }
+  if (dev.type == device_type::cpu) {
+    bad(fmt::format("the pointer 0x{:x} is host memory CUDA does not know, not GPU memory",
+                    address));
+  }
+  loom::stream ordered{};
+  if (producer && dev.type != device_type::cuda_host) {
+    const py::gil_scoped_release release;
+    const loom::stream theirs = interop::stream_from_protocol(*producer);
+    if (wanted) {
+      ordered = interop::stream_from_protocol(*wanted);
+      interop::cuda_stream_wait(dev.index, ordered, theirs);
+    } else {
+      interop::cuda_stream_synchronize(dev.index, theirs);
+    }
+  }
+  auto* start = reinterpret_cast<std::byte*>(address) + (count == 0 ? 0 : lo * esize);
+  const std::size_t bytes = count == 0 ? 0 : static_cast<std::size_t>((hi - lo + 1) * esize);
+  const auto start_address = reinterpret_cast<std::uintptr_t>(start);
+  const std::size_t alignment =
+      start_address == 0
+          ? 256
+          : std::min<std::size_t>(std::size_t{1} << std::countr_zero(start_address), 256);
+  Py_INCREF(obj.ptr());
+  buffer_ptr buf = buffer::adopt(start, bytes, alignment, dev, ordered, &release_py_object,
+                                 obj.ptr(), read_only);
+  return tensor::strided(std::move(buf), t, std::move(dims), std::move(strides),
+                         count == 0 ? 0 : -lo);
 }
 
 // Tensor.__array_interface__ (version 3).
@@ -287,6 +568,9 @@ tensor to_tensor(const py::handle& obj, const std::string& what) {
                              what, py::str(obj.attr("dtype")).cast<std::string>()));
   }
   if (py::hasattr(obj, "__dlpack__")) return from_dlpack_object(obj);
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    return from_cuda_array_interface(obj, py::none());
+  }
   py::object array;
   try {
     array = np.attr("asarray")(obj);
@@ -374,11 +658,25 @@ void bind_tensor(py::module_& m) {
            "A DLPack capsule of this tensor: 'dltensor_versioned' when max_version >= (1, 0), "
            "else 'dltensor'. Zero copy unless copy=True.")
       .def("__dlpack_device__",
-           [](const tensor&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); });
+           [](const tensor& t) {
+             const auto d = dlpack_device_of(t);
+             return py::make_tuple(d.first, d.second);
+           })
+      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
+                             "The CUDA array interface (version 3) of a tensor in GPU memory");
 
-  m.def("from_dlpack", &from_dlpack_object, py::arg("x"),
+  m.def("from_dlpack", py::overload_cast<const py::handle&, const py::object&>(&from_dlpack_object),
+        py::arg("x"), py::kw_only(), py::arg("stream") = py::none(),
         "A loom tensor sharing x's memory: x is a DLPack capsule or has __dlpack__ (NumPy, "
-        "PyTorch); the producer's deleter runs when loom lets go");
+        "PyTorch, CuPy); the producer's deleter runs when loom lets go. For GPU memory the "
+        "producer orders its work before `stream` (a cudaStream_t as an int, 1 or 2), which the "
+        "tensor's buffer records; without one, before loom's interop stream, which is waited "
+        "for before this returns");
+  m.def("from_cuda_array_interface", &from_cuda_array_interface, py::arg("obj"), py::kw_only(),
+        py::arg("stream") = py::none(),
+        "A loom tensor viewing the GPU memory of obj (anything with __cuda_array_interface__: "
+        "Numba, CuPy, PyTorch), keeping obj alive. The producer's 'stream' is waited for: "
+        "made to come before `stream` when one is given, else on the host");
   m.def(
       "from_numpy",
       [](const py::object& array) {

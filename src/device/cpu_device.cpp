@@ -59,7 +59,8 @@ cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::st
 cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::string description,
                        memory::memory_resource& upstream)
     : device(cpu_attributes(index, threads, memory_limit, std::move(description))),
-      pool_allocator_(std::make_unique<memory::bfc_pool>(upstream, pool_options(index, memory_limit))),
+      pool_allocator_(
+          std::make_unique<memory::bfc_pool>(upstream, pool_options(index, memory_limit))),
       threads_(std::make_unique<thread_pool>(threads, fmt::format("cpu:{}", index))) {}
 
 // threads_ goes first (declared last), so work still queued on the pool finishes while the

@@ -6,10 +6,18 @@
 
 namespace loom::cuda {
 
-bool is_built() noexcept { return false; }
-int device_count() noexcept { return 0; }
-std::string availability() { return "loom was built without CUDA"; }
-std::string describe() { return availability(); }
+bool is_built() noexcept {
+  return false;
+}
+int device_count() noexcept {
+  return 0;
+}
+std::string availability() {
+  return "loom was built without CUDA";
+}
+std::string describe() {
+  return availability();
+}
 
 }  // namespace loom::cuda
 

@@ -27,7 +27,7 @@ void require_host_accessible(const char* what, const device& dev, const tensor& 
 }  // namespace
 
 tensor device::allocate(dtype t, const shape& s) {
-  return memory::allocate_tensor(allocator(), id(), t, s);
+  return memory::allocate_tensor(allocator(), id(), t, s, tensor_stream());
 }
 
 tensor device::copy_from_host(const tensor& src) {

@@ -11,6 +11,7 @@
 
 #include "loom/core/dlpack_device.hpp"
 #include "loom/core/error.hpp"
+#include "loom/interop/cuda_interop.hpp"
 #include "loom/memory/loans.hpp"
 
 namespace loom::interop {
@@ -111,17 +112,35 @@ void release_import(void* context, void*, std::size_t, std::size_t, stream) noex
   if (m->deleter != nullptr) m->deleter(m);
 }
 
+// The device of an import: the CPU and CUDA's three kinds of memory (Note [cuda imports]).
+device_id import_device(const DLDevice& d, const char* what) {
+  const std::int32_t code = static_cast<std::int32_t>(d.device_type);
+  const bool known =
+      code == kDLCPU || code == kDLCUDA || code == kDLCUDAHost || code == kDLCUDAManaged;
+  if (!is_valid_device_type(code)) {
+    throw invalid_argument(
+        fmt::format("{}: DLPack device type {} is no DLPack device type", what, code));
+  }
+  if (!known) {
+    throw unsupported_error(fmt::format(
+        "{}: the tensor is on DLPack device ({}, {}), {}; loom imports CPU (1), CUDA (2), "
+        "CUDA host (3) and CUDA managed (13) memory (copy it to one of those first)",
+        what, code, d.device_id, to_string(static_cast<device_type>(code))));
+  }
+  if (d.device_id < 0) {
+    throw invalid_argument(fmt::format("{}: negative device id {}", what, d.device_id));
+  }
+  // Pinned host memory is one pool for every GPU: loom names it cuda_host:0.
+  if (code == kDLCUDAHost) return {device_type::cuda_host, 0};
+  return loom::from_dlpack(d);
+}
+
 template <class Managed>
-tensor import(Managed* m, bool read_only, const char* what) {
+tensor import(Managed* m, bool read_only, stream on, const char* what) {
   if (m == nullptr) throw invalid_argument(fmt::format("{}: null managed tensor", what));
   const DLTensor& d = m->dl_tensor;
   const dtype t = dtype_from_dl(d.dtype);
-  const device_id dev = loom::from_dlpack(d.device);
-  if (dev.type != device_type::cpu) {
-    throw unsupported_error(fmt::format(
-        "{}: the tensor is on {}; loom imports CPU memory only (copy it to the CPU first)", what,
-        to_string(dev)));
-  }
+  const device_id dev = import_device(d.device, what);
   if (d.ndim < 0) throw invalid_argument(fmt::format("{}: negative ndim {}", what, d.ndim));
   const auto rank = static_cast<std::size_t>(d.ndim);
   if (rank > 0 && d.shape == nullptr) {
@@ -173,7 +192,8 @@ tensor import(Managed* m, bool read_only, const char* what) {
   const std::size_t alignment =
       address == 0 ? 256 : std::min<std::size_t>(std::size_t{1} << std::countr_zero(address), 256);
   // Nothing below throws but for memory: adopt takes `m` only after every check passed.
-  buffer_ptr buf = buffer::adopt(start, static_cast<std::size_t>(extent), alignment, dev, stream{},
+  buffer_ptr buf = buffer::adopt(start, static_cast<std::size_t>(extent), alignment, dev,
+                                 dev.type == device_type::cpu ? stream{} : on,
                                  &release_import<Managed>, m, read_only);
   return tensor::strided(std::move(buf), t, std::move(dims), std::move(strides),
                          count == 0 ? 0 : -lo);
@@ -253,17 +273,52 @@ DLManagedTensorVersioned* to_dlpack_versioned(const tensor& t, std::uint64_t fla
   return m;
 }
 
-tensor from_dlpack(DLManagedTensor* m) {
-  return import(m, false, "from_dlpack");
+tensor from_dlpack(DLManagedTensor* m, stream s) {
+  return import(m, false, s, "from_dlpack");
 }
 
-tensor from_dlpack(DLManagedTensorVersioned* m) {
+tensor from_dlpack(DLManagedTensorVersioned* m, stream s) {
   if (m != nullptr && m->version.major != dlpack_major_version) {
     throw unsupported_error(
         fmt::format("from_dlpack: DLPack version {}.{}; loom reads major version {}",
                     m->version.major, m->version.minor, dlpack_major_version));
   }
-  return import(m, m != nullptr && (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, "from_dlpack");
+  return import(m, m != nullptr && (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, s,
+                "from_dlpack");
+}
+
+std::optional<stream> consumer_stream_for(const tensor& t,
+                                          std::optional<std::int64_t> stream_number) {
+  const device_id dev = t.defined() ? t.device() : device_id{device_type::cpu, 0};
+  const bool has_streams = dev.type == device_type::cuda || dev.type == device_type::cuda_managed;
+  if (!has_streams) {
+    if (stream_number && *stream_number != no_sync_stream) {
+      throw invalid_argument(fmt::format(
+          "DLPack stream {}: the tensor is in {} memory, which has no streams (stream must be "
+          "None or -1)",
+          *stream_number, to_string(dev)));
+    }
+    return std::nullopt;
+  }
+  // The Python array API: None means the legacy default stream on CUDA.
+  const std::int64_t n = stream_number.value_or(legacy_default_stream);
+  if (n == no_sync_stream) return std::nullopt;
+  if (n == 0) {
+    throw invalid_argument(
+        "DLPack stream 0 is disallowed on CUDA: it is ambiguous (None, 1 for the legacy "
+        "default stream, or 2 for the per-thread default stream)");
+  }
+  if (n < no_sync_stream) {
+    throw invalid_argument(
+        fmt::format("DLPack stream {} is no stream (-1, 1, 2 or a cudaStream_t as an integer)", n));
+  }
+  return stream_from_protocol(n);
+}
+
+void prepare_export(const tensor& t, std::optional<std::int64_t> consumer_stream) {
+  const std::optional<stream> consumer = consumer_stream_for(t, consumer_stream);
+  if (!consumer) return;
+  cuda_stream_wait(t.device().index, *consumer, t.buf()->stream_of());
 }
 
 }  // namespace loom::interop

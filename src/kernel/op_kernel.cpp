@@ -30,7 +30,7 @@ tensor& kernel_context::allocate_output(std::size_t i, const shape& s) {
 }
 
 tensor& kernel_context::allocate_output(std::size_t i, dtype t, const shape& s) {
-  outputs_[i] = memory::allocate_tensor(device_.allocator(), device_.id(), t, s);
+  outputs_[i] = memory::allocate_tensor(device_.allocator(), device_.id(), t, s, device_.tensor_stream());
   return outputs_[i];
 }
 
@@ -61,7 +61,7 @@ tensor& kernel_context::forward_input_or_allocate_output(std::size_t input, std:
 void kernel_context::set_output(std::size_t i, tensor t) { outputs_[i] = std::move(t); }
 
 tensor kernel_context::allocate_temp(dtype t, const shape& s) {
-  return memory::allocate_tensor(device_.allocator(), device_.id(), t, s);
+  return memory::allocate_tensor(device_.allocator(), device_.id(), t, s, device_.tensor_stream());
 }
 
 thread_pool* kernel_context::pool() const noexcept { return device_.pool(); }

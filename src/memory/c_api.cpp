@@ -8,10 +8,13 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "loom/core/error.hpp"
 #include "loom/memory/device_resources.hpp"
+#include "loom/memory/library_resources.hpp"
 
 namespace {
 
@@ -72,6 +75,39 @@ std::size_t alignment_or_default(std::size_t alignment) noexcept {
   return alignment == 0 ? loom::memory::default_alignment : alignment;
 }
 
+void fill(const loom::memory_stats& s, loom_memory_statistics* out) noexcept {
+  out->bytes_in_use = s.bytes_in_use;
+  out->peak_bytes_in_use = s.peak_bytes_in_use;
+  out->total_bytes_allocated = s.total_bytes_allocated;
+  out->bytes_reserved = s.bytes_reserved;
+  out->peak_bytes_reserved = s.peak_bytes_reserved;
+  out->allocations_in_use = s.allocations_in_use;
+  out->num_allocs = s.num_allocs;
+  out->num_deallocs = s.num_deallocs;
+  out->num_failed_allocs = s.num_failed_allocs;
+  out->free_bytes = s.free_bytes;
+  out->largest_free_block = s.largest_free_block;
+  out->unusable_bytes = s.unusable_bytes;
+  out->num_regions = s.num_regions;
+  out->fragmentation = s.fragmentation();
+}
+
+// The library's name, or nullopt with LOOM_ERROR_INVALID_ARGUMENT recorded when it cannot
+// name one.
+std::optional<std::string_view> library_name(const char* library, const char* what) {
+  if (library == nullptr) {
+    set_error(LOOM_ERROR_INVALID_ARGUMENT, fmt::format("{}: library is NULL", what));
+    return std::nullopt;
+  }
+  // Bounded, so that a name without its terminating NUL is never read past its limit + 1.
+  const std::string_view name(library, strnlen(library, loom::memory::max_library_name + 1));
+  if (std::string why = loom::memory::check_library_name(name); !why.empty()) {
+    set_error(LOOM_ERROR_INVALID_ARGUMENT, fmt::format("{}: {}", what, why));
+    return std::nullopt;
+  }
+  return name;
+}
+
 }  // namespace
 
 extern "C" {
@@ -116,22 +152,70 @@ int loom_memory_stats(loom_device device, loom_memory_statistics* out) noexcept 
     if (r == nullptr) return t_last_error.code;
     const std::optional<loom::memory_stats> s = r->stats();
     *out = {};
-    if (s) {
-      out->bytes_in_use = s->bytes_in_use;
-      out->peak_bytes_in_use = s->peak_bytes_in_use;
-      out->total_bytes_allocated = s->total_bytes_allocated;
-      out->bytes_reserved = s->bytes_reserved;
-      out->peak_bytes_reserved = s->peak_bytes_reserved;
-      out->allocations_in_use = s->allocations_in_use;
-      out->num_allocs = s->num_allocs;
-      out->num_deallocs = s->num_deallocs;
-      out->num_failed_allocs = s->num_failed_allocs;
-      out->free_bytes = s->free_bytes;
-      out->largest_free_block = s->largest_free_block;
-      out->unusable_bytes = s->unusable_bytes;
-      out->num_regions = s->num_regions;
-      out->fragmentation = s->fragmentation();
+    if (s) fill(*s, out);
+    set_ok();
+  } catch (...) {
+    set_error_from_current_exception();
+  }
+  return t_last_error.code;
+}
+
+void* loom_allocate_for(const char* library, size_t bytes, size_t alignment, loom_device device,
+                        loom_stream stream) noexcept {
+  try {
+    const std::optional<std::string_view> name = library_name(library, "loom_allocate_for");
+    if (!name) return nullptr;
+    if (resource_for(device) == nullptr) return nullptr;
+    void* p = loom::memory::library_resource(to_device_id(device), *name)
+                  .allocate(bytes, alignment_or_default(alignment), loom::stream{stream});
+    set_ok();
+    return p;
+  } catch (...) {
+    set_error_from_current_exception();
+    return nullptr;
+  }
+}
+
+void loom_deallocate_for(const char* library, void* p, size_t bytes, size_t alignment,
+                         loom_device device, loom_stream stream) noexcept {
+  try {
+    if (p == nullptr) {
+      set_ok();
+      return;
     }
+    const std::optional<std::string_view> name = library_name(library, "loom_deallocate_for");
+    if (!name) return;
+    loom::memory::memory_resource* r =
+        loom::memory::find_library_resource(to_device_id(device), *name);
+    if (r == nullptr) {
+      set_error(LOOM_ERROR_INVALID_ARGUMENT,
+                fmt::format("loom_deallocate_for: library '{}' has allocated nothing on {}, so "
+                            "the block at {} cannot be its; it is not freed",
+                            *name, loom::to_string(to_device_id(device)), p));
+      return;
+    }
+    if (resource_for(device) == nullptr) return;
+    r->deallocate(p, bytes, alignment_or_default(alignment), loom::stream{stream});
+    set_ok();
+  } catch (...) {
+    set_error_from_current_exception();
+  }
+}
+
+int loom_memory_stats_for(loom_device device, const char* library,
+                          loom_memory_statistics* out) noexcept {
+  try {
+    if (out == nullptr) {
+      set_error(LOOM_ERROR_INVALID_ARGUMENT, "loom_memory_stats_for: out is NULL");
+      return t_last_error.code;
+    }
+    const std::optional<std::string_view> name = library_name(library, "loom_memory_stats_for");
+    if (!name) return t_last_error.code;
+    const std::optional<loom::memory_stats> s =
+        loom::memory::library_stats(to_device_id(device), *name);
+    if (!s && resource_for(device) == nullptr) return t_last_error.code;
+    *out = {};
+    if (s) fill(*s, out);
     set_ok();
   } catch (...) {
     set_error_from_current_exception();

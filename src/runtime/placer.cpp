@@ -22,14 +22,17 @@
 namespace loom::runtime {
 namespace {
 
-int type_rank(device_type t) { return t == device_type::cuda ? 0 : t == device_type::cpu ? 1 : 2; }
+int type_rank(device_type t) {
+  return t == device_type::cuda ? 0 : t == device_type::cpu ? 1 : 2;
+}
 
 struct union_find {
   std::vector<node_id> parent;
   explicit union_find(std::size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
   node_id find(node_id x) {
     while (parent[static_cast<std::size_t>(x)] != x) {
-      parent[static_cast<std::size_t>(x)] = parent[static_cast<std::size_t>(parent[static_cast<std::size_t>(x)])];
+      parent[static_cast<std::size_t>(x)] =
+          parent[static_cast<std::size_t>(parent[static_cast<std::size_t>(x)])];
       x = parent[static_cast<std::size_t>(x)];
     }
     return x;
@@ -59,7 +62,8 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
   std::vector<device*> ordered;
   for (const auto& d : devices) ordered.push_back(d.get());
   std::stable_sort(ordered.begin(), ordered.end(), [](const device* a, const device* b) {
-    if (type_rank(a->type()) != type_rank(b->type())) return type_rank(a->type()) < type_rank(b->type());
+    if (type_rank(a->type()) != type_rank(b->type()))
+      return type_rank(a->type()) < type_rank(b->type());
     return a->id().index < b->id().index;
   });
 
@@ -84,7 +88,8 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
     }
   }
   std::vector<std::vector<node_id>> members(n);
-  for (const node& nd : g.nodes()) members[static_cast<std::size_t>(groups.find(nd.id))].push_back(nd.id);
+  for (const node& nd : g.nodes())
+    members[static_cast<std::size_t>(groups.find(nd.id))].push_back(nd.id);
 
   std::vector<device*> placed(n, nullptr);
   std::vector<device*> group_device(n, nullptr);
@@ -93,8 +98,8 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
     const node_id root = groups.find(nd.id);
     if (device* d = group_device[static_cast<std::size_t>(root)]; d != nullptr) {
       placed[static_cast<std::size_t>(nd.id)] = d;
-      decisions.push_back({nd.name, nd.op(), d->name(),
-                           fmt::format("colocated with {}", g.at(root).describe())});
+      decisions.push_back(
+          {nd.name, nd.op(), d->name(), fmt::format("colocated with {}", g.at(root).describe())});
       continue;
     }
     const auto& group = members[static_cast<std::size_t>(root)];
@@ -118,9 +123,9 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
       }
       if (!request.empty() && parse_device_spec(request).to_string() != spec.to_string()) {
         if (!options.allow_soft_placement) {
-          throw invalid_argument(fmt::format(
-              "cannot place {}: '{}' asks for {} but colocated '{}' asks for {}", who(),
-              request_from, request, mn.name, mn.requested_device));
+          throw invalid_argument(
+              fmt::format("cannot place {}: '{}' asks for {} but colocated '{}' asks for {}", who(),
+                          request_from, request, mn.name, mn.requested_device));
         }
         continue;  // soft placement: the first request wins
       }
@@ -146,16 +151,16 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
         reason = fmt::format("requested '{}', which does not exist; soft placement: ", request);
       } else {
         candidates = std::move(matching);
-        reason = fmt::format("requested '{}'{}", request,
-                             request_from == nd.name ? "" : fmt::format(" (by '{}')", request_from));
+        reason =
+            fmt::format("requested '{}'{}", request,
+                        request_from == nd.name ? "" : fmt::format(" (by '{}')", request_from));
       }
     }
 
     // Kernel availability for every member of the group.
     auto runs_all = [&](const device* d) {
-      return std::all_of(group.begin(), group.end(), [&](node_id m) {
-        return registry.find(g.at(m), d->type()) != nullptr;
-      });
+      return std::all_of(group.begin(), group.end(),
+                         [&](node_id m) { return registry.find(g.at(m), d->type()) != nullptr; });
     };
     std::vector<device*> able;
     for (device* d : candidates) {
@@ -185,15 +190,16 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
         if (d->type() == chosen->type()) continue;
         for (node_id m : group) {
           if (registry.find(g.at(m), d->type()) == nullptr) {
-            passed_over = fmt::format("; {} has no {} kernel for {}", d->name(), to_string(d->type()),
-                                      g.at(m).describe());
+            passed_over = fmt::format("; {} has no {} kernel for {}", d->name(),
+                                      to_string(d->type()), g.at(m).describe());
             break;
           }
         }
         if (!passed_over.empty()) break;
       }
-      reason += able.size() == ordered.size() ? "the highest-priority device"
-                                              : "the highest-priority device with a kernel" + passed_over;
+      reason += able.size() == ordered.size()
+                    ? "the highest-priority device"
+                    : "the highest-priority device with a kernel" + passed_over;
     }
     placed[static_cast<std::size_t>(nd.id)] = chosen;
     group_device[static_cast<std::size_t>(root)] = chosen;

@@ -50,11 +50,16 @@ struct xcase {
 
 double tolerance(dtype t) {
   switch (t) {
-    case dtype::f64: return 1e-10;
-    case dtype::f32: return 2e-5;
-    case dtype::f16: return 4e-3;
-    case dtype::bf16: return 3e-2;
-    default: return 0;  // integers and booleans: exact
+    case dtype::f64:
+      return 1e-10;
+    case dtype::f32:
+      return 2e-5;
+    case dtype::f16:
+      return 4e-3;
+    case dtype::bf16:
+      return 3e-2;
+    default:
+      return 0;  // integers and booleans: exact
   }
 }
 
@@ -62,14 +67,25 @@ tensor random_tensor(const input_spec& s, std::mt19937_64& rng) {
   tensor host = memory::host_tensor(dtype::f64, s.dims);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  std::uniform_int_distribution<std::int64_t> index(0, std::max<std::int64_t>(s.index_limit - 1, 0));
+  std::uniform_int_distribution<std::int64_t> index(0,
+                                                    std::max<std::int64_t>(s.index_limit - 1, 0));
   for (double& v : host.span<double>()) {
     switch (s.fill) {
-      case fill_kind::normal: v = normal(rng); break;
-      case fill_kind::positive: v = 0.1 + std::abs(normal(rng)); break;
-      case fill_kind::unit: v = unit(rng); break;
-      case fill_kind::indices: v = static_cast<double>(index(rng)); break;
-      case fill_kind::boolean: v = unit(rng) > 0 ? 1.0 : 0.0; break;
+      case fill_kind::normal:
+        v = normal(rng);
+        break;
+      case fill_kind::positive:
+        v = 0.1 + std::abs(normal(rng));
+        break;
+      case fill_kind::unit:
+        v = unit(rng);
+        break;
+      case fill_kind::indices:
+        v = static_cast<double>(index(rng));
+        break;
+      case fill_kind::boolean:
+        v = unit(rng) > 0 ? 1.0 : 0.0;
+        break;
     }
   }
   if (s.type == dtype::f64) return host;
@@ -105,70 +121,109 @@ const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16}
 
 std::vector<xcase> cases() {
   std::vector<xcase> out;
-  auto add_case = [&](std::string op, std::string name, std::vector<input_spec> in,
-                      std::function<std::vector<output>(graph_builder&, const std::vector<output>&)> f) {
-    out.push_back({std::move(op), std::move(name), std::move(in), std::move(f)});
-  };
+  auto add_case =
+      [&](std::string op, std::string name, std::vector<input_spec> in,
+          std::function<std::vector<output>(graph_builder&, const std::vector<output>&)> f) {
+        out.push_back({std::move(op), std::move(name), std::move(in), std::move(f)});
+      };
   using unary_fn = output (*)(output, const node_options&);
   const std::vector<std::tuple<std::string, unary_fn, fill_kind>> unary = {
-      {"neg", ops::neg, fill_kind::normal},         {"abs", ops::abs, fill_kind::normal},
-      {"exp", ops::exp, fill_kind::unit},           {"log", ops::log, fill_kind::positive},
-      {"sqrt", ops::sqrt, fill_kind::positive},     {"rsqrt", ops::rsqrt, fill_kind::positive},
-      {"tanh", ops::tanh, fill_kind::normal},       {"sigmoid", ops::sigmoid, fill_kind::normal},
-      {"relu", ops::relu, fill_kind::normal},       {"erf", ops::erf, fill_kind::normal},
-      {"square", ops::square, fill_kind::normal},   {"reciprocal", ops::reciprocal, fill_kind::positive},
+      {"neg", ops::neg, fill_kind::normal},
+      {"abs", ops::abs, fill_kind::normal},
+      {"exp", ops::exp, fill_kind::unit},
+      {"log", ops::log, fill_kind::positive},
+      {"sqrt", ops::sqrt, fill_kind::positive},
+      {"rsqrt", ops::rsqrt, fill_kind::positive},
+      {"tanh", ops::tanh, fill_kind::normal},
+      {"sigmoid", ops::sigmoid, fill_kind::normal},
+      {"relu", ops::relu, fill_kind::normal},
+      {"erf", ops::erf, fill_kind::normal},
+      {"square", ops::square, fill_kind::normal},
+      {"reciprocal", ops::reciprocal, fill_kind::positive},
   };
   for (const auto& [op, fn, fill] : unary) {
     for (dtype t : floats) {
       add_case(op, op + " " + to_string(t), {{t, {3, 37}, fill}},
-               [fn = fn](graph_builder&, const std::vector<output>& in) { return std::vector{fn(in[0], {})}; });
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0], {})};
+               });
     }
   }
   for (dtype t : floats) {
     add_case("gelu", std::string("gelu ") + to_string(t), {{t, {5, 33}}},
-             [](graph_builder&, const std::vector<output>& in) { return std::vector{ops::gelu(in[0])}; });
-    add_case("gelu", std::string("gelu tanh ") + to_string(t), {{t, {5, 33}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::gelu(in[0], "tanh", {})};
-    });
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::gelu(in[0])};
+             });
+    add_case("gelu", std::string("gelu tanh ") + to_string(t), {{t, {5, 33}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::gelu(in[0], "tanh", {})};
+             });
   }
   using binary_fn = output (*)(output, output, const node_options&);
   const std::vector<std::tuple<std::string, binary_fn, fill_kind>> binary = {
-      {"add", ops::add, fill_kind::normal},         {"sub", ops::sub, fill_kind::normal},
-      {"mul", ops::mul, fill_kind::normal},         {"div", ops::div, fill_kind::positive},
-      {"pow", ops::pow, fill_kind::positive},       {"maximum", ops::maximum, fill_kind::normal},
-      {"minimum", ops::minimum, fill_kind::normal}, {"equal", ops::equal, fill_kind::indices},
-      {"not_equal", ops::not_equal, fill_kind::indices}, {"less", ops::less, fill_kind::normal},
-      {"less_equal", ops::less_equal, fill_kind::indices}, {"greater", ops::greater, fill_kind::normal},
+      {"add", ops::add, fill_kind::normal},
+      {"sub", ops::sub, fill_kind::normal},
+      {"mul", ops::mul, fill_kind::normal},
+      {"div", ops::div, fill_kind::positive},
+      {"pow", ops::pow, fill_kind::positive},
+      {"maximum", ops::maximum, fill_kind::normal},
+      {"minimum", ops::minimum, fill_kind::normal},
+      {"equal", ops::equal, fill_kind::indices},
+      {"not_equal", ops::not_equal, fill_kind::indices},
+      {"less", ops::less, fill_kind::normal},
+      {"less_equal", ops::less_equal, fill_kind::indices},
+      {"greater", ops::greater, fill_kind::normal},
       {"greater_equal", ops::greater_equal, fill_kind::indices},
   };
   for (const auto& [op, fn, fill] : binary) {
     for (dtype t : floats) {
       // Same shapes, then NumPy broadcasting ([4, 1, 7] with [3, 1]).
       add_case(op, op + " " + to_string(t), {{t, {6, 41}, fill, 3}, {t, {6, 41}, fill, 3}},
-               [fn = fn](graph_builder&, const std::vector<output>& in) { return std::vector{fn(in[0], in[1], {})}; });
-      add_case(op, op + " broadcast " + to_string(t), {{t, {4, 1, 7}, fill, 3}, {t, {3, 1}, fill, 3}},
-               [fn = fn](graph_builder&, const std::vector<output>& in) { return std::vector{fn(in[0], in[1], {})}; });
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0], in[1], {})};
+               });
+      add_case(op, op + " broadcast " + to_string(t),
+               {{t, {4, 1, 7}, fill, 3}, {t, {3, 1}, fill, 3}},
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0], in[1], {})};
+               });
     }
     if (op != "pow" && op != "div") {
       for (dtype t : {dtype::i32, dtype::i64}) {
-        add_case(op, op + " " + to_string(t), {{t, {5, 9}, fill_kind::indices, 7}, {t, {1, 9}, fill_kind::indices, 7}},
-                 [fn = fn](graph_builder&, const std::vector<output>& in) { return std::vector{fn(in[0], in[1], {})}; });
+        add_case(op, op + " " + to_string(t),
+                 {{t, {5, 9}, fill_kind::indices, 7}, {t, {1, 9}, fill_kind::indices, 7}},
+                 [fn = fn](graph_builder&, const std::vector<output>& in) {
+                   return std::vector{fn(in[0], in[1], {})};
+                 });
       }
     }
   }
   for (const auto& [op, fn] : std::vector<std::pair<std::string, binary_fn>>{
            {"logical_and", ops::logical_and}, {"logical_or", ops::logical_or}}) {
-    add_case(op, op, {{dtype::boolean, {4, 9}, fill_kind::boolean}, {dtype::boolean, {4, 9}, fill_kind::boolean}},
-             [fn = fn](graph_builder&, const std::vector<output>& in) { return std::vector{fn(in[0], in[1], {})}; });
+    add_case(op, op,
+             {{dtype::boolean, {4, 9}, fill_kind::boolean},
+              {dtype::boolean, {4, 9}, fill_kind::boolean}},
+             [fn = fn](graph_builder&, const std::vector<output>& in) {
+               return std::vector{fn(in[0], in[1], {})};
+             });
   }
   add_case("logical_not", "logical_not", {{dtype::boolean, {4, 9}, fill_kind::boolean}},
-           [](graph_builder&, const std::vector<output>& in) { return std::vector{ops::logical_not(in[0], {})}; });
-  add_case("where", "where f32", {{dtype::boolean, {4, 9}, fill_kind::boolean}, {dtype::f32, {4, 9}}, {dtype::f32, {1, 9}}},
-           [](graph_builder&, const std::vector<output>& in) { return std::vector{ops::where(in[0], in[1], in[2], {})}; });
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::logical_not(in[0], {})};
+           });
+  add_case(
+      "where", "where f32",
+      {{dtype::boolean, {4, 9}, fill_kind::boolean}, {dtype::f32, {4, 9}}, {dtype::f32, {1, 9}}},
+      [](graph_builder&, const std::vector<output>& in) {
+        return std::vector{ops::where(in[0], in[1], in[2], {})};
+      });
   for (dtype from : {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32}) {
     for (dtype to : {dtype::f32, dtype::f16, dtype::bf16, dtype::i64}) {
-      add_case("cast", std::string("cast ") + to_string(from) + " to " + to_string(to), {{from, {7, 13}, fill_kind::indices, 50}},
-               [to](graph_builder&, const std::vector<output>& in) { return std::vector{ops::cast(in[0], to, {})}; });
+      add_case("cast", std::string("cast ") + to_string(from) + " to " + to_string(to),
+               {{from, {7, 13}, fill_kind::indices, 50}},
+               [to](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{ops::cast(in[0], to, {})};
+               });
     }
   }
   // Generators: no inputs.
@@ -187,102 +242,131 @@ std::vector<xcase> cases() {
   // Array ops.
   for (dtype t : {dtype::f32, dtype::f16, dtype::i64}) {
     const std::string ts = to_string(t);
-    add_case("reshape", "reshape " + ts, {{t, {4, 6}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::reshape(in[0], {2, 3, 4}, {})};
-    });
-    add_case("transpose", "transpose " + ts, {{t, {3, 4, 5}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::transpose(in[0], {2, 0, 1}, {})};
-    });
-    add_case("concat", "concat " + ts, {{t, {2, 3}}, {t, {2, 5}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::concat({in[0], in[1]}, 1, {})};
-    });
-    add_case("split", "split " + ts, {{t, {6, 4}}}, [](graph_builder&, const std::vector<output>& in) {
-      return ops::split(in[0], 3, 0, {});
-    });
-    add_case("slice", "slice " + ts, {{t, {5, 7}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::slice(in[0], {1, 2}, {3, 4}, {})};
-    });
+    add_case("reshape", "reshape " + ts, {{t, {4, 6}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::reshape(in[0], {2, 3, 4}, {})};
+             });
+    add_case("transpose", "transpose " + ts, {{t, {3, 4, 5}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::transpose(in[0], {2, 0, 1}, {})};
+             });
+    add_case("concat", "concat " + ts, {{t, {2, 3}}, {t, {2, 5}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::concat({in[0], in[1]}, 1, {})};
+             });
+    add_case(
+        "split", "split " + ts, {{t, {6, 4}}},
+        [](graph_builder&, const std::vector<output>& in) { return ops::split(in[0], 3, 0, {}); });
+    add_case("slice", "slice " + ts, {{t, {5, 7}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::slice(in[0], {1, 2}, {3, 4}, {})};
+             });
     add_case("pad", "pad " + ts, {{t, {3, 4}}}, [](graph_builder&, const std::vector<output>& in) {
       return std::vector{ops::pad(in[0], {1, 0, 2, 3}, 1.5, {})};
     });
-    add_case("broadcast_to", "broadcast_to " + ts, {{t, {3, 1}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::broadcast_to(in[0], {2, 3, 4}, {})};
-    });
-    add_case("expand_dims", "expand_dims " + ts, {{t, {3, 4}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::expand_dims(in[0], 1, {})};
-    });
-    add_case("squeeze", "squeeze " + ts, {{t, {3, 1, 4}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::squeeze(in[0], {1}, {})};
-    });
+    add_case("broadcast_to", "broadcast_to " + ts, {{t, {3, 1}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::broadcast_to(in[0], {2, 3, 4}, {})};
+             });
+    add_case("expand_dims", "expand_dims " + ts, {{t, {3, 4}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::expand_dims(in[0], 1, {})};
+             });
+    add_case("squeeze", "squeeze " + ts, {{t, {3, 1, 4}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::squeeze(in[0], {1}, {})};
+             });
     add_case("gather", "gather " + ts, {{t, {6, 5}}, {dtype::i64, {4}, fill_kind::indices, 6}},
-             [](graph_builder&, const std::vector<output>& in) { return std::vector{ops::gather(in[0], in[1], 0, {})}; });
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::gather(in[0], in[1], 0, {})};
+             });
   }
-  add_case("gather_grad", "gather_grad f32", {{dtype::f32, {7, 5}}, {dtype::i32, {7}, fill_kind::indices, 4}},
+  add_case("gather_grad", "gather_grad f32",
+           {{dtype::f32, {7, 5}}, {dtype::i32, {7}, fill_kind::indices, 4}},
            [](graph_builder&, const std::vector<output>& in) {
              return std::vector{ops::gather_grad(in[0], in[1], {4, 5}, 0, {})};
            });
-  add_case("one_hot", "one_hot", {{dtype::i64, {9}, fill_kind::indices, 5}}, [](graph_builder&, const std::vector<output>& in) {
-    return std::vector{ops::one_hot(in[0], 5, dtype::f32, 1.0, 0.0, -1, {})};
-  });
+  add_case("one_hot", "one_hot", {{dtype::i64, {9}, fill_kind::indices, 5}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::one_hot(in[0], 5, dtype::f32, 1.0, 0.0, -1, {})};
+           });
   // Reductions, softmax, LayerNorm.
   using reduce_fn = output (*)(output, std::vector<std::int64_t>, bool, const node_options&);
-  for (const auto& [op, fn] : std::vector<std::pair<std::string, reduce_fn>>{
-           {"reduce_sum", ops::reduce_sum}, {"reduce_mean", ops::reduce_mean}, {"reduce_max", ops::reduce_max},
-           {"reduce_min", ops::reduce_min}, {"reduce_prod", ops::reduce_prod}}) {
+  for (const auto& [op, fn] :
+       std::vector<std::pair<std::string, reduce_fn>>{{"reduce_sum", ops::reduce_sum},
+                                                      {"reduce_mean", ops::reduce_mean},
+                                                      {"reduce_max", ops::reduce_max},
+                                                      {"reduce_min", ops::reduce_min},
+                                                      {"reduce_prod", ops::reduce_prod}}) {
     for (dtype t : floats) {
       const fill_kind fill = op == "reduce_prod" ? fill_kind::unit : fill_kind::normal;
-      add_case(op, op + " inner " + to_string(t), {{t, {9, 1023}, fill}}, [fn = fn](graph_builder&, const std::vector<output>& in) {
-        return std::vector{fn(in[0], {-1}, false, {})};
-      });
-      add_case(op, op + " outer keepdims " + to_string(t), {{t, {33, 4, 7}, fill}}, [fn = fn](graph_builder&, const std::vector<output>& in) {
-        return std::vector{fn(in[0], {0, 2}, true, {})};
-      });
-      add_case(op, op + " all " + to_string(t), {{t, {17, 29}, fill}}, [fn = fn](graph_builder&, const std::vector<output>& in) {
-        return std::vector{fn(in[0], {}, false, {})};
-      });
+      add_case(op, op + " inner " + to_string(t), {{t, {9, 1023}, fill}},
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0], {-1}, false, {})};
+               });
+      add_case(op, op + " outer keepdims " + to_string(t), {{t, {33, 4, 7}, fill}},
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0], {0, 2}, true, {})};
+               });
+      add_case(op, op + " all " + to_string(t), {{t, {17, 29}, fill}},
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0], {}, false, {})};
+               });
     }
   }
-  add_case("argmax", "argmax", {{dtype::f32, {7, 300}}}, [](graph_builder&, const std::vector<output>& in) {
-    return std::vector{ops::argmax(in[0], -1, dtype::i64, {})};
-  });
+  add_case("argmax", "argmax", {{dtype::f32, {7, 300}}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::argmax(in[0], -1, dtype::i64, {})};
+           });
   for (dtype t : floats) {
     const std::string ts = to_string(t);
-    add_case("softmax", "softmax " + ts, {{t, {13, 1000}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::softmax(in[0], -1, {})};
-    });
-    add_case("log_softmax", "log_softmax " + ts, {{t, {13, 77}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::log_softmax(in[0], -1, {})};
-    });
+    add_case("softmax", "softmax " + ts, {{t, {13, 1000}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::softmax(in[0], -1, {})};
+             });
+    add_case("log_softmax", "log_softmax " + ts, {{t, {13, 77}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::log_softmax(in[0], -1, {})};
+             });
     add_case("layer_norm", "layer_norm " + ts, {{t, {37, 1024}}, {t, {1024}}, {t, {1024}}},
              [](graph_builder&, const std::vector<output>& in) {
                const auto ln = ops::layer_norm(in[0], in[1], in[2], -1, 1e-5, {});
                return std::vector{ln.y, ln.mean, ln.rstd};
              });
-    add_case("layer_norm_grad", "layer_norm_grad " + ts, {{t, {37, 300}}, {t, {37, 300}}, {t, {300}}, {t, {300}}},
+    add_case("layer_norm_grad", "layer_norm_grad " + ts,
+             {{t, {37, 300}}, {t, {37, 300}}, {t, {300}}, {t, {300}}},
              [](graph_builder& b, const std::vector<output>& in) {
                const auto ln = ops::layer_norm(in[1], in[2], in[3], -1, 1e-5, {});
-               return b.add("layer_norm_grad", {in[0], in[1], in[2], ln.mean, ln.rstd}, {{"axis", std::int64_t{1}}});
+               return b.add("layer_norm_grad", {in[0], in[1], in[2], ln.mean, ln.rstd},
+                            {{"axis", std::int64_t{1}}});
              });
-    add_case("bias_add", "bias_add " + ts, {{t, {6, 50}}, {t, {50}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::bias_add(in[0], in[1], "NHWC", {})};
-    });
-    add_case("matmul", "matmul " + ts, {{t, {33, 65}}, {t, {65, 17}}}, [](graph_builder&, const std::vector<output>& in) {
-      return std::vector{ops::matmul(in[0], in[1], false, false, {})};
-    });
+    add_case("bias_add", "bias_add " + ts, {{t, {6, 50}}, {t, {50}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::bias_add(in[0], in[1], "NHWC", {})};
+             });
+    add_case("matmul", "matmul " + ts, {{t, {33, 65}}, {t, {65, 17}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::matmul(in[0], in[1], false, false, {})};
+             });
     add_case("matmul", "matmul transposed batched " + ts, {{t, {3, 65, 33}}, {t, {3, 17, 65}}},
              [](graph_builder&, const std::vector<output>& in) {
                return std::vector{ops::matmul(in[0], in[1], true, true, {})};
              });
-    add_case("fused_matmul", "fused_matmul bias relu " + ts, {{t, {31, 64}}, {t, {64, 24}}, {t, {24}}},
+    add_case("fused_matmul", "fused_matmul bias relu " + ts,
+             {{t, {31, 64}}, {t, {64, 24}}, {t, {24}}},
              [](graph_builder&, const std::vector<output>& in) {
-               return std::vector{ops::fused_matmul(in[0], in[1], {.bias = in[2], .activation = "relu"}, false, false, {})};
+               return std::vector{ops::fused_matmul(
+                   in[0], in[1], {.bias = in[2], .activation = "relu"}, false, false, {})};
              });
-    add_case("fused_matmul", "fused_matmul residual gelu " + ts, {{t, {31, 64}}, {t, {64, 24}}, {t, {31, 24}}},
+    add_case("fused_matmul", "fused_matmul residual gelu " + ts,
+             {{t, {31, 64}}, {t, {64, 24}}, {t, {31, 24}}},
              [](graph_builder&, const std::vector<output>& in) {
-               return std::vector{ops::fused_matmul(in[0], in[1], {.residual = in[2], .activation = "gelu"}, false, false, {})};
+               return std::vector{ops::fused_matmul(
+                   in[0], in[1], {.residual = in[2], .activation = "gelu"}, false, false, {})};
              });
   }
-  add_case("softmax_cross_entropy", "softmax_cross_entropy", {{dtype::f32, {16, 10}}, {dtype::i64, {16}, fill_kind::indices, 10}},
+  add_case("softmax_cross_entropy", "softmax_cross_entropy",
+           {{dtype::f32, {16, 10}}, {dtype::i64, {16}, fill_kind::indices, 10}},
            [](graph_builder&, const std::vector<output>& in) {
              const auto x = ops::softmax_cross_entropy(in[0], in[1], {});
              return std::vector{x.loss, x.backprop};
@@ -329,7 +413,8 @@ TEST(CrossBackend, CoverageOfTheKernelTable) {
         << "op '" << op << "' has a CUDA kernel but no cross-backend case";
   }
   // And every case is for an op that has a CUDA kernel (a stale case would skip silently).
-  for (const auto& op : with_case) EXPECT_TRUE(cuda_ops.contains(op)) << op << " has a case but no CUDA kernel";
+  for (const auto& op : with_case)
+    EXPECT_TRUE(cuda_ops.contains(op)) << op << " has a case but no CUDA kernel";
 }
 
 TEST(CrossBackend, EveryCudaKernelMatchesTheCpuKernel) {
@@ -365,7 +450,8 @@ TEST(CrossBackend, EveryCudaKernelMatchesTheCpuKernel) {
     for (std::size_t k = 0; k < on_gpu.size(); ++k) {
       const tensor& gpu = out[k];
       const tensor& cpu = out[on_gpu.size() + k];
-      EXPECT_EQ(gpu.device().type, device_type::cuda) << "output " << k << " did not run on the GPU";
+      EXPECT_EQ(gpu.device().type, device_type::cuda)
+          << "output " << k << " did not run on the GPU";
       ASSERT_EQ(gpu.shape(), cpu.shape());
       ASSERT_EQ(gpu.type(), cpu.type());
       auto& dev = dynamic_cast<cuda::cuda_device&>(s.find_device("cuda:0"));
@@ -377,7 +463,8 @@ TEST(CrossBackend, EveryCudaKernelMatchesTheCpuKernel) {
           EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
           continue;
         }
-        ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i]))) << "output " << k << " element " << i;
+        ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i])))
+            << "output " << k << " element " << i;
       }
     }
   }

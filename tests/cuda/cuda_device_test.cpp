@@ -1,6 +1,8 @@
 // The CUDA device, its factory, memory resources, copies and placement. Tests that need no
 // GPU run everywhere (this build has the backend; the machine may have no driver); the rest
 // skip without a GPU (LOOM_REQUIRE_GPU).
+#include "backends/cuda/cuda_device.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,7 +11,6 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.hpp"
-#include "backends/cuda/cuda_device.hpp"
 #include "cuda_test_support.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/device/cuda.hpp"
@@ -30,7 +31,9 @@ namespace {
 using memory::host_tensor;
 
 std::vector<float> values_of(const tensor& t) {
-  const tensor dense = t.is_contiguous() ? t : memory::contiguous_copy(t, memory::host_resource::instance(), t.device());
+  const tensor dense =
+      t.is_contiguous() ? t
+                        : memory::contiguous_copy(t, memory::host_resource::instance(), t.device());
   return {dense.data<float>(), dense.data<float>() + dense.num_elements()};
 }
 
@@ -87,9 +90,9 @@ TEST(CudaKernels, StateAndTransferOpsAreRegistered) {
   for (const char* op : {"placeholder", "_arg", "const", "variable", "assign", "assign_add",
                          "assign_sub", "identity", "no_op", "_send", "_recv"}) {
     const auto kernels = r.kernels_for(op);
-    EXPECT_TRUE(std::any_of(kernels.begin(), kernels.end(),
-                            [](const kernel_def* k) { return k->device == device_type::cuda; }))
-        << op;
+    EXPECT_TRUE(std::any_of(kernels.begin(), kernels.end(), [](const kernel_def* k) {
+      return k->device == device_type::cuda;
+    })) << op;
   }
 }
 
@@ -171,11 +174,13 @@ TEST(CudaDevice, CopiesRoundTripDenseAndStrided) {
   const tensor expect = tensor::strided(host.buf(), dtype::f32, {4, 3, 2}, {1, 4, 12}, 0);
   EXPECT_EQ(values_of(back), values_of(expect));
   const tensor from_view = dev->copy_from_host(expect);
-  EXPECT_EQ(values_of(dev->copy_to_host(from_view, memory::host_resource::instance())), values_of(expect));
+  EXPECT_EQ(values_of(dev->copy_to_host(from_view, memory::host_resource::instance())),
+            values_of(expect));
   // A broadcast (stride 0) view.
   const tensor bcast = tensor::strided(host.buf(), dtype::f32, {3, 4}, {0, 1}, 0);
-  EXPECT_EQ(values_of(dev->copy_to_host(dev->copy_from_host(bcast), memory::host_resource::instance())),
-            values_of(bcast));
+  EXPECT_EQ(
+      values_of(dev->copy_to_host(dev->copy_from_host(bcast), memory::host_resource::instance())),
+      values_of(bcast));
   // Empty tensors.
   const tensor empty = host_tensor(dtype::f32, {0, 3});
   EXPECT_EQ(dev->copy_from_host(empty).num_elements(), 0);
@@ -247,7 +252,8 @@ TEST(CudaSession, PrefersTheGpuAndFallsBackPerNodeWithAReason) {
   const auto out = s.run({{"x", host_tensor({1, 1, 4, 4}, v)}}, {"conv", "r"});
   ASSERT_EQ(out[1].device().type, device_type::cuda);  // fetched where it was made
   const auto conv = values_of(out[0]);
-  for (std::size_t i = 0; i < v.size(); ++i) EXPECT_FLOAT_EQ(conv[i], 2.0f * std::max(0.0f, 2.0f * v[i]));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    EXPECT_FLOAT_EQ(conv[i], 2.0f * std::max(0.0f, 2.0f * v[i]));
 }
 
 TEST(CudaSession, VariablesLiveOnTheGpuAndUpdateInPlace) {

@@ -122,7 +122,13 @@ TEST(DeviceFactoryRegistry, GlobalHasTheCpuFactory) {
   device_factory_registry& global = device_factory_registry::global();
   EXPECT_EQ(&global, &device_factory_registry::global());
   ASSERT_NE(global.find(device_type::cpu), nullptr);
+#ifndef LOOM_HAVE_CUDA
   EXPECT_NE(dynamic_cast<loom::cpu_device_factory*>(global.find(device_type::cpu)), nullptr);
+#else
+  // The CUDA backend's GPU-compatible CPU factory (priority 10) replaced it.
+  EXPECT_EQ(dynamic_cast<loom::cpu_device_factory*>(global.find(device_type::cpu)), nullptr);
+  EXPECT_NE(global.find(device_type::cuda), nullptr);
+#endif
   device_options options;
   options.cpu_threads = 1;
   const auto devices = global.create_devices(options);

@@ -380,11 +380,11 @@ TEST(DlpackImport, BadInputThrowsAndLeavesTheStructToTheCaller) {
          m.dl_tensor.dtype = {spec_complex, 64, 1};
        },
        true, "complex"},
-      {"cuda",
+      {"opencl",
        [](auto& m) {
-         m.dl_tensor.device = {kDLCUDA, 0};
+         m.dl_tensor.device = {kDLOpenCL, 0};
        },
-       true, "cuda"},
+       true, "opencl"},
       {"device code",
        [](auto& m) { m.dl_tensor.device.device_type = static_cast<DLDeviceType>(77); }, false,
        "77"},

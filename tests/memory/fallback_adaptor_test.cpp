@@ -67,7 +67,8 @@ TEST(FallbackAdaptor, ManyThreadsSpillAndReturnConsistently) {
     workers.emplace_back([&f, t] {
       std::vector<std::pair<void*, std::size_t>> held;
       for (int i = 0; i < rounds; ++i) {
-        const std::size_t bytes = static_cast<std::size_t>((i * 7919 + t * 104729) % (300 << 10)) + 1;
+        const std::size_t bytes =
+            static_cast<std::size_t>((i * 7919 + t * 104729) % (300 << 10)) + 1;
         held.emplace_back(f.adaptor.allocate(bytes), bytes);
         if (held.size() > 3) {
           f.adaptor.deallocate(held.front().first, held.front().second);

@@ -314,14 +314,15 @@ TEST(LayerNormFusion, NoKernelOnTheRequestedDeviceTypeIsRefused) {
   auto x = ops::placeholder(b, "x", dtype::f32, s);
   output y;
   {
-    auto scope = b.with_device("cuda:0");
+    // A device type loom has no kernels for (CUDA has a layer_norm kernel).
+    auto scope = b.with_device("vulkan:0");
     y = ln_primitives(x, {1}, 1e-5, {}, std::nullopt, std::nullopt);
   }
   ops::identity(y, {.name = "y"});
   session_options o;
-  o.allow_soft_placement = true;  // no CUDA here: the nodes run on the CPU
+  o.allow_soft_placement = true;  // no Vulkan device: the nodes run on the CPU
   const auto c = run_both(g, pass, {{"x", make_tensor(dtype::f32, s, xv)}}, {"y"}, {}, o);
-  EXPECT_TRUE(refused_with(c.log, pass, {"no layer_norm kernel for T = float32 on cuda"}))
+  EXPECT_TRUE(refused_with(c.log, pass, {"no layer_norm kernel for T = float32 on vulkan"}))
       << log_text(c.log);
   EXPECT_EQ(count_op(c.planned, "layer_norm"), 0u);
   expect_near_all(values(c.on[0]), ln_reference(xv, s, 1, {}, {}, 1e-5), 2e-4, 2e-5);

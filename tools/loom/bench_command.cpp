@@ -137,9 +137,11 @@ void add_bench_command(CLI::App& app) {
   };
   auto fflags = std::make_shared<fusion_flags>();
   fusion->add_flag("--json", fflags->json, "Print the results as JSON");
-  fusion->add_flag("--quick", fflags->options.quick, "Fewer repetitions, 4M elements (a smoke run)");
+  fusion->add_flag("--quick", fflags->options.quick,
+                   "Fewer repetitions, 4M elements (a smoke run)");
   fusion
-      ->add_option("--repetitions", fflags->options.repetitions, "Timed repetitions per measurement")
+      ->add_option("--repetitions", fflags->options.repetitions,
+                   "Timed repetitions per measurement")
       ->check(CLI::Range(1, 1000));
   fusion->add_option("--threads", fflags->options.threads, "Threads of the CPU device")
       ->check(CLI::Range(1, 1024));

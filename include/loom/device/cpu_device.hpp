@@ -43,7 +43,8 @@ class cpu_device_factory final : public device_factory {
  public:
   /// Devices whose pools draw from `upstream` (nullptr: pageable host memory), with
   /// `memory_note` ("pinned memory") added to their descriptions.
-  explicit cpu_device_factory(memory::memory_resource* upstream = nullptr, std::string memory_note = {})
+  explicit cpu_device_factory(memory::memory_resource* upstream = nullptr,
+                              std::string memory_note = {})
       : upstream_(upstream), memory_note_(std::move(memory_note)) {}
   device_type type() const noexcept override { return device_type::cpu; }
   std::vector<std::unique_ptr<device>> create_devices(const device_options& options) override;

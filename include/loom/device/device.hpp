@@ -46,6 +46,10 @@ class device {
   [[nodiscard]] virtual memory::memory_resource& allocator() = 0;
   /// The intra-op thread pool (CPU devices); nullptr for devices that compute elsewhere.
   [[nodiscard]] virtual thread_pool* pool() noexcept { return nullptr; }
+  /// The stream the device's tensors are ordered on: every buffer allocate() and kernels
+  /// make records it (buffer::stream_of) and goes back to the allocator on it. The default
+  /// stream on CPU; a CUDA device's compute stream.
+  [[nodiscard]] virtual stream tensor_stream() const noexcept { return {}; }
   /// Waits until all work queued on the device is done (a no-op on CPU, where kernels
   /// finish before they return).
   virtual void sync() {}

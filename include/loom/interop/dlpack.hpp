@@ -15,6 +15,17 @@
 // are DLPack 1.0's, used only when the installed header lacks them (the layouts are the
 // specification's, so either header gives the same ABI).
 //
+// Note [cuda imports]
+// Memory on CUDA devices goes both ways without a copy. An export carries the tensor's
+// device ({kDLCUDA, ordinal}, {kDLCUDAManaged, ordinal}, {kDLCUDAHost, 0}); an import of
+// kDLCUDA, kDLCUDAManaged or kDLCUDAHost memory is a tensor on cuda:n, cuda_managed:n or
+// cuda_host:0 viewing the producer's memory, which needs no CUDA call (DLPack says where the
+// memory is). What does need CUDA is the stream handshake of the Python array API
+// (__dlpack__(stream=...)): before handing memory over, the producer makes the consumer's
+// stream wait for its own work on it (prepare_export here; the consumer side is the
+// caller's, which passes the stream it will use and records it in the import's buffer).
+// Streams are numbered as loom/interop/cuda_interop.hpp's Note [interop streams] says.
+//
 // Loans: every export is recorded in loom::memory's loan book until its deleter runs, so a
 // tracking_adaptor's leak report names buffers a consumer never gave back.
 #pragma once
@@ -22,6 +33,7 @@
 #include <dlpack/dlpack.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "loom/core/dtype.hpp"
 #include "loom/core/tensor.hpp"
@@ -78,12 +90,30 @@ inline constexpr std::uint8_t dl_bool_code = 6;
 /// its deleter runs exactly once, when the last tensor viewing the memory goes. On failure
 /// (throws loom::invalid_argument or loom::unsupported_error naming the problem: a null
 /// tensor, an unsupported dtype or device, negative dimensions, strides or sizes that
-/// overflow) nothing happened to `m`: the caller still owns it.
-[[nodiscard]] tensor from_dlpack(DLManagedTensor* m);
+/// overflow) nothing happened to `m`: the caller still owns it. CPU, CUDA, CUDA host and
+/// CUDA managed memory are taken (Note [cuda imports]); for memory on a GPU, `s` is the
+/// stream the memory is ordered on, which the buffer records (buffer::stream_of): the
+/// stream the consumer asked the producer to order its work on (ignored for host memory).
+[[nodiscard]] tensor from_dlpack(DLManagedTensor* m, stream s = {});
 
 /// Imports a versioned managed tensor, as from_dlpack. A major version other than 1 is an
 /// error (the layout after `version` may differ); READ_ONLY makes the tensor's buffer
 /// read-only.
-[[nodiscard]] tensor from_dlpack(DLManagedTensorVersioned* m);
+[[nodiscard]] tensor from_dlpack(DLManagedTensorVersioned* m, stream s = {});
+
+/// The stream a consumer asks for with `stream_number` (the Python array API's
+/// __dlpack__(stream=...): nullopt for None) when it takes `t`, or nullopt when no
+/// synchronisation is wanted (host memory; -1). On CUDA (device or managed memory) None
+/// means the legacy default stream (1). Throws loom::invalid_argument for 0 (ambiguous on
+/// CUDA), numbers below -1, or any stream but None and -1 for host memory. No CUDA call.
+[[nodiscard]] std::optional<stream> consumer_stream_for(const tensor& t,
+                                                        std::optional<std::int64_t> stream_number);
+
+/// The producer's half of the stream handshake (Note [cuda imports]): makes the consumer's
+/// stream (consumer_stream_for) wait for loom's work on `t`, ordered on t's buffer's stream
+/// (cuda_stream_wait: an event, or a wait for the whole device when the buffer names no
+/// stream). Nothing for host memory. Throws as consumer_stream_for, and
+/// loom::unsupported_error (a build without CUDA) or loom::cuda_error for tensors on a GPU.
+void prepare_export(const tensor& t, std::optional<std::int64_t> consumer_stream);
 
 }  // namespace loom::interop

@@ -9,9 +9,9 @@
  * code and message for the calling thread, which loom_last_error() and
  * loom_last_error_message() read.
  *
- * Every function here is thread-safe. loom_allocate, loom_deallocate and loom_memory_stats
- * each set the calling thread's last error, to LOOM_OK when they succeed. From C++ the
- * functions are noexcept.
+ * Every function here is thread-safe. loom_allocate, loom_deallocate, loom_memory_stats and
+ * their _for variants each set the calling thread's last error, to LOOM_OK when they
+ * succeed. From C++ the functions are noexcept.
  */
 #ifndef LOOM_MEMORY_C_API_H
 #define LOOM_MEMORY_C_API_H
@@ -97,6 +97,34 @@ LOOM_API void loom_deallocate(void* p, size_t bytes, size_t alignment, loom_devi
  * LOOM_ERROR_INVALID_ARGUMENT (out is NULL), LOOM_ERROR_NO_DEVICE or LOOM_ERROR_INTERNAL.
  * A resource that keeps no figures gives all zeros. */
 LOOM_API int loom_memory_stats(loom_device device, loom_memory_statistics* out) LOOM_NOEXCEPT;
+
+/* Per-library attribution: the same calls made on behalf of a named library ("torch",
+ * "cupy", "numba": printable ASCII, 1 to 63 bytes), whose blocks are counted apart
+ * (loom/memory/library_resources.hpp). The device's pool serves them exactly as it serves
+ * loom_allocate, so loom_memory_stats(device) stays the total of everyone and
+ * loom_memory_stats_for(device, library) is that library's share. A block from
+ * loom_allocate_for goes back through loom_deallocate_for with the same library (and the
+ * bytes, alignment and device of loom_allocate). */
+
+/* As loom_allocate, counted for `library`. Also returns NULL with
+ * LOOM_ERROR_INVALID_ARGUMENT for a NULL or bad library name. */
+LOOM_API void* loom_allocate_for(const char* library, size_t bytes, size_t alignment,
+                                 loom_device device, loom_stream stream) LOOM_NOEXCEPT;
+
+/* As loom_deallocate, counted for `library`. NULL does nothing. Sets
+ * LOOM_ERROR_INVALID_ARGUMENT, leaving the block alone, when `library` is NULL or has
+ * allocated nothing on the device (so the block cannot be one of its). */
+LOOM_API void loom_deallocate_for(const char* library, void* p, size_t bytes, size_t alignment,
+                                  loom_device device, loom_stream stream) LOOM_NOEXCEPT;
+
+/* Fills *out with `library`'s figures on `device`: bytes_in_use, peak_bytes_in_use,
+ * total_bytes_allocated, allocations_in_use, num_allocs, num_deallocs, num_failed_allocs
+ * (the pool's own fields, such as bytes_reserved, are 0: they belong to everyone). All zeros
+ * for a library that has allocated nothing there. Returns LOOM_OK,
+ * LOOM_ERROR_INVALID_ARGUMENT (out or library NULL, a bad name), LOOM_ERROR_NO_DEVICE (the
+ * library has no figures there and no resource serves the device) or LOOM_ERROR_INTERNAL. */
+LOOM_API int loom_memory_stats_for(loom_device device, const char* library,
+                                   loom_memory_statistics* out) LOOM_NOEXCEPT;
 
 /* The status of the calling thread's last call to a function above. */
 LOOM_API int loom_last_error(void) LOOM_NOEXCEPT;

@@ -21,7 +21,9 @@
 namespace loom::cuda {
 namespace {
 
-cudaStream_t to_cuda(stream s) noexcept { return static_cast<cudaStream_t>(s.handle()); }
+cudaStream_t to_cuda(stream s) noexcept {
+  return static_cast<cudaStream_t>(s.handle());
+}
 
 // Orders every block handed out through it on one stream when the caller names none (the
 // default stream): tensors on a device are used by its compute stream (Note [cuda memory]).
@@ -35,7 +37,8 @@ class stream_binding final : public memory::memory_resource {
   void* do_allocate(std::size_t bytes, std::size_t alignment, stream s) override {
     return upstream_->allocate(bytes, alignment, pick(s));
   }
-  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment, stream s) noexcept override {
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
+                     stream s) noexcept override {
     upstream_->deallocate(p, bytes, alignment, pick(s));
   }
   bool do_is_equal(const memory_resource& other) const noexcept override {
@@ -91,14 +94,13 @@ class device_memory {
       memory::bfc_pool_options o;
       o.name = fmt::format("cuda:{}", ordinal);
       if (options.preallocate_fraction < 0 || options.preallocate_fraction > 1) {
-        throw invalid_argument(fmt::format(
-            "cuda:{}: preallocate_fraction {} is not within [0, 1]", ordinal,
-            options.preallocate_fraction));
+        throw invalid_argument(fmt::format("cuda:{}: preallocate_fraction {} is not within [0, 1]",
+                                           ordinal, options.preallocate_fraction));
       }
       const std::size_t limit = options.memory_limit != 0 ? options.memory_limit : free_bytes;
       o.max_size = std::max<std::size_t>(limit, 1);
-      o.initial_size = std::min(
-          limit, static_cast<std::size_t>(options.preallocate_fraction * static_cast<double>(total_bytes)));
+      o.initial_size = std::min(limit, static_cast<std::size_t>(options.preallocate_fraction *
+                                                                static_cast<double>(total_bytes)));
       if (!options.allow_growth) {
         if (o.initial_size == 0) {
           throw invalid_argument(fmt::format(
@@ -180,8 +182,9 @@ device_guard::device_guard(int ordinal) {
   }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    throw cuda_error(fmt::format("cannot make cuda:{} the current device: {}", ordinal, describe(e)),
-                     static_cast<int>(e));
+    throw cuda_error(
+        fmt::format("cannot make cuda:{} the current device: {}", ordinal, describe(e)),
+        static_cast<int>(e));
   }
 }
 
@@ -199,13 +202,15 @@ void check_launch(kernel_context& ctx, const char* kernel) {
 
 cuda_device& device_of(kernel_context& ctx) {
   auto* d = dynamic_cast<cuda_device*>(&ctx.device());
-  if (d == nullptr) ctx.fail("a CUDA kernel runs on {}, which is no CUDA device", ctx.device().name());
+  if (d == nullptr)
+    ctx.fail("a CUDA kernel runs on {}, which is no CUDA device", ctx.device().name());
   return *d;
 }
 
 cuda_device& device_of(const kernel_construction& c) {
   auto* d = dynamic_cast<cuda_device*>(&c.device());
-  if (d == nullptr) c.fail(fmt::format("a CUDA kernel is made for {}, which is no CUDA device", c.device().name()));
+  if (d == nullptr)
+    c.fail(fmt::format("a CUDA kernel is made for {}, which is no CUDA device", c.device().name()));
   return *d;
 }
 
@@ -291,11 +296,17 @@ cuda_device::~cuda_device() {
   }
 }
 
-memory::memory_resource& cuda_device::allocator() { return impl_->bound; }
+memory::memory_resource& cuda_device::allocator() {
+  return impl_->bound;
+}
 
-memory::memory_resource& cuda_device::pinned_host() { return pinned_pool(); }
+memory::memory_resource& cuda_device::pinned_host() {
+  return pinned_pool();
+}
 
-memory::bfc_pool* cuda_device::memory_pool() noexcept { return impl_->memory->pool(); }
+memory::bfc_pool* cuda_device::memory_pool() noexcept {
+  return impl_->memory->pool();
+}
 
 void cuda_device::sync() {
   const device_guard guard(ordinal_);
@@ -377,10 +388,11 @@ bool is_pinned(const void* p) {
 }  // namespace
 
 tensor cuda_device::contiguous_copy(const tensor& src) {
-  if (!src.defined()) throw invalid_argument(fmt::format("contiguous_copy on {}: undefined tensor", name()));
+  if (!src.defined())
+    throw invalid_argument(fmt::format("contiguous_copy on {}: undefined tensor", name()));
   if (src.device() != id()) {
-    throw invalid_argument(fmt::format("contiguous_copy on {}: {} is not on this device", name(),
-                                       src.describe()));
+    throw invalid_argument(
+        fmt::format("contiguous_copy on {}: {} is not on this device", name(), src.describe()));
   }
   const device_guard guard(ordinal_);
   tensor out = allocate(src.type(), src.shape());
@@ -396,7 +408,8 @@ tensor cuda_device::contiguous_copy(const tensor& src) {
 }
 
 tensor cuda_device::copy_from_host(const tensor& src) {
-  if (!src.defined()) throw invalid_argument(fmt::format("copy_from_host on {}: undefined tensor", name()));
+  if (!src.defined())
+    throw invalid_argument(fmt::format("copy_from_host on {}: undefined tensor", name()));
   const device_guard guard(ordinal_);
   impl_->reap(false);
   const device_id from = src.device();
@@ -421,14 +434,16 @@ tensor cuda_device::copy_from_host(const tensor& src) {
     if (!src.is_contiguous()) {
       const tensor view = tensor::strided(staged.buf(), src.type(), src.shape(), src.strides(), 0);
       LOOM_CUDA_CHECK(kernels::strided_copy(view.raw_data(), out.raw_data(), size_of(src.type()),
-                                            layout_of(view), view.num_elements(), streams_.compute));
+                                            layout_of(view), view.num_elements(),
+                                            streams_.compute));
     }
     return out;
   }
   if (!is_host_accessible(from.type)) {
-    throw invalid_argument(fmt::format("copy_from_host on {}: the source {} is neither in host "
-                                       "memory nor on a CUDA device",
-                                       name(), src.describe()));
+    throw invalid_argument(
+        fmt::format("copy_from_host on {}: the source {} is neither in host "
+                    "memory nor on a CUDA device",
+                    name(), src.describe()));
   }
   // Host memory: dense first (into pinned memory, so the copy is truly asynchronous).
   tensor host = src;
@@ -452,14 +467,16 @@ tensor cuda_device::copy_from_host(const tensor& src) {
 }
 
 tensor cuda_device::copy_to_host(const tensor& src, memory::memory_resource& host) {
-  if (!src.defined()) throw invalid_argument(fmt::format("copy_to_host on {}: undefined tensor", name()));
+  if (!src.defined())
+    throw invalid_argument(fmt::format("copy_to_host on {}: undefined tensor", name()));
   if (src.device() != id()) {
-    throw invalid_argument(fmt::format("copy_to_host on {}: {} is not on this device", name(),
-                                       src.describe()));
+    throw invalid_argument(
+        fmt::format("copy_to_host on {}: {} is not on this device", name(), src.describe()));
   }
   const device_guard guard(ordinal_);
   const tensor dense = src.is_contiguous() ? src : contiguous_copy(src);
-  tensor out = memory::allocate_tensor(host, device_id{device_type::cpu, 0}, src.type(), src.shape());
+  tensor out =
+      memory::allocate_tensor(host, device_id{device_type::cpu, 0}, src.type(), src.shape());
   if (src.num_elements() == 0) return out;
   waits_for_compute(streams_.d2h);
   LOOM_CUDA_CHECK(cudaMemcpyAsync(out.raw_data(), dense.raw_data(), dense.nbytes(),
@@ -470,7 +487,8 @@ tensor cuda_device::copy_to_host(const tensor& src, memory::memory_resource& hos
 
 // ---- the factory ---------------------------------------------------------------------------
 
-std::vector<std::unique_ptr<device>> cuda_device_factory::create_devices(const device_options& options) {
+std::vector<std::unique_ptr<device>> cuda_device_factory::create_devices(
+    const device_options& options) {
   std::vector<std::unique_ptr<device>> out;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -56,6 +56,8 @@ class cuda_device final : public device {
   ~cuda_device() override;
 
   memory::memory_resource& allocator() override;
+  /// The compute stream: device tensors are ordered on it (Note [cuda memory]).
+  stream tensor_stream() const noexcept override { return stream(streams_.compute); }
   /// Waits for every stream of the group.
   void sync() override;
   /// `src` in host memory (any strides) or on another GPU, copied to a new dense tensor

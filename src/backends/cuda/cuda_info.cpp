@@ -31,9 +31,13 @@ const probe& probed() {
 
 }  // namespace
 
-bool is_built() noexcept { return true; }
+bool is_built() noexcept {
+  return true;
+}
 
-int device_count() noexcept { return probed().count; }
+int device_count() noexcept {
+  return probed().count;
+}
 
 std::string availability() {
   const probe& p = probed();
@@ -51,10 +55,10 @@ std::string describe() {
   (void)cudaRuntimeGetVersion(&runtime);
   int driver = 0;
   (void)cudaDriverGetVersion(&driver);
-  const std::string versions = fmt::format("CUDA runtime {}.{}, driver {}", runtime / 1000,
-                                           (runtime % 1000) / 10,
-                                           driver == 0 ? std::string("none")
-                                                       : fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10));
+  const std::string versions =
+      fmt::format("CUDA runtime {}.{}, driver {}", runtime / 1000, (runtime % 1000) / 10,
+                  driver == 0 ? std::string("none")
+                              : fmt::format("{}.{}", driver / 1000, (driver % 1000) / 10));
   const int n = device_count();
   if (n == 0) return versions + ": " + availability();
   std::string out = fmt::format("{}, {} GPU{}:", versions, n, n == 1 ? "" : "s");

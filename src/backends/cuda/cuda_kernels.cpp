@@ -6,9 +6,13 @@ namespace loom {
 void register_cuda_kernels(kernel_registry& registry) {
   cuda::register_state_kernels(registry);
   cuda::register_transfer_kernels(registry);
+  cuda::register_elementwise_kernels(registry);
+  cuda::register_array_kernels(registry);
   cuda::register_fused_kernels(registry);
   cuda::register_matmul_kernels(registry);
   cuda::register_optimizer_kernels(registry);
+  cuda::register_reduction_kernels(registry);
+  cuda::register_nn_kernels(registry);
 }
 
 }  // namespace loom

@@ -9,7 +9,9 @@
 namespace loom::memory {
 namespace {
 
-cudaStream_t to_cuda(stream s) noexcept { return static_cast<cudaStream_t>(s.handle()); }
+cudaStream_t to_cuda(stream s) noexcept {
+  return static_cast<cudaStream_t>(s.handle());
+}
 
 // Turns CUDA's out-of-memory into loom::out_of_memory carrying the request and the
 // resource's name; other errors throw loom::cuda_error.
@@ -30,9 +32,9 @@ void check_allocation(cudaError_t e, std::size_t bytes, const char* resource, co
 // Device allocations are 256-byte aligned by CUDA; larger alignments are not offered.
 void check_alignment(std::size_t alignment, const char* resource) {
   if (alignment > 256) {
-    throw invalid_argument(fmt::format(
-        "{}: alignment {} is not supported (CUDA allocations are 256-byte aligned)", resource,
-        alignment));
+    throw invalid_argument(
+        fmt::format("{}: alignment {} is not supported (CUDA allocations are 256-byte aligned)",
+                    resource, alignment));
   }
 }
 
@@ -141,7 +143,8 @@ void* managed_resource::do_allocate(std::size_t bytes, std::size_t alignment, st
                    "cudaMallocManaged", device_);
   try {
     if (options_.prefer_device) {
-      LOOM_CUDA_CHECK(cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, device_location(device_)));
+      LOOM_CUDA_CHECK(
+          cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, device_location(device_)));
     }
     if (options_.host_accesses) {
       LOOM_CUDA_CHECK(cudaMemAdvise(p, n, cudaMemAdviseSetAccessedBy, host_location()));
@@ -156,8 +159,8 @@ void* managed_resource::do_allocate(std::size_t bytes, std::size_t alignment, st
 
 void managed_resource::prefetch(const void* p, std::size_t bytes, bool to_device, stream s) const {
   const cuda::device_guard guard(device_);
-  LOOM_CUDA_CHECK(cudaMemPrefetchAsync(p, bytes, to_device ? device_location(device_) : host_location(),
-                                       0, to_cuda(s)));
+  LOOM_CUDA_CHECK(cudaMemPrefetchAsync(
+      p, bytes, to_device ? device_location(device_) : host_location(), 0, to_cuda(s)));
 }
 
 void managed_resource::advise_read_mostly(const void* p, std::size_t bytes) const {

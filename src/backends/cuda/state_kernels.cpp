@@ -17,7 +17,7 @@ namespace {
 constexpr device_type gpu = device_type::cuda;
 
 std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
           dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
 }
 
@@ -80,13 +80,20 @@ std::string variable_name_of(const kernel_construction& c) {
 
 kernels::update_type update_type_of(kernel_context& ctx, dtype t) {
   switch (t) {
-    case dtype::f32: return kernels::update_type::f32;
-    case dtype::f64: return kernels::update_type::f64;
-    case dtype::f16: return kernels::update_type::f16;
-    case dtype::bf16: return kernels::update_type::bf16;
-    case dtype::i32: return kernels::update_type::i32;
-    case dtype::i64: return kernels::update_type::i64;
-    default: ctx.fail("no in-place update for dtype {}", to_string(t));
+    case dtype::f32:
+      return kernels::update_type::f32;
+    case dtype::f64:
+      return kernels::update_type::f64;
+    case dtype::f16:
+      return kernels::update_type::f16;
+    case dtype::bf16:
+      return kernels::update_type::bf16;
+    case dtype::i32:
+      return kernels::update_type::i32;
+    case dtype::i64:
+      return kernels::update_type::i64;
+    default:
+      ctx.fail("no in-place update for dtype {}", to_string(t));
   }
 }
 
@@ -116,7 +123,8 @@ class update_kernel final : public op_kernel {
     }
     if constexpr (U != update::set) (void)ctx.take_input(0);
     const bool writable = var.value.defined() && var.value.device() == ctx.device().id() &&
-                          var.value.buf()->writable_in_place() && var.value.shape() == value.shape();
+                          var.value.buf()->writable_in_place() &&
+                          var.value.shape() == value.shape();
     const tensor src = ctx.input_contiguous(value_input);
     if (U == update::set) {
       if (!writable) var.value = ctx.device().allocate(value.type(), value.shape());
@@ -124,8 +132,9 @@ class update_kernel final : public op_kernel {
                                       cudaMemcpyDeviceToDevice, scope.stream));
     } else {
       if (!writable) {
-        var.value = var.value.device() == ctx.device().id() ? ctx.device().contiguous_copy(var.value)
-                                                            : ctx.device().copy_from_host(var.value);
+        var.value = var.value.device() == ctx.device().id()
+                        ? ctx.device().contiguous_copy(var.value)
+                        : ctx.device().copy_from_host(var.value);
       }
       LOOM_CUDA_CHECK(kernels::update(update_type_of(ctx, value.type()), var.value.raw_data(),
                                       src.raw_data(), src.num_elements(), U == update::sub,
@@ -196,9 +205,10 @@ void register_state_kernels(kernel_registry& r) {
   r.add(make_kernel_def<placeholder_kernel>("_arg", gpu, any, "cuda"));
   r.add(make_kernel_def<const_kernel>("const", gpu, any, "cuda"));
   r.add(make_kernel_def<variable_kernel>("variable", gpu, any, "cuda"));
-  r.add(make_kernel_def<update_kernel<update::set>>("assign", gpu, type_constraint(all_types()), "cuda"));
-  const auto numeric = type_constraint(
-      {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64});
+  r.add(make_kernel_def<update_kernel<update::set>>("assign", gpu, type_constraint(all_types()),
+                                                    "cuda"));
+  const auto numeric =
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64});
   r.add(make_kernel_def<update_kernel<update::add>>("assign_add", gpu, numeric, "cuda"));
   r.add(make_kernel_def<update_kernel<update::sub>>("assign_sub", gpu, numeric, "cuda"));
   r.add(make_kernel_def<identity_kernel>("identity", gpu, type_constraint(all_types()), "cuda"));

@@ -35,8 +35,8 @@ cudaError_t launch(const void* src, void* dst, const strided_layout& layout, std
   constexpr int threads = 256;
   const std::int64_t blocks = (n + threads - 1) / threads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-  strided_copy_kernel<T><<<grid, threads, 0, stream>>>(static_cast<const T*>(src),
-                                                         static_cast<T*>(dst), layout, n);
+  strided_copy_kernel<T>
+      <<<grid, threads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), layout, n);
   return cudaGetLastError();
 }
 
@@ -46,12 +46,18 @@ cudaError_t strided_copy(const void* src, void* dst, std::size_t element_size,
                          const strided_layout& layout, std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   switch (element_size) {
-    case 1: return launch<std::uint8_t>(src, dst, layout, n, stream);
-    case 2: return launch<std::uint16_t>(src, dst, layout, n, stream);
-    case 4: return launch<std::uint32_t>(src, dst, layout, n, stream);
-    case 8: return launch<std::uint64_t>(src, dst, layout, n, stream);
-    case 16: return launch<bytes16>(src, dst, layout, n, stream);
-    default: return cudaErrorInvalidValue;
+    case 1:
+      return launch<std::uint8_t>(src, dst, layout, n, stream);
+    case 2:
+      return launch<std::uint16_t>(src, dst, layout, n, stream);
+    case 4:
+      return launch<std::uint32_t>(src, dst, layout, n, stream);
+    case 8:
+      return launch<std::uint64_t>(src, dst, layout, n, stream);
+    case 16:
+      return launch<bytes16>(src, dst, layout, n, stream);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

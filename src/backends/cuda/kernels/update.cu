@@ -36,8 +36,8 @@ cudaError_t launch(void* dst, const void* src, std::int64_t n, bool subtract, cu
   constexpr int threads = 256;
   const std::int64_t blocks = (n + threads - 1) / threads;
   const unsigned grid = static_cast<unsigned>(blocks < 65535 * 8 ? blocks : 65535 * 8);
-  update_kernel<T><<<grid, threads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), n,
-                                                 subtract);
+  update_kernel<T>
+      <<<grid, threads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), n, subtract);
   return cudaGetLastError();
 }
 
@@ -47,12 +47,18 @@ cudaError_t update(update_type t, void* dst, const void* src, std::int64_t n, bo
                    cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   switch (t) {
-    case update_type::f32: return launch<float>(dst, src, n, subtract, stream);
-    case update_type::f64: return launch<double>(dst, src, n, subtract, stream);
-    case update_type::f16: return launch<__half>(dst, src, n, subtract, stream);
-    case update_type::bf16: return launch<__nv_bfloat16>(dst, src, n, subtract, stream);
-    case update_type::i32: return launch<int>(dst, src, n, subtract, stream);
-    case update_type::i64: return launch<long long>(dst, src, n, subtract, stream);
+    case update_type::f32:
+      return launch<float>(dst, src, n, subtract, stream);
+    case update_type::f64:
+      return launch<double>(dst, src, n, subtract, stream);
+    case update_type::f16:
+      return launch<__half>(dst, src, n, subtract, stream);
+    case update_type::bf16:
+      return launch<__nv_bfloat16>(dst, src, n, subtract, stream);
+    case update_type::i32:
+      return launch<int>(dst, src, n, subtract, stream);
+    case update_type::i64:
+      return launch<long long>(dst, src, n, subtract, stream);
   }
   return cudaErrorInvalidValue;
 }

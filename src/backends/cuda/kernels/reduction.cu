@@ -1,0 +1,482 @@
+// CUDA kernels of reduce_sum / mean / max / min / prod and argmax (launchers in reduction.cuh;
+// Note [cuda reduction plan], Note [cuda deterministic reductions]).
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "reduction.cuh"
+#include "reduction_device.cuh"
+
+namespace loom::cuda::kernels {
+namespace {
+
+using namespace rdev;
+
+// How one kind of reduction accumulates T (as the CPU kernels' reducer, reduction_reduce.cpp):
+// the accumulator A, its identity, how an element enters it, how two combine, the result.
+template <class T, reduce_op K>
+struct reducer {
+  using C = compute_t<T>;
+  static constexpr bool floating = !std::is_integral_v<C>;
+  static constexpr bool additive = K == reduce_op::sum || K == reduce_op::mean;
+  // Float sums in double (16-bit floats in float), integer sums and products wrapping in 64
+  // bits, float products and max/min in the compute type.
+  using A = std::conditional_t<
+      additive,
+      std::conditional_t<floating, std::conditional_t<is_half_like<T>, float, double>,
+                         unsigned long long>,
+      std::conditional_t<K == reduce_op::prod, std::conditional_t<floating, C, unsigned long long>,
+                         C>>;
+
+  __device__ static A identity() {
+    if constexpr (additive) {
+      return A(0);
+    } else if constexpr (K == reduce_op::prod) {
+      return A(1);
+    } else if constexpr (K == reduce_op::max) {
+      return floating ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::lowest();
+    } else {
+      return floating ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
+    }
+  }
+
+  // An element of the input (T), or a partial accumulator from a first pass (A).
+  template <class In>
+  __device__ static A lift(In v) {
+    if constexpr (std::is_same_v<In, A>) {
+      return v;
+    } else if constexpr (floating) {
+      return static_cast<A>(load(v));
+    } else if constexpr (K == reduce_op::max || K == reduce_op::min) {
+      return v;
+    } else {
+      return static_cast<A>(static_cast<long long>(v));
+    }
+  }
+
+  // max/min: a NaN on either side wins (NumPy's maximum/minimum).
+  __device__ static A combine(A a, A b) {
+    if constexpr (additive) {
+      return a + b;
+    } else if constexpr (K == reduce_op::prod) {
+      return a * b;
+    } else if constexpr (K == reduce_op::max) {
+      return (b > a || b != b) ? b : a;
+    } else {
+      return (b < a || b != b) ? b : a;
+    }
+  }
+
+  __device__ static T finish(A a, std::int64_t count) {
+    if constexpr (K == reduce_op::mean) {
+      return store<T>(static_cast<double>(a) / static_cast<double>(count));
+    } else if constexpr (!floating && K != reduce_op::max && K != reduce_op::min) {
+      return static_cast<T>(static_cast<long long>(a));
+    } else {
+      return store<T>(a);
+    }
+  }
+};
+
+template <class R>
+struct combine_fn {
+  template <class A>
+  __device__ A operator()(A a, A b) const {
+    return R::combine(a, b);
+  }
+};
+
+template <class T, reduce_op K>
+inline constexpr bool supported_v = !(K == reduce_op::mean && std::is_integral_v<T>)&&(
+    std::is_same_v<T, float> || std::is_same_v<T, double> || is_half_like<T> ||
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>);
+
+constexpr int block_threads = 256;
+constexpr int col_tile = 32;                  // columns per block in column mode
+constexpr int col_rows = 8;                   // thread rows per block in column mode
+constexpr std::int64_t short_row = 256;       // rows up to this long: a warp per row
+constexpr std::int64_t target_blocks = 1024;  // enough blocks to fill a large GPU
+constexpr std::int64_t max_grid = std::int64_t{1} << 20;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+unsigned grid_for(std::int64_t blocks) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
+}
+
+// Rows of n (inner == 1): unit u = row * chunks + chunk; a team per unit. With `finish`, out
+// is T[rows] (chunks must be 1); else out is A[rows * chunks].
+template <class In, class R, class T>
+__global__ void reduce_rows_kernel(const In* x, void* out, std::int64_t rows, std::int64_t n,
+                                   std::int64_t chunks, std::int64_t chunk_len, bool finish,
+                                   std::int64_t count, bool whole_block) {
+  using A = typename R::A;
+  __shared__ block_scratch scratch;
+  const team t = make_team(whole_block);
+  const std::int64_t units = rows * chunks;
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * t.per_block;
+  for (std::int64_t u = static_cast<std::int64_t>(blockIdx.x) * t.per_block + t.index; u < units;
+       u += step) {
+    const std::int64_t row = u / chunks;
+    const std::int64_t b = (u % chunks) * chunk_len;
+    const std::int64_t e = b + chunk_len < n ? b + chunk_len : n;
+    const In* p = x + row * n;
+    A acc = R::identity();
+    const std::int64_t ts = t.size;
+    std::int64_t i = b + t.rank;
+    for (; i + 3 * ts < e; i += 4 * ts) {  // four loads in flight, combined in order
+      const In v0 = p[i];
+      const In v1 = p[i + ts];
+      const In v2 = p[i + 2 * ts];
+      const In v3 = p[i + 3 * ts];
+      acc =
+          R::combine(R::combine(R::combine(R::combine(acc, R::lift(v0)), R::lift(v1)), R::lift(v2)),
+                     R::lift(v3));
+    }
+    for (; i < e; i += ts) acc = R::combine(acc, R::lift(p[i]));
+    acc = team_allreduce(t, acc, combine_fn<R>{}, R::identity(), scratch);
+    if (t.rank == 0) {
+      if (finish) {
+        static_cast<T*>(out)[row] = R::finish(acc, count);
+      } else {
+        static_cast<A*>(out)[u] = acc;
+      }
+    }
+  }
+}
+
+// Columns of [outer, n, inner]: unit = (o, chunk, tile of 32 columns); a block of 32 x 8
+// threads per unit, the 8 thread rows splitting the chunk's rows. With `finish`, out is
+// T[outer, inner]; else A[outer, chunks, inner].
+template <class In, class R, class T>
+__global__ void reduce_cols_kernel(const In* x, void* out, std::int64_t outer, std::int64_t n,
+                                   std::int64_t inner, std::int64_t chunks, std::int64_t chunk_len,
+                                   bool finish, std::int64_t count) {
+  using A = typename R::A;
+  __shared__ alignas(16) unsigned char raw[col_rows * col_tile * sizeof(A)];
+  A* tile = reinterpret_cast<A*>(raw);
+  const int tx = static_cast<int>(threadIdx.x);
+  const int ty = static_cast<int>(threadIdx.y);
+  const std::int64_t tiles = (inner + col_tile - 1) / col_tile;
+  const std::int64_t units = outer * chunks * tiles;
+  for (std::int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const std::int64_t j = (u % tiles) * col_tile + tx;
+    const std::int64_t c = (u / tiles) % chunks;
+    const std::int64_t o = u / tiles / chunks;
+    const std::int64_t b = c * chunk_len;
+    const std::int64_t e = b + chunk_len < n ? b + chunk_len : n;
+    A acc = R::identity();
+    if (j < inner) {
+      const In* p = x + o * n * inner + j;
+      std::int64_t r = b + ty;
+      for (; r + 3 * col_rows < e; r += 4 * col_rows) {  // four loads in flight, in order
+        const In v0 = p[r * inner];
+        const In v1 = p[(r + col_rows) * inner];
+        const In v2 = p[(r + 2 * col_rows) * inner];
+        const In v3 = p[(r + 3 * col_rows) * inner];
+        acc = R::combine(
+            R::combine(R::combine(R::combine(acc, R::lift(v0)), R::lift(v1)), R::lift(v2)),
+            R::lift(v3));
+      }
+      for (; r < e; r += col_rows) acc = R::combine(acc, R::lift(p[r * inner]));
+    }
+    tile[ty * col_tile + tx] = acc;
+    __syncthreads();
+    if (ty == 0 && j < inner) {
+      A a = tile[tx];
+#pragma unroll
+      for (int k = 1; k < col_rows; ++k) a = R::combine(a, tile[k * col_tile + tx]);
+      if (finish) {
+        static_cast<T*>(out)[o * inner + j] = R::finish(a, count);
+      } else {
+        static_cast<A*>(out)[(o * chunks + c) * inner + j] = a;
+      }
+    }
+    __syncthreads();  // the tile is rewritten by the next unit
+  }
+}
+
+template <class In, class R, class T>
+void rows_pass(const In* x, void* out, std::int64_t rows, std::int64_t n, std::int64_t chunks,
+               std::int64_t chunk_len, bool finish, std::int64_t count, cudaStream_t s) {
+  const bool whole_block = chunk_len > short_row;
+  const std::int64_t per_block = whole_block ? 1 : block_threads / 32;
+  reduce_rows_kernel<In, R, T>
+      <<<grid_for(ceil_div(rows * chunks, per_block)), block_threads, 0, s>>>(
+          x, out, rows, n, chunks, chunk_len, finish, count, whole_block);
+}
+
+template <class In, class R, class T>
+void cols_pass(const In* x, void* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
+               std::int64_t chunks, std::int64_t chunk_len, bool finish, std::int64_t count,
+               cudaStream_t s) {
+  const std::int64_t units = outer * chunks * ceil_div(inner, col_tile);
+  reduce_cols_kernel<In, R, T><<<grid_for(units), dim3(col_tile, col_rows), 0, s>>>(
+      x, out, outer, n, inner, chunks, chunk_len, finish, count);
+}
+
+template <class T, reduce_op K>
+void reduce_typed(const reduce_plan& p, const void* xv, void* y, void* temp, cudaStream_t s) {
+  using R = reducer<T, K>;
+  using A = typename R::A;
+  const T* x = static_cast<const T*>(xv);
+  const std::int64_t count = p.n;
+  if (p.inner == 1) {
+    if (p.chunks == 1) {
+      rows_pass<T, R, T>(x, y, p.outer, p.n, 1, p.n, true, count, s);
+    } else {
+      rows_pass<T, R, T>(x, temp, p.outer, p.n, p.chunks, p.chunk_len, false, count, s);
+      rows_pass<A, R, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, 1, p.chunks, true,
+                         count, s);
+    }
+    return;
+  }
+  if (p.chunks == 1) {
+    cols_pass<T, R, T>(x, y, p.outer, p.n, p.inner, 1, p.n, true, count, s);
+  } else {
+    cols_pass<T, R, T>(x, temp, p.outer, p.n, p.inner, p.chunks, p.chunk_len, false, count, s);
+    cols_pass<A, R, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, p.inner, 1, p.chunks,
+                       true, count, s);
+  }
+}
+
+// Calls f(T{}) for the device type of t.
+template <class F>
+void visit_type(elem_type t, F&& f) {
+  switch (t) {
+    case elem_type::f32:
+      return f(float{});
+    case elem_type::f64:
+      return f(double{});
+    case elem_type::f16:
+      return f(f16{});
+    case elem_type::bf16:
+      return f(bf16{});
+    case elem_type::i32:
+      return f(std::int32_t{});
+    case elem_type::i64:
+      return f(std::int64_t{});
+    case elem_type::i8:
+      return f(std::int8_t{});
+    case elem_type::u8:
+      return f(std::uint8_t{});
+    case elem_type::boolean:
+      return;
+  }
+}
+
+// Calls f(T{}, op constant) for t and op.
+template <class F>
+void visit_reduce(elem_type t, reduce_op op, F&& f) {
+  visit_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    switch (op) {
+      case reduce_op::sum:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::sum>{});
+      case reduce_op::mean:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::mean>{});
+      case reduce_op::max:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::max>{});
+      case reduce_op::min:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::min>{});
+      case reduce_op::prod:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::prod>{});
+    }
+    (void)sizeof(T);
+  });
+}
+
+// ---- argmax -----------------------------------------------------------------------------
+
+// A candidate: value (widened so warps can shuffle it) and index (-1: none yet).
+template <class V>
+struct arg_pair {
+  V v;
+  long long i;
+};
+
+// The better of two candidates: a NaN beats any number (the first NaN wins), a larger value
+// beats a smaller, and ties go to the smaller index (NumPy's argmax).
+struct arg_better {
+  template <class P>
+  __device__ P operator()(P a, P b) const {
+    if (b.i < 0) return a;
+    if (a.i < 0) return b;
+    const bool na = a.v != a.v;
+    const bool nb = b.v != b.v;
+    if (na || nb) {
+      if (na && nb) return a.i < b.i ? a : b;
+      return na ? a : b;
+    }
+    if (a.v > b.v) return a;
+    if (b.v > a.v) return b;
+    return a.i < b.i ? a : b;
+  }
+};
+
+template <class T>
+using arg_value_t = std::conditional_t<sizeof(compute_t<T>) < 4, int, compute_t<T>>;
+
+template <class T>
+__global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64_t rows,
+                                   std::int64_t n, bool whole_block) {
+  using V = arg_value_t<T>;
+  using P = arg_pair<V>;
+  __shared__ block_scratch scratch;
+  const team t = make_team(whole_block);
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * t.per_block;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * t.per_block + t.index; r < rows;
+       r += step) {
+    const T* p = x + r * n;
+    P best{V{}, -1};
+    for (std::int64_t i = t.rank; i < n; i += t.size) {
+      best = arg_better{}(best, P{static_cast<V>(load(p[i])), i});
+    }
+    best = team_allreduce(t, best, arg_better{}, P{V{}, -1}, scratch);
+    if (t.rank == 0) {
+      if (out_i32) {
+        static_cast<std::int32_t*>(y)[r] = static_cast<std::int32_t>(best.i);
+      } else {
+        static_cast<std::int64_t*>(y)[r] = best.i;
+      }
+    }
+  }
+}
+
+// One thread per output column of [outer, n, inner]: consecutive threads read consecutive
+// columns of a row.
+template <class T>
+__global__ void argmax_cols_kernel(const T* x, void* y, bool out_i32, std::int64_t outer,
+                                   std::int64_t n, std::int64_t inner) {
+  using V = arg_value_t<T>;
+  using P = arg_pair<V>;
+  const std::int64_t outputs = outer * inner;
+  for (std::int64_t q = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       q < outputs; q += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t o = q / inner;
+    const std::int64_t j = q % inner;
+    const T* p = x + o * n * inner + j;
+    P best{static_cast<V>(load(p[0])), 0};
+    for (std::int64_t i = 1; i < n; ++i) {
+      best = arg_better{}(best, P{static_cast<V>(load(p[i * inner])), i});
+    }
+    if (out_i32) {
+      static_cast<std::int32_t*>(y)[q] = static_cast<std::int32_t>(best.i);
+    } else {
+      static_cast<std::int64_t*>(y)[q] = best.i;
+    }
+  }
+}
+
+template <class B>
+__global__ void fill_kernel(B* p, std::int64_t count, B value) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    p[i] = value;
+  }
+}
+
+}  // namespace
+
+bool reduce_supports(elem_type t, reduce_op op) {
+  bool ok = false;
+  visit_reduce(t, op, [&](auto tag, auto k) {
+    using T = decltype(tag);
+    ok = supported_v<T, decltype(k)::value>;
+  });
+  return ok;
+}
+
+reduce_plan plan_reduce(elem_type t, reduce_op op, std::int64_t outer, std::int64_t n,
+                        std::int64_t inner) {
+  reduce_plan p;
+  p.outer = outer;
+  p.n = n;
+  p.inner = inner;
+  p.chunk_len = n;
+  // Cut n when the launch would have too few blocks and n is long enough to share.
+  std::int64_t chunks = 1;
+  if (inner == 1) {
+    const std::int64_t blocks = n > short_row ? outer : ceil_div(outer, block_threads / 32);
+    if (blocks < target_blocks && n >= 8192) {
+      chunks = std::min(ceil_div(n, 4096), ceil_div(target_blocks, blocks));
+    }
+  } else {
+    const std::int64_t blocks = outer * ceil_div(inner, col_tile);
+    if (blocks < target_blocks && n >= 256) {
+      chunks = std::min(ceil_div(n, 128), ceil_div(target_blocks, blocks));
+    }
+  }
+  if (chunks > 1) {
+    p.chunk_len = ceil_div(n, chunks);
+    p.chunks = ceil_div(n, p.chunk_len);  // no empty pieces
+    std::size_t acc_bytes = 0;
+    visit_reduce(t, op, [&](auto tag, auto k) {
+      using T = decltype(tag);
+      constexpr reduce_op K = decltype(k)::value;
+      if constexpr (supported_v<T, K>) acc_bytes = sizeof(typename reducer<T, K>::A);
+    });
+    p.temp_bytes = static_cast<std::size_t>(outer * p.chunks * inner) * acc_bytes;
+  }
+  return p;
+}
+
+void launch_reduce(const reduce_plan& plan, elem_type t, reduce_op op, const void* x, void* y,
+                   void* temp, cudaStream_t stream) {
+  visit_reduce(t, op, [&](auto tag, auto k) {
+    using T = decltype(tag);
+    constexpr reduce_op K = decltype(k)::value;
+    if constexpr (supported_v<T, K>) reduce_typed<T, K>(plan, x, y, temp, stream);
+  });
+}
+
+void launch_fill(void* p, std::int64_t count, int elem_bytes, std::uint64_t bits,
+                 cudaStream_t stream) {
+  if (count <= 0) return;
+  const unsigned grid = grid_for(std::min<std::int64_t>(ceil_div(count, block_threads), 4096));
+  switch (elem_bytes) {
+    case 1:
+      fill_kernel<<<grid, block_threads, 0, stream>>>(static_cast<std::uint8_t*>(p), count,
+                                                      static_cast<std::uint8_t>(bits));
+      break;
+    case 2:
+      fill_kernel<<<grid, block_threads, 0, stream>>>(static_cast<std::uint16_t*>(p), count,
+                                                      static_cast<std::uint16_t>(bits));
+      break;
+    case 4:
+      fill_kernel<<<grid, block_threads, 0, stream>>>(static_cast<std::uint32_t*>(p), count,
+                                                      static_cast<std::uint32_t>(bits));
+      break;
+    default:
+      fill_kernel<<<grid, block_threads, 0, stream>>>(static_cast<std::uint64_t*>(p), count,
+                                                      static_cast<std::uint64_t>(bits));
+      break;
+  }
+}
+
+bool argmax_supports(elem_type t) {
+  return t != elem_type::boolean;
+}
+
+void launch_argmax(elem_type t, bool out_i32, const void* x, void* y, std::int64_t outer,
+                   std::int64_t n, std::int64_t inner, cudaStream_t stream) {
+  visit_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x);
+    if (inner == 1) {
+      const bool whole_block = n > short_row;
+      const std::int64_t per_block = whole_block ? 1 : block_threads / 32;
+      argmax_rows_kernel<T><<<grid_for(ceil_div(outer, per_block)), block_threads, 0, stream>>>(
+          xp, y, out_i32, outer, n, whole_block);
+    } else {
+      argmax_cols_kernel<T>
+          <<<grid_for(ceil_div(outer * inner, block_threads)), block_threads, 0, stream>>>(
+              xp, y, out_i32, outer, n, inner);
+    }
+  });
+}
+
+}  // namespace loom::cuda::kernels
