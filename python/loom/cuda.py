@@ -64,6 +64,12 @@ def _require_gpu(what):
         raise RuntimeError(f"{what}: loom sees no GPU: {_c.availability()}")
 
 
+def trim(ordinal=0):
+    """Hands the wholly free regions of GPU `ordinal`'s pool back to CUDA (memory released at
+    run time); returns the bytes released, 0 when that pool was never made."""
+    return _c.trim(ordinal)
+
+
 def serve(ordinal):
     """Makes the process's pool of GPU `ordinal` serve the C ABI (the plug-ins call it)."""
     _c.serve_c_api(ordinal)

@@ -69,6 +69,8 @@ void bind_cuda(py::module_& m) {
   m.def("device_count", &cuda::device_count, "GPUs this process can use (0 without CUDA)");
   m.def("availability", &cuda::availability, "Why there is no GPU, or '' when there is one");
   m.def("describe", [] { return cuda::describe(); });
+  m.def("trim", &cuda::trim, py::arg("ordinal") = 0, py::call_guard<py::gil_scoped_release>(),
+        "Hands the free regions of GPU `ordinal`'s pool back to CUDA; returns the bytes");
   m.def("serve_c_api", &interop::cuda_serve_c_api, py::arg("ordinal"),
         py::call_guard<py::gil_scoped_release>(),
         "Makes the process's pool of GPU `ordinal` serve the C ABI (and so the plug-ins)");

@@ -417,6 +417,13 @@ def test_dlpack_import_refuses_other_devices_and_bad_streams():
                                   [0.0, 1.0, 2.0])
 
 
+def test_trim_releases_nothing_before_a_pool_exists():
+    if loom.cuda.is_available():
+        pytest.skip("checks the path without a GPU pool")
+    assert loom.cuda.trim() == 0
+    assert loom.cuda.trim(3) == 0
+
+
 @pytest.mark.skipif(GPU, reason="checks the errors without a GPU")
 def test_without_a_gpu_the_cuda_calls_fail_clearly():
     producer = FakeGpuProducer(2, 0)

@@ -19,6 +19,10 @@ std::string describe() {
   return availability();
 }
 
+std::size_t trim(int /*ordinal*/) {
+  return 0;
+}
+
 }  // namespace loom::cuda
 
 #endif  // LOOM_HAVE_CUDA

@@ -117,6 +117,12 @@ TEST(CudaResources, FailWithATypedErrorWhereCudaCannotServe) {
   loom_deallocate(p, 64, 0, cpu, nullptr);
 }
 
+TEST(CudaAvailability, TrimWithoutAPoolReleasesNothing) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "checks the no-GPU path";
+  EXPECT_EQ(cuda::trim(0), 0u);
+  EXPECT_EQ(cuda::trim(7), 0u);
+}
+
 TEST(CudaChecks, ErrorsNameTheCallAndCudasText) {
   try {
     LOOM_CUDA_CHECK(cudaErrorInvalidValue);
@@ -203,6 +209,11 @@ TEST(CudaDevice, PoolServesTensorsAndTheCApi) {
   EXPECT_GE(dev->memory_pool()->get_stats().bytes_in_use, before.bytes_in_use + (1u << 20));
   loom_deallocate(p, 1 << 20, 256, gpu, dev->compute_stream());
   dev->memory_pool()->check_invariants();
+  // Released at run time: a large block freed, then trimmed away.
+  { tensor big = dev->allocate(dtype::f32, {64, 1024, 1024}); }
+  dev->sync();
+  EXPECT_GE(cuda::trim(0), std::size_t{256} << 20);
+  EXPECT_LT(dev->memory_pool()->get_stats().bytes_reserved, std::size_t{256} << 20);
 }
 
 TEST(CudaDevice, SpillsToManagedMemoryInsteadOfFailingWhenAsked) {

@@ -7,6 +7,7 @@
 // saying why (availability()). docs/cuda.md has the long form.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace loom::cuda {
@@ -22,6 +23,12 @@ namespace loom::cuda {
 /// version is insufficient for CUDA runtime version", "no CUDA GPU is visible"), or "" when
 /// GPUs are present. Never throws.
 [[nodiscard]] std::string availability();
+
+/// Hands every wholly free region of GPU `ordinal`'s process pool (Note [cuda memory]) back
+/// to CUDA, as TensorFlow users release memory at run time; returns the bytes released. 0
+/// when that pool has not been made (no device for that GPU yet, no GPU, or no backend).
+/// Propagates loom::cuda_error when CUDA fails while waiting for a stream.
+std::size_t trim(int ordinal);
 
 /// "CUDA runtime 13.0, driver 13.0, 1 GPU: NVIDIA H200 (sm_90, 139.8 GiB)", or the reason
 /// none is available. For `loom devices` and logs.

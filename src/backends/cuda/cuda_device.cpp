@@ -143,15 +143,30 @@ class device_memory {
   memory::memory_resource* top_ = nullptr;
 };
 
+namespace {
+// Immortal, as the cpu:0 default pool: blocks may come back from static destructors and
+// from other frameworks at exit.
+std::mutex& memories_mutex() {
+  static std::mutex* const m = new std::mutex;
+  return *m;
+}
+std::map<int, std::unique_ptr<device_memory>>& memories() {
+  static auto* const m = new std::map<int, std::unique_ptr<device_memory>>;
+  return *m;
+}
+}  // namespace
+
 device_memory& process_memory(int ordinal, const cuda_options& options) {
-  // Immortal, as the cpu:0 default pool: blocks may come back from static destructors and
-  // from other frameworks at exit.
-  static std::mutex mutex;
-  static auto* memories = new std::map<int, std::unique_ptr<device_memory>>;
-  const std::lock_guard lock(mutex);
-  auto& m = (*memories)[ordinal];
+  const std::lock_guard lock(memories_mutex());
+  auto& m = memories()[ordinal];
   if (!m) m = std::make_unique<device_memory>(ordinal, options);
   return *m;
+}
+
+memory::bfc_pool* find_process_pool(int ordinal) {
+  const std::lock_guard lock(memories_mutex());
+  const auto it = memories().find(ordinal);
+  return it == memories().end() ? nullptr : it->second->pool();
 }
 
 namespace {

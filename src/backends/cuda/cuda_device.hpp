@@ -46,6 +46,8 @@ struct stream_group {
 /// first use with `options` (later calls get the same one, whatever their options).
 class device_memory;
 device_memory& process_memory(int ordinal, const cuda_options& options);
+/// The pool of GPU `ordinal` when process_memory made one, else nullptr.
+memory::bfc_pool* find_process_pool(int ordinal);
 
 class cuda_device final : public device {
  public:

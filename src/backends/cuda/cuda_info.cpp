@@ -31,6 +31,11 @@ const probe& probed() {
 
 }  // namespace
 
+std::size_t trim(int ordinal) {
+  memory::bfc_pool* pool = find_process_pool(ordinal);
+  return pool == nullptr ? 0 : pool->trim();
+}
+
 bool is_built() noexcept {
   return true;
 }
