@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -114,7 +115,11 @@ void release_import(void* context, void*, std::size_t, std::size_t, stream) noex
 
 // The device of an import: the CPU and CUDA's three kinds of memory (Note [cuda imports]).
 device_id import_device(const DLDevice& d, const char* what) {
-  const std::int32_t code = static_cast<std::int32_t>(d.device_type);
+  // Read as the integer it is: a producer may write any code, and loading a value outside
+  // DLDeviceType's enumerators as the enum is undefined behaviour (UBSan reports it).
+  static_assert(sizeof(d.device_type) == sizeof(std::int32_t));
+  std::int32_t code = 0;
+  std::memcpy(&code, &d.device_type, sizeof code);
   const bool known =
       code == kDLCPU || code == kDLCUDA || code == kDLCUDAHost || code == kDLCUDAManaged;
   if (!is_valid_device_type(code)) {
