@@ -63,6 +63,18 @@ double tolerance(dtype t) {
   }
 }
 
+// `t` (host memory) cast to `to` by loom's CPU cast kernel.
+tensor cast_on_cpu(const tensor& t, dtype to) {
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", t.type(), t.shape());
+  (void)ops::cast(x, to, {.name = "y"});
+  session_options o;
+  o.devices.cuda_device_count = 0;
+  session cpu(std::move(g), o);
+  return cpu.run({{"x", t}}, {"y"})[0];
+}
+
 tensor random_tensor(const input_spec& s, std::mt19937_64& rng) {
   tensor host = memory::host_tensor(dtype::f64, s.dims);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -88,31 +100,12 @@ tensor random_tensor(const input_spec& s, std::mt19937_64& rng) {
         break;
     }
   }
-  if (s.type == dtype::f64) return host;
   // Converted by loom's own cast on the CPU, so both backends see the same rounded values.
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f64, s.dims);
-  (void)ops::cast(x, s.type, {.name = "y"});
-  session sess(std::move(g), [] {
-    session_options o;
-    o.devices.cuda_device_count = 0;
-    return o;
-  }());
-  return sess.run({{"x", host}}, {"y"})[0];
+  return s.type == dtype::f64 ? host : cast_on_cpu(host, s.type);
 }
 
 std::vector<double> as_doubles(const tensor& t) {
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", t.type(), t.shape());
-  (void)ops::cast(x, dtype::f64, {.name = "y"});
-  session o(std::move(g), [] {
-    session_options so;
-    so.devices.cuda_device_count = 0;
-    return so;
-  }());
-  const tensor d = o.run({{"x", t}}, {"y"})[0];
+  const tensor d = cast_on_cpu(t, dtype::f64);
   const tensor dense = memory::contiguous_copy(d, memory::host_resource::instance(), d.device());
   return {dense.data<double>(), dense.data<double>() + dense.num_elements()};
 }

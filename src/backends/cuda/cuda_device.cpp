@@ -73,7 +73,7 @@ std::string gib(std::size_t bytes) {
 
 class device_memory {
  public:
-  device_memory(int ordinal, const cuda_options& options) : ordinal_(ordinal), options_(options) {
+  device_memory(int ordinal, const cuda_options& options) {
     const device_guard guard(ordinal);
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
@@ -134,8 +134,6 @@ class device_memory {
   [[nodiscard]] memory::bfc_pool* pool() noexcept { return pool_.get(); }
 
  private:
-  int ordinal_;
-  cuda_options options_;
   std::unique_ptr<memory::memory_resource> upstream_;
   std::unique_ptr<memory::bfc_pool> pool_;
   std::unique_ptr<memory::managed_resource> managed_;
@@ -342,22 +340,27 @@ cublasHandle_t cuda_device::cublas() {
   return h;
 }
 
-void cuda_device::compute_waits_for(cudaStream_t s) {
+namespace {
+
+// Makes `waiter` wait for the work queued on `on` so far: an event recorded on `on`, waited
+// for on `waiter` (no host wait). The event is released once the wait no longer needs it.
+void stream_waits(cudaStream_t waiter, cudaStream_t on) {
   cudaEvent_t e = nullptr;
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  cudaError_t status = cudaEventRecord(e, s);
-  if (status == cudaSuccess) status = cudaStreamWaitEvent(streams_.compute, e, 0);
-  (void)cudaEventDestroy(e);  // released once the wait no longer needs it
+  cudaError_t status = cudaEventRecord(e, on);
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(waiter, e, 0);
+  (void)cudaEventDestroy(e);
   LOOM_CUDA_CHECK(status);
 }
 
+}  // namespace
+
+void cuda_device::compute_waits_for(cudaStream_t s) {
+  stream_waits(streams_.compute, s);
+}
+
 void cuda_device::waits_for_compute(cudaStream_t s) {
-  cudaEvent_t e = nullptr;
-  LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  cudaError_t status = cudaEventRecord(e, streams_.compute);
-  if (status == cudaSuccess) status = cudaStreamWaitEvent(s, e, 0);
-  (void)cudaEventDestroy(e);
-  LOOM_CUDA_CHECK(status);
+  stream_waits(s, streams_.compute);
 }
 
 namespace {
@@ -402,13 +405,17 @@ bool is_pinned(const void* p) {
 
 }  // namespace
 
-tensor cuda_device::contiguous_copy(const tensor& src) {
+void cuda_device::require_own(const char* what, const tensor& src) const {
   if (!src.defined())
-    throw invalid_argument(fmt::format("contiguous_copy on {}: undefined tensor", name()));
+    throw invalid_argument(fmt::format("{} on {}: undefined tensor", what, name()));
   if (src.device() != id()) {
     throw invalid_argument(
-        fmt::format("contiguous_copy on {}: {} is not on this device", name(), src.describe()));
+        fmt::format("{} on {}: {} is not on this device", what, name(), src.describe()));
   }
+}
+
+tensor cuda_device::contiguous_copy(const tensor& src) {
+  require_own("contiguous_copy", src);
   const device_guard guard(ordinal_);
   tensor out = allocate(src.type(), src.shape());
   if (src.num_elements() == 0) return out;
@@ -482,12 +489,7 @@ tensor cuda_device::copy_from_host(const tensor& src) {
 }
 
 tensor cuda_device::copy_to_host(const tensor& src, memory::memory_resource& host) {
-  if (!src.defined())
-    throw invalid_argument(fmt::format("copy_to_host on {}: undefined tensor", name()));
-  if (src.device() != id()) {
-    throw invalid_argument(
-        fmt::format("copy_to_host on {}: {} is not on this device", name(), src.describe()));
-  }
+  require_own("copy_to_host", src);
   const device_guard guard(ordinal_);
   const tensor dense = src.is_contiguous() ? src : contiguous_copy(src);
   tensor out =

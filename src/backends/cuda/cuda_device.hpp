@@ -94,6 +94,9 @@ class cuda_device final : public device {
   void waits_for_compute(cudaStream_t s);
 
  private:
+  /// Throws loom::invalid_argument, naming `what`, unless `src` is defined and on this device.
+  void require_own(const char* what, const tensor& src) const;
+
   struct impl;
   int ordinal_;
   cudaDeviceProp properties_{};
