@@ -8,6 +8,9 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev
   libdnnl-dev libdlpack-dev   # oneDNN (CPU matmul, convolution, pooling); DLPack's header
+  # oneDNN's dnnl-config.cmake calls find_package(OpenCL); Debian's libdnnl-dev only
+  # recommends the package that provides it, and recommends are not installed here.
+  ocl-icd-opencl-dev
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
   libomp-dev                 # OpenMP for clang (the fuzz build links oneDNN's OpenMP users)
   python3
