@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # Installs the Debian packages loom needs, once: packages already installed are skipped,
 # and nothing runs when all are present. Uses sudo when not root.
+#
+#   scripts/install-deps.sh                 install what is missing
+#   scripts/install-deps.sh --download DIR  download the build libraries (the -dev packages
+#       below and the run-time packages they need beyond a C++ toolchain) as .deb files into
+#       DIR, for a machine that cannot install Debian's packages (scripts/gpu-check.sh --deps)
 set -euo pipefail
 
-packages=(
-  build-essential cmake make pkg-config
+# The libraries loom builds against.
+libraries=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev
   libdnnl-dev libdlpack-dev   # oneDNN (CPU matmul, convolution, pooling); DLPack's header
   # oneDNN's dnnl-config.cmake calls find_package(OpenCL); Debian's libdnnl-dev only
   # recommends the package that provides it, and recommends are not installed here.
   ocl-icd-opencl-dev
+)
+# What those need at run time or from their headers, beyond a C++ toolchain (--download).
+library_runtime=(libfmt9 libdnnl2 ocl-icd-libopencl1 opencl-c-headers opencl-clhpp-headers)
+
+packages=(
+  build-essential cmake make pkg-config
+  "${libraries[@]}"
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
   libomp-dev                 # OpenMP for clang (the fuzz build links oneDNN's OpenMP users)
   python3
@@ -18,6 +30,23 @@ packages=(
   # for its tests (zero-copy exchange is tested against both).
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
 )
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+
+if [ "${1:-}" = "--download" ]; then
+  dir=${2:?usage: install-deps.sh --download DIR}
+  mkdir -p "$dir"
+  $sudo apt-get update -qq
+  # apt's sandbox user must be able to write there; download to a folder of its own first.
+  tmp=$(mktemp -d)
+  chmod 777 "$tmp"
+  (cd "$tmp" && apt-get download -qq "${libraries[@]}" "${library_runtime[@]}")
+  mv "$tmp"/*.deb "$dir"/
+  rmdir "$tmp"
+  ls "$dir"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,8 +56,6 @@ for p in "${packages[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

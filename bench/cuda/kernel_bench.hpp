@@ -34,7 +34,8 @@ struct gpu_bench_row {
   double peer_rate = 0;
   std::string rate_unit;
   double ratio = 0;  // loom_rate / peer_rate
-  double target = 0;
+  double target = 0;  // 0: no target (reported for comparison)
+  nlohmann::json params = nlohmann::json::object();  // the case's parameters, for peers
 };
 
 struct gpu_bench_result {

@@ -1,5 +1,5 @@
-// Shared by the CUDA tests (tests/cuda, built only with the CUDA backend; CTest labels
-// "cuda" and "gpu"). Tests that need a GPU start with LOOM_REQUIRE_GPU(): without one they
+// Shared by the CUDA tests (tests/cuda, built only with the CUDA backend; CTest label
+// "gpu"). Tests that need a GPU start with LOOM_REQUIRE_GPU(): without one they
 // skip, saying why; tests that need none (code generation, NVRTC compilation, option
 // checks) run everywhere.
 #pragma once

@@ -180,15 +180,26 @@ void add_bench_command(CLI::App& app) {
     auto wants = [&](const char* part) { return cflags->only.empty() || cflags->only == part; };
     nlohmann::json all = nlohmann::json::object();
     std::string text;
-    auto add = [&](const char* part, const auto& r) {
-      all[part] = bench::to_json(r);
-      text += fmt::format("== {} ==\n{}\n", part, bench::to_text(r));
+    bool failed = false;
+    // Each part on its own: an error in one is reported in its place, the others still run.
+    auto add = [&](const char* part, const auto& run) {
+      if (!wants(part)) return;
+      try {
+        const auto r = run();
+        all[part] = bench::to_json(r);
+        text += fmt::format("== {} ==\n{}\n", part, bench::to_text(r));
+      } catch (const std::exception& e) {
+        failed = true;
+        all[part] = {{"available", false}, {"reason", fmt::format("error: {}", e.what())}};
+        text += fmt::format("== {} ==\n  error: {}\n\n", part, e.what());
+      }
     };
-    if (wants("pool")) add("pool", bench::run_pool_gpu_bench(o));
-    if (wants("matmul")) add("matmul", bench::run_matmul_gpu_bench(o));
-    if (wants("fused_adam")) add("fused_adam", bench::run_fused_adam_gpu_bench(o));
-    if (wants("layer_norm")) add("layer_norm", bench::run_layer_norm_gpu_bench(o.repetitions));
+    add("pool", [&] { return bench::run_pool_gpu_bench(o); });
+    add("matmul", [&] { return bench::run_matmul_gpu_bench(o); });
+    add("fused_adam", [&] { return bench::run_fused_adam_gpu_bench(o); });
+    add("layer_norm", [&] { return bench::run_layer_norm_gpu_bench(o.repetitions); });
     fmt::print("{}", cflags->json ? all.dump(2) + "\n" : text);
+    if (failed) exit_status() = 1;
   });
 #endif
 }
