@@ -119,7 +119,7 @@ step "build"
 t0=$(date +%s)
 if [ -n "$prebuilt" ]; then
   # The probe: do binaries built elsewhere start here (system libraries, driver, CUDA)?
-  "$prebuilt/loom" devices >"$out/prebuilt-probe.txt" 2>&1
+  "$prebuilt/loom" --help >"$out/prebuilt-probe.txt" 2>&1
   rc=$?
   if [ $rc -eq 0 ]; then
     row "prebuilt binaries" ok "$prebuilt/loom runs here"

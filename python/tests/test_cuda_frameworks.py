@@ -197,16 +197,24 @@ def test_cupy_strided_views_keep_their_layout_in_loom(make_view, element_strides
     v = make_view(a)
     want = make_view(host)
     assert _element_strides(v.strides, v.itemsize) == element_strides
-    for how, t in (("from_dlpack", loom.from_dlpack(v)),
-                   ("from_cuda_array_interface", loom.from_cuda_array_interface(v))):
+    # Negative strides travel through the CUDA array interface (byte strides, signed). CuPy
+    # 14's DLPack export turns them into unsigned quotients (-40 bytes / 4 -> 2**62 - 10, seen
+    # on an H200), which loom refuses by name; DLPack is checked with the other views.
+    dlpack = min(element_strides) >= 0
+    importers = [("from_cuda_array_interface", loom.from_cuda_array_interface)]
+    if dlpack:
+        importers.append(("from_dlpack", loom.from_dlpack))
+    for how, importer in importers:
+        t = importer(v)
         assert t.data_ptr == v.data.ptr, how  # element 0, wherever it is
         assert t.shape == v.shape, how
         assert t.strides == element_strides, how
         assert not t.is_contiguous, how
-        back = cupy.from_dlpack(t)
-        assert back.data.ptr == v.data.ptr, how
-        assert _element_strides(back.strides, back.itemsize) == element_strides, how
-        np.testing.assert_array_equal(back.get(), want, err_msg=how)
+        if dlpack:
+            back = cupy.from_dlpack(t)
+            assert back.data.ptr == v.data.ptr, how
+            assert _element_strides(back.strides, back.itemsize) == element_strides, how
+            np.testing.assert_array_equal(back.get(), want, err_msg=how)
         cai = t.__cuda_array_interface__
         assert cai["strides"] == tuple(s * 4 for s in element_strides), how
         np.testing.assert_array_equal(cupy.asarray(_CAIOnly(t)).get(), want, err_msg=how)
@@ -540,14 +548,14 @@ def test_gpu_out_of_memory_is_a_memory_error_naming_the_pool_and_recovers():
     xv = np.linspace(-5, 5, 1000, dtype=np.float32)
     yt, yh = loom.Session(g).run([y, y_host], {x: xv})
     assert yt.device == "cuda:0"
-    np.testing.assert_allclose(_host(yh), np.exp(xv.astype(np.float64)), rtol=2e-6)
+    np.testing.assert_allclose(_host(yh), np.exp(xv.astype(np.float64)), rtol=1e-5)
 
 
 def test_trim_gives_a_freed_region_back_to_cuda():
     loom.cuda.serve(0)
     pool = loom.memory.stats(device="cuda:0")["pool"]
-    # Larger than any free block, so the pool takes a region of its own for it.
-    size = max(256 << 20, pool["largest_free_block"] + (64 << 20))
+    # More than all the pool's free bytes together, so it takes a region of its own for it.
+    size = max(256 << 20, (pool["free_bytes"] + (64 << 20)) // 256 * 256)
     p = loom.memory.allocate(size, device="cuda:0", library="py.trim")
     grown = loom.memory.stats(device="cuda:0")["pool"]
     assert grown["bytes_reserved"] >= pool["bytes_reserved"] + size, (pool, grown)

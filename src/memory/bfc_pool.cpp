@@ -34,6 +34,9 @@ unsigned checked_granularity_log2(const bfc_pool_options& o) {
     throw fault(
         fmt::format("granularity {} is not a power of two from 64 to 1 GiB", o.granularity));
   }
+  if (!is_valid_alignment(o.region_alignment)) {
+    throw fault(fmt::format("region_alignment {} is not a power of two", o.region_alignment));
+  }
   if (o.initial_size > o.max_size || align_up(o.initial_size, o.granularity) > o.max_size) {
     throw fault(
         fmt::format("initial_size {} (rounded up to the granularity {}) exceeds max_size {}",
@@ -78,7 +81,7 @@ bfc_pool::impl::impl(memory_resource& upstream, bfc_pool_options options)
       label_(fmt::format("bfc_pool '{}'", options_.name)),
       shift_(checked_granularity_log2(options_)),
       granularity_(std::size_t{1} << shift_),
-      region_alignment_(std::max<std::size_t>(granularity_, 4096)),
+      region_alignment_(std::max<std::size_t>(granularity_, options_.region_alignment)),
       max_region_(detail::max_chunk_granules << shift_),
       step_(std::min(align_up(std::min(options_.growth_step, max_allocation_size), granularity_),
                      max_region_)) {

@@ -139,7 +139,7 @@ struct bfc_pool::impl {
   const std::string label_;  // "bfc_pool 'name'"
   const unsigned shift_;     // log2 of the granularity
   const std::size_t granularity_;
-  const std::size_t region_alignment_;  // max(granularity, 4096)
+  const std::size_t region_alignment_;  // max(granularity, options.region_alignment)
   const std::size_t max_region_;        // bytes of the largest region chunks can index
   const std::size_t step_;              // growth_step rounded up to the granularity
 

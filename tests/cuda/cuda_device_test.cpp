@@ -117,6 +117,44 @@ TEST(CudaResources, FailWithATypedErrorWhereCudaCannotServe) {
   loom_deallocate(p, 64, 0, cpu, nullptr);
 }
 
+// An upstream with cudaMalloc's contract on host memory: alignments past CUDA's are refused.
+class cuda_like_upstream final : public memory::memory_resource {
+  void* do_allocate(std::size_t bytes, std::size_t alignment, stream s) override {
+    if (alignment > memory::cuda_allocation_alignment) {
+      throw invalid_argument(fmt::format("alignment {} refused", alignment));
+    }
+    return host_.allocate(bytes, memory::cuda_allocation_alignment, s);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t, stream s) noexcept override {
+    host_.deallocate(p, bytes, memory::cuda_allocation_alignment, s);
+  }
+  bool do_is_equal(const memory_resource& other) const noexcept override { return this == &other; }
+  memory::host_resource host_;
+};
+
+// The GPU pool asked cudaMalloc for page-aligned regions, which cuda_resource refuses: every
+// GPU allocation failed on the first GPU this ran on. Its options now ask for what CUDA gives.
+TEST(CudaDevice, PoolRegionsAskForNoMoreAlignmentThanCudaGives) {
+  for (const bool preallocate : {false, true}) {
+    cuda_options options;
+    options.preallocate_fraction = preallocate ? 0.01 : 0.0;
+    memory::bfc_pool_options o = cuda::gpu_pool_options(0, options, std::size_t{1} << 30,
+                                                  std::size_t{2} << 30);
+    o.synchronize = {};  // no GPU streams here
+    EXPECT_LE(std::max(o.region_alignment, o.granularity), memory::cuda_allocation_alignment);
+    cuda_like_upstream upstream;
+    memory::bfc_pool pool(upstream, o);
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    for (const std::size_t n : {std::size_t{256}, std::size_t{100} << 20, std::size_t{3000}}) {
+      blocks.emplace_back(pool.allocate(n, 256, stream{}), n);  // grows past the first region
+    }
+    for (const auto& [p, n] : blocks) {
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 256, 0u);
+      pool.deallocate(p, n, 256, stream{});
+    }
+  }
+}
+
 TEST(CudaAvailability, TrimWithoutAPoolReleasesNothing) {
   if (cuda::device_count() > 0) GTEST_SKIP() << "checks the no-GPU path";
   EXPECT_EQ(cuda::trim(0), 0u);

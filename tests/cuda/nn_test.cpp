@@ -178,7 +178,9 @@ struct ln_case {
 const std::vector<ln_case> ln_cases{
     {{7, 1}, -1},     {{5, 256}, -1},   {{5, 257}, -1}, {{4, 1000}, -1}, {{3, 1023}, 1},
     {{2, 4097}, -1},  {{2, 20000}, -1}, {{6, 3, 5}, 1}, {{6, 3, 5}, -1}, {{2, 3, 4, 5}, 0},
-    {{4097, 33}, -1}, {{1000, 700}, 1}, {{1, 1}, 0}};
+    {{4097, 33}, -1}, {{1000, 700}, 1}, {{1, 1}, 0},
+    // f32 rows of n % 4 == 0 up to 2048 take the kernel that keeps each row in registers.
+    {{17, 1024}, -1}, {{3, 1536}, -1}, {{9, 2048}, -1}, {{5, 2052}, -1}, {{11, 4}, -1}};
 
 // Inputs of layer_norm for x of shape s normalised from `axis`.
 std::vector<tensor> ln_inputs(dtype t, const shape& s, std::int64_t axis, std::uint64_t seed,

@@ -100,10 +100,14 @@ struct bfc_pool_options {
   /// taken or given back, so threads growing at once cannot pass it either.
   std::size_t max_size = max_allocation_size;
   /// Chunk granularity: sizes are rounded up to it and chunks start at multiples of it
-  /// (regions are taken aligned to max(granularity, 4096)). A power of two from 64 to
+  /// (regions are taken aligned to max(granularity, region_alignment)). A power of two from 64 to
   /// 1 GiB. Requests with larger alignments look for size + alignment - granularity bytes
   /// and skip ahead in the chunk found; the skipped front stays free.
   std::size_t granularity = 256;
+  /// The alignment each region is asked of the upstream with (at least the granularity): a
+  /// power of two. A page suits host memory; CUDA's resources guarantee 256 bytes
+  /// (memory::cuda_allocation_alignment) and refuse more, so their pools ask for that.
+  std::size_t region_alignment = 4096;
   /// Waits for a stream; see the model above. Empty: streams need no synchronisation.
   stream_synchronizer synchronize;
   /// Under ASan: poison free chunks (true unless the memory is not host-accessible, as

@@ -26,6 +26,10 @@
 
 namespace loom::memory {
 
+/// The alignment CUDA guarantees for device and managed allocations; the device resources
+/// refuse larger ones (a pool over them asks for regions aligned to this).
+inline constexpr std::size_t cuda_allocation_alignment = 256;
+
 /// Device memory of GPU `device` (a CUDA ordinal) from cudaMalloc.
 class cuda_resource final : public memory_resource {
  public:

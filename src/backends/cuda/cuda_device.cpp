@@ -71,6 +71,37 @@ std::string gib(std::size_t bytes) {
 
 // ---- process-wide memory per GPU ---------------------------------------------------------
 
+memory::bfc_pool_options gpu_pool_options(int ordinal, const cuda_options& options,
+                                          std::size_t free_bytes, std::size_t total_bytes) {
+  memory::bfc_pool_options o;
+  o.name = fmt::format("cuda:{}", ordinal);
+  if (options.preallocate_fraction < 0 || options.preallocate_fraction > 1) {
+    throw invalid_argument(fmt::format("cuda:{}: preallocate_fraction {} is not within [0, 1]",
+                                       ordinal, options.preallocate_fraction));
+  }
+  const std::size_t limit = options.memory_limit != 0 ? options.memory_limit : free_bytes;
+  o.max_size = std::max<std::size_t>(limit, 1);
+  o.initial_size = std::min(limit, static_cast<std::size_t>(options.preallocate_fraction *
+                                                            static_cast<double>(total_bytes)));
+  if (!options.allow_growth) {
+    if (o.initial_size == 0) {
+      throw invalid_argument(fmt::format(
+          "cuda:{}: allow_growth is off and preallocate_fraction is 0: the pool would hold "
+          "no memory",
+          ordinal));
+    }
+    o.growth_step = 0;
+  } else {
+    // Regions of 2 MiB and up, doubling (TensorFlow's), capped at 1 GiB: few cudaMallocs
+    // on a large card, little waste on a small job.
+    o.growth_step = std::size_t{64} << 20;
+  }
+  o.poison_free_memory = false;  // the CPU cannot touch device memory
+  o.region_alignment = memory::cuda_allocation_alignment;
+  o.synchronize = [ordinal](stream s) { wait_for_stream(ordinal, s); };
+  return o;
+}
+
 class device_memory {
  public:
   device_memory(int ordinal, const cuda_options& options) {
@@ -91,32 +122,8 @@ class device_memory {
     }
     memory::memory_resource* top = upstream_.get();
     if (options.pool) {
-      memory::bfc_pool_options o;
-      o.name = fmt::format("cuda:{}", ordinal);
-      if (options.preallocate_fraction < 0 || options.preallocate_fraction > 1) {
-        throw invalid_argument(fmt::format("cuda:{}: preallocate_fraction {} is not within [0, 1]",
-                                           ordinal, options.preallocate_fraction));
-      }
-      const std::size_t limit = options.memory_limit != 0 ? options.memory_limit : free_bytes;
-      o.max_size = std::max<std::size_t>(limit, 1);
-      o.initial_size = std::min(limit, static_cast<std::size_t>(options.preallocate_fraction *
-                                                                static_cast<double>(total_bytes)));
-      if (!options.allow_growth) {
-        if (o.initial_size == 0) {
-          throw invalid_argument(fmt::format(
-              "cuda:{}: allow_growth is off and preallocate_fraction is 0: the pool would hold "
-              "no memory",
-              ordinal));
-        }
-        o.growth_step = 0;
-      } else {
-        // Regions of 2 MiB and up, doubling (TensorFlow's), capped at 1 GiB: few cudaMallocs
-        // on a large card, little waste on a small job.
-        o.growth_step = std::size_t{64} << 20;
-      }
-      o.poison_free_memory = false;  // the CPU cannot touch device memory
-      o.synchronize = [ordinal](stream s) { wait_for_stream(ordinal, s); };
-      pool_ = std::make_unique<memory::bfc_pool>(*upstream_, std::move(o));
+      pool_ = std::make_unique<memory::bfc_pool>(
+          *upstream_, gpu_pool_options(ordinal, options, free_bytes, total_bytes));
       top = pool_.get();
     }
     if (options.spill_to_managed && options.upstream != cuda_options::upstream_kind::managed) {

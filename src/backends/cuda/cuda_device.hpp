@@ -48,6 +48,11 @@ class device_memory;
 device_memory& process_memory(int ordinal, const cuda_options& options);
 /// The pool of GPU `ordinal` when process_memory made one, else nullptr.
 memory::bfc_pool* find_process_pool(int ordinal);
+/// The options of GPU `ordinal`'s pool, for a card with `free_bytes` of `total_bytes` free
+/// (the cuda_options' limit, preallocation and growth; regions aligned as CUDA's
+/// resources align). Throws loom::invalid_argument for options that cannot work.
+memory::bfc_pool_options gpu_pool_options(int ordinal, const cuda_options& options,
+                                          std::size_t free_bytes, std::size_t total_bytes);
 
 class cuda_device final : public device {
  public:

@@ -31,10 +31,10 @@ void check_allocation(cudaError_t e, std::size_t bytes, const char* resource, co
 
 // Device allocations are 256-byte aligned by CUDA; larger alignments are not offered.
 void check_alignment(std::size_t alignment, const char* resource) {
-  if (alignment > 256) {
+  if (alignment > cuda_allocation_alignment) {
     throw invalid_argument(
-        fmt::format("{}: alignment {} is not supported (CUDA allocations are 256-byte aligned)",
-                    resource, alignment));
+        fmt::format("{}: alignment {} is not supported (CUDA allocations are {}-byte aligned)",
+                    resource, alignment, cuda_allocation_alignment));
   }
 }
 

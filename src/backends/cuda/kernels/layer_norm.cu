@@ -123,6 +123,111 @@ __global__ void __launch_bounds__(max_threads)
   }
 }
 
+// Rows of f32 with n % 4 == 0 and n <= 128 K, 16-byte aligned: a warp per row with the row
+// in registers (K float4 per lane), so x is read from memory once and every access is 16
+// bytes wide; the numerics are layer_norm_kernel's (Note [cuda layer_norm]). With rows of a
+// few KiB, the block-per-row kernel above spent its time in block barriers and shared memory.
+template <int K>
+__global__ void __launch_bounds__(256)
+    layer_norm_f32_rows_in_registers(const float* x, const float* gamma, const float* beta,
+                                     float* y, float* mean, float* rstd, std::int64_t rows,
+                                     std::int64_t n, double eps) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const std::int64_t warps_per_block = blockDim.x >> 5;
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * warps_per_block;
+  const std::int64_t n4 = n >> 2;
+  const auto dn = static_cast<double>(n);
+  const auto* g4 = reinterpret_cast<const float4*>(gamma);
+  const auto* b4 = reinterpret_cast<const float4*>(beta);
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * warps_per_block +
+                        (static_cast<std::int64_t>(threadIdx.x) >> 5);
+       r < rows; r += step) {
+    const auto* xr = reinterpret_cast<const float4*>(x + r * n);
+    float4 v[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t j = k * 32 + lane;
+      v[k] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    s = warp_allreduce(s, plus{});
+    const auto centre = static_cast<float>(static_cast<double>(s) / dn);
+    sum2<float> d{0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (k * 32 + lane < n4) {
+        const float u0 = v[k].x - centre;
+        const float u1 = v[k].y - centre;
+        const float u2 = v[k].z - centre;
+        const float u3 = v[k].w - centre;
+        d.a += (u0 + u1) + (u2 + u3);
+        d.b += (u0 * u0 + u1 * u1) + (u2 * u2 + u3 * u3);
+      }
+    }
+    d = warp_allreduce(d, plus2{});
+    const auto s1 = static_cast<double>(d.a);
+    const auto s2 = static_cast<double>(d.b);
+    const double delta = isfinite(static_cast<double>(centre)) ? s1 / dn : 0.0;
+    double var = (s2 - s1 * (s1 / dn)) / dn;
+    var = var < 0.0 ? 0.0 : var;  // rounding only; NaN stays NaN
+    const double rs = 1.0 / sqrt(var + eps);
+    const auto rc = static_cast<float>(rs);
+    const float dr = static_cast<float>(delta) * rc;
+    auto* yr = reinterpret_cast<float4*>(y + r * n);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const std::int64_t j = k * 32 + lane;
+      if (j < n4) {
+        const float4 g = g4[j];
+        const float4 b = b4[j];
+        float4 o;
+        o.x = ((v[k].x - centre) * rc - dr) * g.x + b.x;
+        o.y = ((v[k].y - centre) * rc - dr) * g.y + b.y;
+        o.z = ((v[k].z - centre) * rc - dr) * g.z + b.z;
+        o.w = ((v[k].w - centre) * rc - dr) * g.w + b.w;
+        yr[j] = o;
+      }
+    }
+    if (lane == 0) {
+      mean[r] = static_cast<float>(static_cast<double>(centre) + delta);
+      rstd[r] = static_cast<float>(rs);
+    }
+  }
+}
+
+// Launches layer_norm_f32_rows_in_registers when the shape and pointers suit it; false when
+// they do not.
+bool launch_f32_rows_in_registers(const float* x, const float* gamma, const float* beta,
+                                  float* y, float* mean, float* rstd, std::int64_t rows,
+                                  std::int64_t n, double eps, cudaStream_t stream) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  if (n == 0 || n % 4 != 0 || n > 128 * 16 || !aligned(x) || !aligned(gamma) || !aligned(beta) ||
+      !aligned(y)) {
+    return false;
+  }
+  constexpr int threads = 256;  // eight rows per block
+  const unsigned grid = grid_for(ceil_div(rows, threads / 32));
+  const std::int64_t chunks = ceil_div(n, 128);
+  auto go = [&](auto k) {
+    layer_norm_f32_rows_in_registers<decltype(k)::value>
+        <<<grid, threads, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, n, eps);
+  };
+  if (chunks <= 1) {
+    go(std::integral_constant<int, 1>{});
+  } else if (chunks <= 2) {
+    go(std::integral_constant<int, 2>{});
+  } else if (chunks <= 4) {
+    go(std::integral_constant<int, 4>{});
+  } else if (chunks <= 8) {
+    go(std::integral_constant<int, 8>{});
+  } else {
+    go(std::integral_constant<int, 16>{});
+  }
+  return true;
+}
+
 // dx, a team per row (Note [cuda layer_norm]); the cache holds dy·g and x.
 template <class T>
 __global__ void __launch_bounds__(max_threads)
@@ -293,6 +398,16 @@ void launch_layer_norm(elem_type t, const void* x, const void* gamma, const void
                        cudaStream_t stream) {
   visit_float(t, [&](auto tag) {
     using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float>) {
+      if (rows > 0 &&
+          launch_f32_rows_in_registers(static_cast<const float*>(x),
+                                       static_cast<const float*>(gamma),
+                                       static_cast<const float*>(beta), static_cast<float*>(y),
+                                       static_cast<float*>(mean), static_cast<float*>(rstd), rows,
+                                       n, epsilon, stream)) {
+        return;
+      }
+    }
     const row_launch l = plan_row_teams(n, warp_row_max, sizeof(compute_t<T>));
     layer_norm_kernel<T><<<grid_for(ceil_div(rows, l.per_block)), l.threads, l.smem, stream>>>(
         static_cast<const T*>(x), static_cast<const T*>(gamma), static_cast<const T*>(beta),
