@@ -165,7 +165,7 @@ ctest_counts() {  # LOG -> "passed/total, N skipped"
 
 step "ctest -L gpu (without the cross-backend test)"
 t0=$(date +%s)
-ctest --test-dir "$bin" -L gpu -E '^CrossBackend' --output-on-failure -j"$JOBS" --timeout 180 \
+ctest --test-dir "$bin" -L gpu -E '^CrossBackend' --output-on-failure -j"$JOBS" --timeout 120 \
       --output-junit "$out/ctest-gpu.xml" >"$out/ctest-gpu.log" 2>&1
 rc=$?
 tail -n 30 "$out/ctest-gpu.log"

@@ -195,7 +195,9 @@ def _make_numba_manager():
         def memalloc(self, size):
             ordinal = self.context.device.id
             block = Block(size, f"cuda:{ordinal}", self.library)
-            if getattr(driver, "USE_NV_BINDING", False):
+            # numba-cuda releases that always use NVIDIA's bindings no longer have the flag.
+            nv_binding = hasattr(getattr(driver, "binding", None), "CUdeviceptr")
+            if getattr(driver, "USE_NV_BINDING", nv_binding):
                 pointer = driver.binding.CUdeviceptr(block.ptr)
             else:
                 pointer = _ctypes.c_uint64(block.ptr)

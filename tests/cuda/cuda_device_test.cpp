@@ -262,6 +262,7 @@ TEST(CudaDevice, SpillsToManagedMemoryInsteadOfFailingWhenAsked) {
   po.max_size = 64u << 20;
   po.growth_step = 64u << 20;
   po.poison_free_memory = false;
+  po.region_alignment = memory::cuda_allocation_alignment;  // cudaMalloc refuses more
   memory::bfc_pool pool(upstream, po);
   memory::managed_resource managed(0);
   memory::fallback_adaptor spill(pool, managed);

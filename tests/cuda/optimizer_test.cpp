@@ -203,14 +203,16 @@ std::vector<tensor> grads_for(const std::vector<param_spec>& specs, std::int64_t
   return out;
 }
 
-std::unique_ptr<session> cpu_session(graph& g) {
+// Sessions over copies of the graph: step() reads the graph to pick the feeds it uses (a
+// moved-from graph had no nodes, so no feed was sent).
+std::unique_ptr<session> cpu_session(const graph& g) {
   session_options o;
   o.devices.cuda_device_count = 0;
-  return std::make_unique<session>(std::move(g), o);
+  return std::make_unique<session>(graph(g), o);
 }
 
-std::unique_ptr<session> gpu_session(graph& g) {
-  return std::make_unique<session>(std::move(g));
+std::unique_ptr<session> gpu_session(const graph& g) {
+  return std::make_unique<session>(graph(g));
 }
 
 // A pair of sessions over the same graph: the reference on CPU, the tested one on cuda:0.

@@ -8,6 +8,7 @@
 #include <array>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -62,6 +63,54 @@ void wait_for_stream(int ordinal, stream s) {
   (void)cudaEventDestroy(e);
   LOOM_CUDA_CHECK(status);
 }
+
+// Note [cuda stream reuse]
+// A stream handle outlives the device that made it: the process-wide pool remembers the
+// stream each block was freed on, and a fetched tensor records its device's compute stream
+// and frees its block there, maybe after the session is gone. A destroyed stream's handle
+// in either place made the next session's allocation wait on a dead stream (on the first
+// GPU run: "context is destroyed", then segmentation faults in cuBLAS). So stream groups are
+// never destroyed: a device takes one from its GPU's free list and gives it back, its work
+// finished, when it is destroyed. A block pending on a reused stream is then ordered after
+// the stream's new work, which is only later than needed.
+class stream_groups {
+ public:
+  static stream_groups& instance() {
+    static auto* const groups = new stream_groups;  // never destroyed: handles live on
+    return *groups;
+  }
+  stream_group take(int ordinal) {
+    {
+      const std::lock_guard lock(mutex_);
+      auto& free = free_[ordinal];
+      if (!free.empty()) {
+        const stream_group g = free.back();
+        free.pop_back();
+        return g;
+      }
+    }
+    stream_group g;
+    try {
+      for (cudaStream_t* s : {&g.compute, &g.h2d, &g.d2h, &g.d2d}) {
+        LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+      }
+    } catch (...) {
+      for (cudaStream_t s : {g.compute, g.h2d, g.d2h, g.d2d}) {
+        if (s != nullptr) (void)cudaStreamDestroy(s);
+      }
+      throw;
+    }
+    return g;
+  }
+  void give_back(int ordinal, const stream_group& g) {
+    const std::lock_guard lock(mutex_);
+    free_[ordinal].push_back(g);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int, std::vector<stream_group>> free_;
+};
 
 std::string gib(std::size_t bytes) {
   return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / static_cast<double>(1ull << 30));
@@ -281,10 +330,8 @@ cuda_device::cuda_device(int ordinal, const cuda_options& options)
   const device_guard guard(ordinal);
   LOOM_CUDA_CHECK(cudaGetDeviceProperties(&properties_, ordinal));
   device_memory& memory = process_memory(ordinal, options);
+  streams_ = stream_groups::instance().take(ordinal);  // Note [cuda stream reuse]
   try {
-    for (cudaStream_t* s : {&streams_.compute, &streams_.h2d, &streams_.d2h, &streams_.d2d}) {
-      LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
-    }
     impl_ = std::make_unique<impl>(memory.top(), streams_.compute);
     impl_->memory = &memory;
     LOOM_CUBLAS_CHECK(cublasLtCreate(&lt_));
@@ -293,9 +340,7 @@ cuda_device::cuda_device(int ordinal, const cuda_options& options)
     lt_workspace_ = impl_->bound.allocate(lt_workspace_bytes_, 256);
   } catch (...) {
     if (lt_ != nullptr) (void)cublasLtDestroy(lt_);
-    for (cudaStream_t s : {streams_.compute, streams_.h2d, streams_.d2h, streams_.d2d}) {
-      if (s != nullptr) (void)cudaStreamDestroy(s);
-    }
+    stream_groups::instance().give_back(ordinal, streams_);
     throw;
   }
 }
@@ -308,9 +353,8 @@ cuda_device::~cuda_device() {
     for (auto& [id, h] : impl_->cublas) (void)cublasDestroy(h);
     impl_->bound.deallocate(lt_workspace_, lt_workspace_bytes_, 256);
     (void)cublasLtDestroy(lt_);
-    for (cudaStream_t s : {streams_.compute, streams_.h2d, streams_.d2h, streams_.d2d}) {
-      (void)cudaStreamDestroy(s);
-    }
+    sync();  // the workspace's release and the handles' last work are done
+    stream_groups::instance().give_back(ordinal_, streams_);  // Note [cuda stream reuse]
   } catch (...) {
     // A device whose context is gone (a sticky error) cannot be cleaned up further.
   }
@@ -372,9 +416,10 @@ void cuda_device::waits_for_compute(cudaStream_t s) {
 
 namespace {
 
-// The view of `t` with dimensions of size 1 dropped and neighbours that are contiguous with
-// each other merged, so that most views fit strided_layout's rank.
-kernels::strided_layout layout_of(const tensor& t) {
+// Copies the view `t` densely into `dst` on `stream`. Dimensions of size 1 are dropped and
+// neighbours that are contiguous with each other merged; a view that still has more than
+// strided_layout's rank takes one launch per index of its outer dimensions.
+void gather_view(const tensor& t, void* dst, cudaStream_t stream) {
   std::vector<std::int64_t> sizes;
   std::vector<std::int64_t> strides;
   for (std::size_t d = 0; d < t.rank(); ++d) {
@@ -387,18 +432,32 @@ kernels::strided_layout layout_of(const tensor& t) {
     sizes.push_back(t.dim(d));
     strides.push_back(t.strides()[d]);
   }
-  if (sizes.size() > static_cast<std::size_t>(kernels::max_strided_rank)) {
-    throw unsupported_error(fmt::format(
-        "contiguous_copy on CUDA: {} has {} non-mergeable dimensions; at most {} are supported",
-        t.describe(), sizes.size(), kernels::max_strided_rank));
-  }
+  const std::size_t inner_rank =
+      std::min(sizes.size(), static_cast<std::size_t>(kernels::max_strided_rank));
+  const std::size_t outer_rank = sizes.size() - inner_rank;
   kernels::strided_layout l;
-  l.rank = static_cast<int>(sizes.size());
-  for (std::size_t d = 0; d < sizes.size(); ++d) {
-    l.sizes[d] = sizes[d];
-    l.strides[d] = strides[d];
+  l.rank = static_cast<int>(inner_rank);
+  std::int64_t inner_count = 1;
+  for (std::size_t d = 0; d < inner_rank; ++d) {
+    l.sizes[d] = sizes[outer_rank + d];
+    l.strides[d] = strides[outer_rank + d];
+    inner_count *= l.sizes[d];
   }
-  return l;
+  const std::size_t esize = size_of(t.type());
+  const auto* src = static_cast<const std::byte*>(t.raw_data());
+  auto* out = static_cast<std::byte*>(dst);
+  std::vector<std::int64_t> index(outer_rank, 0);
+  for (std::int64_t done = 0; done < t.num_elements(); done += inner_count) {
+    std::int64_t offset = 0;  // elements, of the outer index
+    for (std::size_t d = 0; d < outer_rank; ++d) offset += index[d] * strides[d];
+    LOOM_CUDA_CHECK(kernels::strided_copy(src + offset * static_cast<std::int64_t>(esize),
+                                          out + done * static_cast<std::int64_t>(esize), esize, l,
+                                          inner_count, stream));
+    for (std::size_t d = outer_rank; d-- > 0;) {  // the next outer index, row-major
+      if (++index[d] < sizes[d]) break;
+      index[d] = 0;
+    }
+  }
 }
 
 bool is_pinned(const void* p) {
@@ -431,8 +490,7 @@ tensor cuda_device::contiguous_copy(const tensor& src) {
                                     cudaMemcpyDeviceToDevice, streams_.compute));
     return out;
   }
-  LOOM_CUDA_CHECK(kernels::strided_copy(src.raw_data(), out.raw_data(), size_of(src.type()),
-                                        layout_of(src), src.num_elements(), streams_.compute));
+  gather_view(src, out.raw_data(), streams_.compute);
   return out;
 }
 
@@ -462,9 +520,7 @@ tensor cuda_device::copy_from_host(const tensor& src) {
     LOOM_CUDA_CHECK(cudaStreamSynchronize(streams_.d2d));
     if (!src.is_contiguous()) {
       const tensor view = tensor::strided(staged.buf(), src.type(), src.shape(), src.strides(), 0);
-      LOOM_CUDA_CHECK(kernels::strided_copy(view.raw_data(), out.raw_data(), size_of(src.type()),
-                                            layout_of(view), view.num_elements(),
-                                            streams_.compute));
+      gather_view(view, out.raw_data(), streams_.compute);
     }
     return out;
   }
