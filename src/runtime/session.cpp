@@ -79,8 +79,15 @@ session::session(graph g, session_options options)
 session::~session() {
   // Variables first: their buffers go back to the devices' pools before the pools go.
   impl_->variables.clear();
-  std::unique_lock lock(impl_->plans_mutex);
-  impl_->plans.clear();
+  {
+    std::unique_lock lock(impl_->plans_mutex);
+    impl_->plans.clear();
+  }
+  // Devices in the reverse order of their making (a vector destroys its elements first to
+  // last): a GPU device holds tensors of a CPU device's pool (the sources of copies in
+  // flight) until it is destroyed, so the CPU devices, made first, must go last. Destroyed
+  // the other way round, the first session of `loom train` on a GPU crashed.
+  while (!impl_->devices.empty()) impl_->devices.pop_back();
 }
 
 std::shared_ptr<const plan> session::impl::get_plan(const std::vector<std::string>& feeds,
