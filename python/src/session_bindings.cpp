@@ -269,6 +269,15 @@ void bind_session(py::module_& m) {
            "Runs the graph: returns a Tensor for a single fetch, else a list. feeds maps "
            "Outputs or names to values; targets are run too. trace=PATH writes a Chrome trace.")
       .def("cancel", &session::cancel, "Cancels every run in progress")
+      .def(
+          "host_value",
+          [](const session& s, const tensor& t) {
+            py::gil_scoped_release release;  // may wait for the GPU
+            return s.host_value(t);
+          },
+          py::arg("tensor"),
+          "The tensor in host memory: itself when it is there, else a copy made by the "
+          "session's device that holds it (fetched values stay on the GPU that made them)")
       .def_property_readonly(
           "devices",
           [](const session& s) {

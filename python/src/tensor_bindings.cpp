@@ -529,6 +529,13 @@ tensor from_cuda_array_interface(const py::handle& obj, const py::object& stream
 // Tensor.__array_interface__ (version 3).
 py::dict array_interface(const tensor& t) {
   static char empty_data = 0;  // NumPy wants a pointer even for no elements
+  if (t.defined() && !is_host_accessible(t.device().type)) {
+    // NumPy would read a device address from the host.
+    throw py::type_error(fmt::format(
+        "__array_interface__: the tensor is on {}, which the host cannot read; copy it with "
+        "Session.host_value(t), or share it with DLPack or __cuda_array_interface__",
+        to_string(t.device())));
+  }
   py::dict d;
   py::tuple dims(t.rank());
   py::tuple strides(t.rank());

@@ -601,3 +601,20 @@ def test_bad_shapes_on_the_gpu_are_refused_as_on_the_cpu(op, a_shape, b_shape, w
     assert _without_devices(gpu_message) == _without_devices(cpu_message), (gpu_message,
                                                                              cpu_message)
     gc.collect()
+
+
+def test_gpu_results_are_read_on_the_host_through_the_session():
+    xv = (np.arange(12, dtype=np.float32) - 4.0).reshape(3, 4)
+    g = loom.Graph()
+    x = g.placeholder("x", loom.float32, list(xv.shape))
+    y = loom.ops.mul(x, x, device="cuda:0", name="square")
+    s = loom.Session(g)
+    out = s.run(y, {x: xv})
+    assert out.device == "cuda:0"
+    # NumPy would read a device address on the host: refused by name, not a crash.
+    with pytest.raises(TypeError, match="cuda:0"):
+        np.asarray(out)
+    host = s.host_value(out)
+    assert host.device.startswith("cpu")
+    np.testing.assert_array_equal(np.asarray(host), xv * xv)
+    assert s.host_value(host).data_ptr == host.data_ptr  # host memory: itself

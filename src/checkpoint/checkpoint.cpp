@@ -59,17 +59,7 @@ void save_checkpoint(session& s, const std::filesystem::path& path,
   for (const std::string& name : store.names()) {
     tensor value = current_value(store, name);
     if (!value.defined()) continue;
-    if (!is_host_accessible(value.device().type)) {
-      device* d = find_device(s, value.device());
-      if (d == nullptr) {
-        throw error(
-            fmt::format("save_checkpoint: variable '{}' lives on {}, which is no device "
-                        "of the session",
-                        name, to_string(value.device())));
-      }
-      value = d->copy_to_host(value, memory::get_device_resource({device_type::cpu, 0}));
-    }
-    values.emplace_back(name, std::move(value));
+    values.emplace_back(name, s.host_value(value));
   }
   save_safetensors(path, values, metadata);
 }

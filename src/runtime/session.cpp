@@ -13,6 +13,7 @@
 
 #include "executor.hpp"
 #include "loom/kernel/kernel_registry.hpp"
+#include "loom/memory/device_resources.hpp"
 #include "loom/passes/pass_manager.hpp"
 #include "plan.hpp"
 
@@ -443,6 +444,12 @@ device& session::find_device(std::string_view name) const {
   for (const auto& d : impl_->devices) names.push_back(d->name());
   throw not_found(
       fmt::format("no device '{}' in this session (devices: {})", name, fmt::join(names, ", ")));
+}
+
+tensor session::host_value(const tensor& t) const {
+  if (!t.defined() || is_host_accessible(t.device().type)) return t;
+  return find_device(to_string(t.device()))
+      .copy_to_host(t, memory::get_device_resource(device_id{device_type::cpu, 0}));
 }
 
 variable_store& session::variables() noexcept {

@@ -282,8 +282,9 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       ro.trace = trace_this;
       const auto out = s.run({{"x", x}, {"labels", labels}}, fetches, sg.update_targets,
                              trace_this ? &meta : nullptr, ro);
-      const double loss = out[0].data<float>()[0];
-      const double acc = out[1].data<float>()[0];
+      // On a GPU the fetched scalars stay there: read them through host copies.
+      const double loss = s.host_value(out[0]).data<float>()[0];
+      const double acc = s.host_value(out[1]).data<float>()[0];
       if (!std::isfinite(loss)) {
         throw error(fmt::format("the loss became {} at epoch {} step {}: lower the learning rate",
                                 loss, epoch, step + 1));
@@ -339,7 +340,8 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       const std::int64_t test_steps = test_set.size() / o.batch;
       for (std::int64_t t = 0; t < test_steps; ++t) {
         fill_batch(test_set, test_order, t * o.batch, o.batch, x, labels);
-        correct += s.run({{"x", x}, {"labels", labels}}, {sg.accuracy})[0].data<float>()[0];
+        correct +=
+            s.host_value(s.run({{"x", x}, {"labels", labels}}, {sg.accuracy})[0]).data<float>()[0];
       }
       er.test_accuracy = correct / static_cast<double>(test_steps);
     }

@@ -24,6 +24,8 @@
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
+#include "loom/train/dataset.hpp"
+#include "loom/train/trainer.hpp"
 
 namespace loom {
 namespace {
@@ -322,6 +324,47 @@ TEST(CudaSession, VariablesLiveOnTheGpuAndUpdateInPlace) {
   auto& gpu = dynamic_cast<cuda::cuda_device&>(s.find_device("cuda:0"));
   EXPECT_EQ(values_of(gpu.copy_to_host(out[0], memory::host_resource::instance())),
             (std::vector<float>{10, 11, 12, 13}));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Fetched values stay on the GPU; session::host_value reads them. loom train read its GPU
+// loss through a host pointer and crashed on the first GPU it ran on.
+TEST(CudaSession, HostValueCopiesGpuFetchesAndPassesHostOnesThrough) {
+  LOOM_REQUIRE_GPU();
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {4});
+  (void)ops::mul(x, x, {.name = "y", .device = "cuda:0"});
+  session s(std::move(g));
+  tensor in = memory::host_tensor(dtype::f32, {4});
+  for (int i = 0; i < 4; ++i) in.data<float>()[i] = static_cast<float>(i) - 1.5f;
+  const tensor y = s.run({{"x", in}}, {"y"}).at(0);
+  ASSERT_EQ(y.device().type, device_type::cuda);
+  const tensor h = s.host_value(y);
+  ASSERT_TRUE(is_host_accessible(h.device().type));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(h.data<float>()[i], in.data<float>()[i] * in.data<float>()[i]);
+  EXPECT_EQ(s.host_value(in).raw_data(), in.raw_data());  // host memory: itself
+  EXPECT_FALSE(s.host_value(tensor()).defined());
+}
+
+// The trainer on a GPU (placement puts the model there): a short run learns the digits.
+TEST(CudaSession, TheTrainerLearnsOnTheGpu) {
+  LOOM_REQUIRE_GPU();
+  const auto [tr, te] = train::split(train::make_digits(1500, 21), 0.2, 21);
+  train::train_options o;
+  o.hidden = {64};
+  o.epochs = 2;
+  o.batch = 32;
+  o.lr = 3e-3;
+  const auto report = train::train(tr, te, o);
+  ASSERT_EQ(report.epochs.size(), 2u);
+  EXPECT_LT(report.epochs[1].loss, report.epochs[0].loss);
+  EXPECT_GT(report.test_accuracy, 0.6) << "chance is 0.10";
 }
 
 }  // namespace

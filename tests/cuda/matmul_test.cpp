@@ -193,7 +193,9 @@ expected reference(const case_spec& c, const tensor& a, const tensor& b, const t
   };
   shape batch = shape::filled(static_cast<std::size_t>(rank - 2), 1);
   for (std::int64_t i = 0; i + 2 < rank; ++i) {
-    batch[static_cast<std::size_t>(i)] = std::max(dim_of(sa, ra_i, i), dim_of(sb, rb_i, i));
+    // Broadcasting: a dimension of 1 takes the other's size (0 included, so not max).
+    const std::int64_t da = dim_of(sa, ra_i, i);
+    batch[static_cast<std::size_t>(i)] = da == 1 ? dim_of(sb, rb_i, i) : da;
   }
   expected e;
   e.s = batch;
@@ -373,7 +375,7 @@ const std::vector<case_spec> shapes = {
     {{4, 5}, {2, 5, 3}},           // a broadcast
     {{2, 3, 4, 5}, {2, 3, 5, 6}},  // two batch dims, one strided call
     {{2, 1, 4, 5}, {1, 3, 5, 6}},  // broadcast in both: one call per run of the last dim
-    {{2, 3, 1, 5, 4}, {3, 1, 4, 2}, true, true},
+    {{2, 3, 1, 5, 4}, {3, 1, 2, 5}, true, true},  // K = 5 on both sides
     {{129, 257}, {257, 63}},
 };
 

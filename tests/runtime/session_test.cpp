@@ -30,6 +30,17 @@ TEST(Session, FeedsFlowToFetches) {
   EXPECT_EQ(out[0].shape(), (shape{2, 2}));
 }
 
+TEST(Session, HostValuesOfHostTensorsAreThemselves) {
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {2});
+  ops::identity(x, {.name = "y"});
+  session s(std::move(g));
+  const tensor y = s.run({{"x", host_tensor({2}, {1, 2})}}, {"y"}).at(0);
+  EXPECT_EQ(s.host_value(y).raw_data(), y.raw_data());
+  EXPECT_FALSE(s.host_value(tensor()).defined());
+}
+
 TEST(Session, PlansAreCachedPerSignature) {
   graph g;
   graph_builder b(g);

@@ -104,6 +104,7 @@ void add_run_command(CLI::App& app) {
       md = run_metadata();
       out = s.run(feeds, args->fetches, args->targets, &md, ro);
     }
+    for (tensor& t : out) t = s.host_value(t);  // .npy files hold host memory
     std::filesystem::create_directories(args->output_dir);
     for (std::size_t i = 0; i < out.size(); ++i) {
       const auto path =

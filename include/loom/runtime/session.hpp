@@ -104,6 +104,11 @@ class session {
   [[nodiscard]] const std::vector<std::unique_ptr<device>>& devices() const noexcept;
   /// The device of this name ("/device:CPU:1", "cpu:1"); throws loom::not_found.
   [[nodiscard]] device& find_device(std::string_view name) const;
+  /// `t` in host memory: `t` itself when its memory is host-accessible (or it is undefined),
+  /// else a copy made by the session's device that holds it, once that device's work on it
+  /// is done. Fetched values stay where they were made (a GPU's on the GPU): read them on the
+  /// host through this. Throws loom::not_found when no device of the session holds `t`.
+  [[nodiscard]] tensor host_value(const tensor& t) const;
   [[nodiscard]] variable_store& variables() noexcept;
   /// Plans made so far (one per signature).
   [[nodiscard]] std::size_t plan_count() const;
