@@ -41,6 +41,24 @@ struct plus2 {
   }
 };
 
+// A row's statistics from its centre and centred sums Σd, Σd² (Note [cuda layer_norm]):
+// delta = Σd / n (the mean is centre + delta) and rstd, in double.
+struct row_stats {
+  double delta;
+  double rstd;
+};
+
+template <class C>
+__device__ __forceinline__ row_stats finish_row(C centre, sum2<C> d, double dn, double eps) {
+  const auto s1 = static_cast<double>(d.a);
+  const auto s2 = static_cast<double>(d.b);
+  // An infinite centre makes s1 NaN; the mean is then the infinity itself.
+  const double delta = isfinite(static_cast<double>(centre)) ? s1 / dn : 0.0;
+  double var = (s2 - s1 * (s1 / dn)) / dn;
+  var = var < 0.0 ? 0.0 : var;  // rounding only; NaN stays NaN
+  return {delta, 1.0 / sqrt(var + eps)};
+}
+
 // A team per row (Note [cuda layer_norm]).
 template <class T>
 __global__ void __launch_bounds__(max_threads)
@@ -90,13 +108,7 @@ __global__ void __launch_bounds__(max_threads)
       d.b += u * u;
     }
     d = team_allreduce(t, d, plus2{}, sum2<C>{C(0), C(0)}, scratch);
-    const auto s1 = static_cast<double>(d.a);
-    const auto s2 = static_cast<double>(d.b);
-    // An infinite centre makes s1 NaN; the mean is then the infinity itself.
-    const double delta = isfinite(static_cast<double>(centre)) ? s1 / dn : 0.0;
-    double var = (s2 - s1 * (s1 / dn)) / dn;
-    var = var < 0.0 ? 0.0 : var;  // rounding only; NaN stays NaN
-    const double rs = 1.0 / sqrt(var + eps);
+    const auto [delta, rs] = finish_row(centre, d, dn, eps);
     const auto rc = static_cast<C>(rs);
     const C dr = static_cast<C>(delta) * rc;
     auto xv = [&](std::int64_t k) { return cache != nullptr ? cache[k] : load(xr[k]); };
@@ -167,12 +179,7 @@ __global__ void __launch_bounds__(256)
       }
     }
     d = warp_allreduce(d, plus2{});
-    const auto s1 = static_cast<double>(d.a);
-    const auto s2 = static_cast<double>(d.b);
-    const double delta = isfinite(static_cast<double>(centre)) ? s1 / dn : 0.0;
-    double var = (s2 - s1 * (s1 / dn)) / dn;
-    var = var < 0.0 ? 0.0 : var;  // rounding only; NaN stays NaN
-    const double rs = 1.0 / sqrt(var + eps);
+    const auto [delta, rs] = finish_row(centre, d, dn, eps);
     const auto rc = static_cast<float>(rs);
     const float dr = static_cast<float>(delta) * rc;
     auto* yr = reinterpret_cast<float4*>(y + r * n);
