@@ -299,7 +299,8 @@ gpu_bench_result run_fused_adam_gpu_bench(const gpu_bench_options& options) {
   gpu_bench_result r;
   if (!prepare(r, options)) return r;
 #ifdef LOOM_GPU_BENCH
-  const std::int64_t big = options.quick ? (std::int64_t{32} << 20) / 200 : (std::int64_t{256} << 20) / 200;
+  const std::int64_t big =
+      options.quick ? (std::int64_t{32} << 20) / 200 : (std::int64_t{256} << 20) / 200;
   const std::vector<fused_adam_case> cases = {
       {200, 4096, dtype::f32, false},  {200, 4096, dtype::bf16, false},
       {8, 1 << 20, dtype::f32, false}, {8, 1 << 20, dtype::bf16, false},

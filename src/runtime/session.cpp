@@ -258,7 +258,7 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
       // reach (a GPU) receives them through a copy, as from a node on the host device.
       device* src = producer >= 0 ? p->nodes[static_cast<std::size_t>(producer)].dev
                     : s < feed_count && !is_host_accessible(dst->type()) ? host_device
-                                                                          : nullptr;
+                                                                         : nullptr;
       if (src != nullptr && src != dst) {
         auto key = std::make_pair(s, static_cast<const device*>(dst));
         auto it = recv_slot.find(key);

@@ -140,8 +140,8 @@ TEST(CudaDevice, PoolRegionsAskForNoMoreAlignmentThanCudaGives) {
   for (const bool preallocate : {false, true}) {
     cuda_options options;
     options.preallocate_fraction = preallocate ? 0.01 : 0.0;
-    memory::bfc_pool_options o = cuda::gpu_pool_options(0, options, std::size_t{1} << 30,
-                                                  std::size_t{2} << 30);
+    memory::bfc_pool_options o =
+        cuda::gpu_pool_options(0, options, std::size_t{1} << 30, std::size_t{2} << 30);
     o.synchronize = {};  // no GPU streams here
     EXPECT_LE(std::max(o.region_alignment, o.granularity), memory::cuda_allocation_alignment);
     cuda_like_upstream upstream;
@@ -347,7 +347,8 @@ TEST(CudaSession, HostValueCopiesGpuFetchesAndPassesHostOnesThrough) {
   ASSERT_EQ(y.device().type, device_type::cuda);
   const tensor h = s.host_value(y);
   ASSERT_TRUE(is_host_accessible(h.device().type));
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(h.data<float>()[i], in.data<float>()[i] * in.data<float>()[i]);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(h.data<float>()[i], in.data<float>()[i] * in.data<float>()[i]);
   EXPECT_EQ(s.host_value(in).raw_data(), in.raw_data());  // host memory: itself
   EXPECT_FALSE(s.host_value(tensor()).defined());
 }

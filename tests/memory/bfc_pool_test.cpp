@@ -5,10 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "loom/memory/host_resource.hpp"
 #include "memory/bfc_test_support.hpp"
 
 namespace {
@@ -80,7 +84,48 @@ TEST(BfcPool, RejectsOptionsThatCannotWork) {
   o = bfc_pool_options{};
   o.growth_step = 0;
   rejects(o);
+  o = bfc_pool_options{};
+  o.region_alignment = 3000;
+  rejects(o);
   EXPECT_EQ(upstream.regions_held(), 0U);
+}
+
+// Host memory that records the alignment each region was asked with.
+class alignment_recording_upstream final : public loom::memory::memory_resource {
+ public:
+  std::vector<std::size_t> asked;
+
+ private:
+  void* do_allocate(std::size_t bytes, std::size_t alignment, loom::stream s) override {
+    asked.push_back(alignment);
+    return loom::memory::host_resource::instance().allocate(bytes, alignment, s);
+  }
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment,
+                     loom::stream s) noexcept override {
+    loom::memory::host_resource::instance().deallocate(p, bytes, alignment, s);
+  }
+};
+
+// A page by default; what the options say otherwise (CUDA's resources refuse more than 256
+// bytes), but never less than the granularity.
+TEST(BfcPool, AsksItsUpstreamForRegionsAlignedAsConfigured) {
+  for (const auto& [region_alignment, granularity, want] :
+       {std::tuple{std::size_t{0}, std::size_t{256}, std::size_t{4096}},
+        std::tuple{std::size_t{256}, std::size_t{256}, std::size_t{256}},
+        std::tuple{std::size_t{256}, std::size_t{8192}, std::size_t{8192}}}) {
+    alignment_recording_upstream upstream;
+    bfc_pool_options o;
+    if (region_alignment != 0) o.region_alignment = region_alignment;
+    o.granularity = granularity;
+    {
+      bfc_pool pool(upstream, o);
+      void* p = pool.allocate(1000);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % std::min(want, std::size_t{4096}), 0u);
+      pool.deallocate(p, 1000);
+    }
+    ASSERT_FALSE(upstream.asked.empty());
+    for (const std::size_t a : upstream.asked) EXPECT_EQ(a, want);
+  }
 }
 
 TEST(BfcPool, PreallocatesTheInitialSizeRoundedUpToTheGranularity) {
