@@ -22,6 +22,7 @@ library_runtime=(libfmt9 libdnnl2 ocl-icd-libopencl1 opencl-c-headers opencl-clh
 
 packages=(
   build-essential cmake make pkg-config
+  ccache                     # the builds compile through it (CMakeLists.txt, LOOM_CCACHE)
   "${libraries[@]}"
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build
   libomp-dev                 # OpenMP for clang (the fuzz build links oneDNN's OpenMP users)
