@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test: every test loom has, in four builds.
-#   1. Release: all tests.
+#   1. Release: all tests; then loom installed from it, and examples/cpp built against the
+#      installed tree (CMake package and pkg-config) and run.
 #   2. ASan+UBSan: all tests.
 #   3. TSan: the memory, device and runtime tests (pools, adaptors, thread pool and
 #      executor are built to be thread-safe), without the CUDA backend (its kernels would
@@ -53,6 +54,26 @@ build() {
 step "Release build"
 build build -DCMAKE_BUILD_TYPE=Release || { echo "Release build failed"; exit 1; }
 run_ctest build
+
+step "Installed loom: the C++ example built against it (CMake package and pkg-config)"
+# cmake --install into build/install; examples/cpp is a project of its own that finds it
+# with find_package(loom CONFIG) and, again, through pkg-config. Each build must run and
+# check its result.
+install_check() {
+  local prefix=$PWD/build/install out=build/example
+  rm -rf "$prefix" "$out"
+  cmake --install build --prefix "$prefix" >/dev/null &&
+    cmake -S examples/cpp -B "$out" -DCMAKE_PREFIX_PATH="$prefix" -Wno-dev >/dev/null &&
+    cmake --build "$out" -j"$JOBS" >/dev/null && "$out/loom_example" &&
+    c++ -std=c++20 -O1 examples/cpp/main.cpp -o "$out/loom_example_pc" \
+      $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs loom) &&
+    "$out/loom_example_pc"
+}
+if install_check; then
+  passed=$((passed + 1))
+else
+  echo "installed loom: the example failed"; failed=$((failed + 1)); status=1
+fi
 
 step "ASan+UBSan build"
 build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOOM_BUILD_TOOLS=OFF ||
