@@ -178,8 +178,8 @@ t0=$(date +%s)
 rc=$?
 tail -n 15 "$out/cross-backend.log"
 summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$out/cross-backend.log" |
-          sed -E 's/^\[ *([A-Z]+) *\] ([0-9]+) tests?.*/\2 \1,/' | tr '\n' ' ' | tr 'A-Z' 'a-z')
-row "cross-backend" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "${summary:-no summary}$(elapsed "$t0")"
+          sed -E 's/^\[ *([A-Z]+) *\] ([0-9]+) tests?.*/\2 \1/' | paste -sd, - | tr 'A-Z' 'a-z')
+row "cross-backend" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "${summary:-no summary}, $(elapsed "$t0")"
 
 # ---- Python --------------------------------------------------------------------------------
 step "pytest (GPU files)"

@@ -22,6 +22,7 @@ library_runtime=(libfmt9 libdnnl2 ocl-icd-libopencl1 opencl-c-headers opencl-clh
 
 packages=(
   build-essential cmake make pkg-config
+  ninja-build                # scripts/gpu-check.sh builds with Ninja
   ccache                     # the builds compile through it (CMakeLists.txt, LOOM_CCACHE)
   "${libraries[@]}"
   clang libclang-rt-14-dev   # libFuzzer and the sanitizer runtimes for the fuzz build

@@ -124,8 +124,6 @@ def adam_peers(torch, loom_rows, repetitions):
             opt = torch.optim.Adam(params, lr=1e-4, **{mode: True})
             result[f"torch_{mode}_ms"] = cuda_timed(torch, opt.step, repetitions, batch=10)
             del opt
-        # What PyTorch's step moves: p, g, m, v read and p, m, v written, all in the param dtype.
-        result["torch_bytes"] = 7 * per * n * params[0].element_size()
         out.append(result)
         del params
         torch.cuda.empty_cache()

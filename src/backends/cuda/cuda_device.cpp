@@ -353,8 +353,7 @@ cuda_device::~cuda_device() {
     for (auto& [id, h] : impl_->cublas) (void)cublasDestroy(h);
     impl_->bound.deallocate(lt_workspace_, lt_workspace_bytes_, 256);
     (void)cublasLtDestroy(lt_);
-    sync();  // the workspace's release and the handles' last work are done
-    stream_groups::instance().give_back(ordinal_, streams_);  // Note [cuda stream reuse]
+    stream_groups::instance().give_back(ordinal_, streams_);  // idle since the sync above  // Note [cuda stream reuse]
   } catch (...) {
     // A device whose context is gone (a sticky error) cannot be cleaned up further.
   }
