@@ -1,7 +1,7 @@
 # loom's two commands (see README.md):
 #   make run   installs what loom needs, builds it, and runs loom's main job
 #   make test  installs what loom needs, builds it, and runs every test
-# Other targets: build, asan, tsan, fuzz, bench, format, clean.
+# Other targets: build, asan, tsan, fuzz, bench, fresh-check, format, clean.
 
 MAKEFLAGS += --no-print-directory
 
@@ -15,7 +15,7 @@ PYTHON  ?= /usr/bin/python3
 
 CMAKE_CONFIGURE = cmake -S . -DLOOM_WERROR=$(WERROR) -Wno-dev
 
-.PHONY: all deps build run test asan tsan fuzz bench format clean
+.PHONY: all deps build run test asan tsan fuzz bench fresh-check format clean
 
 all: build
 
@@ -57,6 +57,10 @@ bench: build
 	if ./$(BUILD)/loom bench cuda --help >/dev/null 2>&1; then ./$(BUILD)/loom bench cuda; fi
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/train_vs_torch.py --loom $(BUILD)/loom
+
+# Do the install steps hold on a fresh Debian 12 machine? (scripts/fresh-check.sh; needs root)
+fresh-check:
+	scripts/fresh-check.sh
 
 format:
 	clang-format -i $$(git ls-files '*.hpp' '*.cpp' '*.h' '*.c')
