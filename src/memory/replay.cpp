@@ -237,6 +237,10 @@ replay_report replayer::run() {
   std::size_t next_timed = schedule.next_after(0);
   const double clock_ns = clock_read_ns();
 
+  const std::size_t progress_every =
+      options_.on_progress ? std::max<std::size_t>(1, options_.progress_interval) : none;
+  std::size_t next_progress = progress_every == none ? none : progress_every - 1;
+
   std::size_t i = 0;
   bool go_on = true;
   const auto start = replay_clock::now();
@@ -251,7 +255,12 @@ replay_report replayer::run() {
       take_sample(i);
       next_sample += interval;
     }
+    if (i == next_progress) [[unlikely]] {
+      options_.on_progress(i + 1, n);
+      next_progress += progress_every;
+    }
   }
+  if (options_.on_progress) options_.on_progress(i, n);
   const auto elapsed = std::chrono::nanoseconds(replay_clock::now() - start).count();
 
   report_.events_replayed = i;

@@ -285,6 +285,26 @@ TEST(Replay, CountsLoggedFailuresThatNowSucceedAndFreesThemAtTheEnd) {
   EXPECT_EQ(resource.calls.size(), 4u);  // two allocates, two deallocates at the end
 }
 
+TEST(Replay, ReportsProgressEveryIntervalAndAtTheEnd) {
+  std::mt19937_64 rng(12);
+  random_log_options o;
+  o.events = 1000;
+  const std::vector<log_record> records = random_log(rng, o);
+  recording_resource resource;
+  replay_options options;
+  options.progress_interval = 300;
+  std::vector<std::pair<std::size_t, std::size_t>> calls;
+  options.on_progress = [&](std::size_t done, std::size_t total) { calls.emplace_back(done, total); };
+  const replay_report report = replay(parse(records), resource, options);
+  const std::size_t n = records.size();
+  ASSERT_EQ(report.events_replayed, n);
+  std::vector<std::pair<std::size_t, std::size_t>> want;
+  for (std::size_t k = 300; k <= n; k += 300) want.emplace_back(k, n);
+  want.emplace_back(n, n);  // the end, always
+  EXPECT_EQ(calls, want);
+  EXPECT_GE(want.size(), 4U);
+}
+
 TEST(Replay, SamplesEvenlyAndAtEveryGrowthPoint) {
   std::mt19937_64 rng(11);
   random_log_options o;

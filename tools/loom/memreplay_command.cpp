@@ -1,6 +1,7 @@
 // `loom memreplay LOG [options]`: replays an allocation log against a pool configuration
 // and reports whether the run's allocations would have fit, and how well.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <charconv>
@@ -15,6 +16,7 @@
 
 #include "commands.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/progress.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/limiting_adaptor.hpp"
@@ -76,6 +78,7 @@ struct memreplay_flags {
   bool keep_going = false;
   bool json = false;
   bool dump = false;
+  bool quiet = false;
   // Which options were given: checked against --pool once parsing is done.
   CLI::Option* initial_size_option = nullptr;
   CLI::Option* growth_step_option = nullptr;
@@ -197,7 +200,15 @@ void run_memreplay(const memreplay_flags& f) {
       }
     };
   }
+  // Progress on stderr: a bar on a terminal, else a line every 5 s (loom::progress).
+  progress bar("replay", "events", isatty(fileno(stderr)) != 0);
+  if (!f.quiet) {
+    options.on_progress = [&bar](std::size_t done, std::size_t total) {
+      bar.update(static_cast<std::int64_t>(done), static_cast<std::int64_t>(total));
+    };
+  }
   const memory::replay_report report = memory::replay(log, target.resource(), options);
+  bar.finish();
 
   if (f.json) {
     nlohmann::json out = {{"log", f.log},
@@ -269,6 +280,7 @@ void add_memreplay_command(CLI::App& app) {
   cmd->add_flag("--dump", f->dump,
                 "Print the pool's regions and chunks as they were when the replay stopped "
                 "(the end of the log or the first failure), before the live blocks were freed");
+  cmd->add_flag("--quiet", f->quiet, "No progress (a bar on a terminal, else a line every 5 s)");
   cmd->callback([f] { run_memreplay(*f); });
 }
 

@@ -60,6 +60,10 @@ struct replay_options {
   /// failure), before the blocks still live are given back: the moment to inspect the
   /// resource in the state the log left it in. Exceptions propagate from replay().
   std::function<void()> on_stop;
+  /// Called with (events replayed, events in the log) every `progress_interval` events and
+  /// once at the end, for a progress display; its time is inside the replay's.
+  std::function<void(std::size_t, std::size_t)> on_progress;
+  std::size_t progress_interval = std::size_t{1} << 16;
 };
 
 /// The resource's figures after an event (Note [replay sampling]).
