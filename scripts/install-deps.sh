@@ -31,6 +31,7 @@ packages=(
   # The Python package: pybind11 against Debian's python3 and NumPy; pytest and PyTorch
   # for its tests (zero-copy exchange is tested against both).
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
+  python3-pip python3-venv   # pip install ./python, tested in a virtual environment
 )
 
 sudo=""

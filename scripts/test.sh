@@ -75,6 +75,36 @@ else
   echo "installed loom: the example failed"; failed=$((failed + 1)); status=1
 fi
 
+step "The Python package: pip install into a fresh virtual environment, the examples there"
+# pip builds the extension through python/setup.py, here in the Release build folder
+# (LOOM_BUILD_DIR: nothing is compiled twice), and installs it into a virtual environment
+# that sees Debian's NumPy and PyTorch. The examples run from outside the source tree and
+# check their own results.
+venv=$PWD/build/venv
+python_install() {
+  rm -rf "$venv" python/build python/loom.egg-info
+  ${PYTHON:-/usr/bin/python3} -m venv --system-site-packages "$venv" &&
+    LOOM_BUILD_DIR=$PWD/build "$venv/bin/pip" install -q --no-build-isolation --no-index ./python
+  local rc=$?
+  rm -rf python/build python/loom.egg-info
+  return $rc
+}
+if python_install; then
+  passed=$((passed + 1))
+  outside=$(mktemp -d)
+  for example in examples/python/*.py; do
+    echo "-- $example"
+    if (cd "$outside" && "$venv/bin/python" "$OLDPWD/$example"); then
+      passed=$((passed + 1))
+    else
+      echo "$example failed"; failed=$((failed + 1)); status=1
+    fi
+  done
+  rm -rf "$outside"
+else
+  echo "the Python package: pip install failed"; failed=$((failed + 1)); status=1
+fi
+
 step "ASan+UBSan build"
 build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOOM_BUILD_TOOLS=OFF ||
   { echo "ASan build failed"; exit 1; }
