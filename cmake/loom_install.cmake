@@ -30,7 +30,7 @@ set(LOOM_PC_LIBS "-ldnnl -fopenmp -pthread")
 if(LOOM_HAVE_CUDA)
   set(LOOM_PC_CFLAGS "-DLOOM_HAVE_CUDA=1")
   string(APPEND LOOM_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -Wl,-rpath,${CUDAToolkit_LIBRARY_DIR}"
-         " -lcudart -lcublasLt -lcublas -lnvrtc")
+         " -lcudart -ldl")
 endif()
 # The prefix as seen from the .pc file, so an installed tree can move.
 file(RELATIVE_PATH LOOM_PC_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)

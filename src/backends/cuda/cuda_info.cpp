@@ -3,6 +3,7 @@
 
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
+#include "cuda_libraries.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/device/cuda.hpp"
 #include "loom/memory/cuda_resources.hpp"
@@ -11,10 +12,13 @@ namespace loom {
 namespace cuda {
 namespace {
 
-// cudaGetDeviceCount's answer, asked once (it initialises the runtime).
+// cudaGetDeviceCount's answer, asked once (it initialises the runtime). With a GPU present,
+// cuBLAS, cuBLASLt and NVRTC are loaded here (Note [lazy CUDA libraries]); without them the
+// GPUs are unusable, and loom runs on the CPU saying why.
 struct probe {
   cudaError_t status = cudaSuccess;
   int count = 0;
+  std::string missing;  // the libraries that could not be loaded
 };
 const probe& probed() {
   static const probe p = [] {
@@ -23,6 +27,10 @@ const probe& probed() {
     if (r.status != cudaSuccess) {
       (void)cudaGetLastError();
       r.count = 0;
+    }
+    if (r.count > 0) {
+      r.missing = load_libraries();
+      if (!r.missing.empty()) r.count = 0;
     }
     return r;
   }();
@@ -51,6 +59,7 @@ std::string availability() {
                                          : "no usable CUDA driver (" + describe(p.status) + ")";
   }
   if (p.status != cudaSuccess) return "CUDA is unavailable (" + describe(p.status) + ")";
+  if (!p.missing.empty()) return "the GPUs are unusable without CUDA's libraries: " + p.missing;
   if (p.count == 0) return "no CUDA GPU is visible";
   return "";
 }

@@ -1,0 +1,39 @@
+// Note [lazy CUDA libraries]: cuBLAS, cuBLASLt and NVRTC are not mapped until loom first needs
+// them. An executable of its own: nothing here may touch them before the first test, and the
+// tests run in this order (ctest also runs each in a process of its own).
+#include <gtest/gtest.h>
+#include <nvrtc.h>
+
+#include "backends/cuda/cuda_libraries.hpp"
+#include "cuda/cuda_test_support.hpp"
+
+namespace loom {
+namespace {
+
+TEST(LazyCudaLibraries, NoneIsMappedAtStart) {
+  const auto names = cuda::sonames();
+  EXPECT_FALSE(cuda::library_loaded(names.cublas));
+  EXPECT_FALSE(cuda::library_loaded(names.cublaslt));
+  EXPECT_FALSE(cuda::library_loaded(names.nvrtc));
+}
+
+TEST(LazyCudaLibraries, TheFirstCallLoadsItsLibraryAlone) {
+  int archs = 0;
+  ASSERT_EQ(nvrtcGetNumSupportedArchs(&archs), NVRTC_SUCCESS) << nvrtcGetErrorString(NVRTC_SUCCESS);
+  EXPECT_GT(archs, 0);
+  const auto names = cuda::sonames();
+  EXPECT_TRUE(cuda::library_loaded(names.nvrtc));
+  EXPECT_FALSE(cuda::library_loaded(names.cublaslt));
+}
+
+TEST(LazyCudaLibraries, AGpuProbeLoadsAllThree) {
+  LOOM_REQUIRE_GPU();  // the probe: with a GPU present it loads the libraries
+  EXPECT_EQ(cuda::load_libraries(), "");
+  const auto names = cuda::sonames();
+  EXPECT_TRUE(cuda::library_loaded(names.cublas));
+  EXPECT_TRUE(cuda::library_loaded(names.cublaslt));
+  EXPECT_TRUE(cuda::library_loaded(names.nvrtc));
+}
+
+}  // namespace
+}  // namespace loom
