@@ -153,13 +153,14 @@ fi
 
 # ---- C++ tests -----------------------------------------------------------------------------
 ctest_counts() {  # LOG -> "passed/total, N skipped"
-  local line skipped
-  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -n1)
-  skipped=$(grep -cE '\*\*\*Skipped' "$1" || true)
+  # "97% tests passed, 4 tests failed out of 146"; CMake 4 omits ", 0 tests failed".
+  local line skipped f t
+  line=$(grep -E '[0-9]+% tests passed(, [0-9]+ tests? failed)? out of [0-9]+' "$1" | tail -n1)
+  skipped=$(grep -cE '\(Skipped\)$' "$1" || true)  # in the list of tests that did not run
   [ -n "$line" ] || { echo "no summary"; return; }
-  local f t
-  f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
-  t=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+  f=0
+  [[ $line =~ ([0-9]+)\ tests?\ failed ]] && f=${BASH_REMATCH[1]}
+  t=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   echo "$((t - f))/$t passed, $skipped skipped"
 }
 

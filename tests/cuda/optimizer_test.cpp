@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/kernels/optimizer.cuh"
 #include "backends/cuda/optimizer_launches.hpp"
 #include "cuda/cuda_test_support.hpp"
 #include "loom/core/half.hpp"
@@ -475,6 +476,108 @@ TEST(CudaOptimizer, FusedSgdMatchesCpuBitwise) {
       varied_specs(),
       {.kind = algo::sgd, .sgd = {.momentum = 0.9, .weight_decay = 0.01, .nesterov = true}}, true,
       4, 0.0);
+}
+
+// Parameters and gradients of one 16-bit type with float32 moments: the update compiled for
+// those types (Note [optimizer vector access] in kernels/optimizer.cu).
+TEST(CudaOptimizer, SixteenBitParametersMatchTheCpu) {
+  LOOM_REQUIRE_GPU();
+  for (const dtype t : {dtype::bf16, dtype::f16}) {
+    for (const bool master : {true, false}) {
+      SCOPED_TRACE(std::string(to_string(t)) + (master ? ", master weights" : ""));
+      run_config adam{.kind = algo::adam};
+      adam.adam.master_weights = master;
+      expect_gpu_equals_cpu(varied_specs(t, t), adam, true, 3, 1.0);
+      run_config sgd{.kind = algo::sgd};
+      sgd.sgd.momentum = 0.9;
+      sgd.sgd.master_weights = master;
+      expect_gpu_equals_cpu(varied_specs(t, t), sgd, true, 3, 1.0);
+    }
+  }
+}
+
+// The update moves four elements per access where its arrays are aligned to four elements
+// and one where they are not: the same bits either way, and the same sum of squares up to
+// its order.
+TEST(CudaOptimizer, UnalignedArraysGiveTheAlignedBits) {
+  LOOM_REQUIRE_GPU();
+  namespace kn = cuda::kernels;
+  const std::int64_t n = 70001;  // two chunks, the second partial, an odd tail
+  const auto count = static_cast<std::size_t>(n);
+  std::vector<float> init[4];  // param, grad, m, v
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (auto& a : init) a.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    init[0][i] = normal(rng);
+    init[1][i] = normal(rng);
+    init[2][i] = 0.1f * normal(rng);
+    init[3][i] = 0.01f * std::abs(normal(rng));
+  }
+  struct result {
+    std::vector<float> arrays[4];
+    double partial[2] = {0.0, 0.0};
+  };
+  const auto run = [&](std::int64_t offset) {
+    const std::size_t pitch = count + 4;
+    float* buf = nullptr;
+    kn::optim_step_state* state = nullptr;
+    double* partial = nullptr;
+    EXPECT_EQ(cudaMalloc(&buf, 4 * pitch * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&state, sizeof(kn::optim_step_state)), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&partial, 2 * sizeof(double)), cudaSuccess);
+    float* a[4];
+    for (std::size_t j = 0; j < 4; ++j) {
+      a[j] = buf + j * pitch + offset;
+      EXPECT_EQ(cudaMemcpy(a[j], init[j].data(), count * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+    kn::optim_hyper h;
+    h.algo = kn::optim_algorithm::adamw;
+    h.weight_decay = 0.01;
+    kn::optim_scalars sc;
+    sc.lr_value = 1e-3f;
+    sc.step_value = 3;
+    sc.grad_scale_value = 2.0f;
+    kn::optim_tensor_list l{};
+    l.param[0] = a[0];
+    l.grad[0] = a[1];
+    l.state0[0] = a[2];
+    l.state1[0] = a[3];
+    l.size[0] = n;
+    for (int c = 0; c < 2; ++c) {
+      l.chunk_tensor[c] = 0;
+      l.chunk_begin[c] = c * kn::optim_chunk_elements;
+    }
+    l.chunks = 2;
+    EXPECT_EQ(kn::optim_prologue(h, sc, state, nullptr), cudaSuccess);
+    EXPECT_EQ(kn::optim_update(h.algo, l, state, partial, 0, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    result r;
+    for (std::size_t j = 0; j < 4; ++j) {
+      r.arrays[j].resize(count);
+      EXPECT_EQ(cudaMemcpy(r.arrays[j].data(), a[j], count * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    EXPECT_EQ(cudaMemcpy(r.partial, partial, 2 * sizeof(double), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    (void)cudaFree(buf);
+    (void)cudaFree(state);
+    (void)cudaFree(partial);
+    return r;
+  };
+  const result aligned = run(0);
+  const result unaligned = run(1);
+  for (std::size_t j = 0; j < 4; ++j) {
+    EXPECT_EQ(0, std::memcmp(aligned.arrays[j].data(), unaligned.arrays[j].data(),
+                             count * sizeof(float)))
+        << "array " << j;
+  }
+  EXPECT_NE(aligned.arrays[0], init[0]) << "the step changed nothing";
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_GT(aligned.partial[c], 0.0);
+    EXPECT_NEAR(aligned.partial[c], unaligned.partial[c], 1e-12 * aligned.partial[c]);
+  }
 }
 
 TEST(CudaOptimizer, PerTensorMatchesCpuBitwise) {
