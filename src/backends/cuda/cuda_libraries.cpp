@@ -8,7 +8,7 @@
 // stays linked; it loads the driver itself.
 //
 // A library is looked up by its soname (so LD_LIBRARY_PATH and the system's paths apply),
-// then in the toolkit's library folder of the build. When it cannot be loaded, its
+// then under $CUDA_HOME and $CUDA_PATH, then in the toolkit's library folder of the build. When it cannot be loaded, its
 // functions return the library's "not initialised" status (the status-string functions say
 // which library is missing and why), and load_libraries() says so: the device probe
 // (cuda_info.cpp) calls it and then reports no usable GPU, so loom runs on the CPU.
@@ -18,9 +18,13 @@
 #include <cublas_v2.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nvrtc.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
+#include <vector>
 
 namespace loom::cuda {
 namespace {
@@ -37,17 +41,32 @@ library cublas_lib{LOOM_CUBLAS_SONAME, "CUDA's cuBLAS (libcublas)", {}, nullptr,
 library cublaslt_lib{LOOM_CUBLASLT_SONAME, "CUDA's cuBLASLt (libcublasLt)", {}, nullptr, {}};
 library nvrtc_lib{LOOM_NVRTC_SONAME, "CUDA's NVRTC (libnvrtc)", {}, nullptr, {}};
 
+// The folders to try after the soname alone: $CUDA_HOME and $CUDA_PATH (lib64, lib), then the
+// toolkit's library folder of the build.
+std::vector<std::string> fallback_folders() {
+  std::vector<std::string> out;
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    const char* root = std::getenv(var);
+    if (root == nullptr || *root == '\0') continue;
+    out.push_back(std::string(root) + "/lib64");
+    out.push_back(std::string(root) + "/lib");
+  }
+  out.emplace_back(LOOM_CUDA_LIBRARY_DIR);
+  return out;
+}
+
 void* handle_of(library& lib) {
   std::call_once(lib.once, [&lib] {
     lib.handle = dlopen(lib.soname, RTLD_NOW | RTLD_LOCAL);
     if (lib.handle != nullptr) return;
     const std::string first = dlerror();
-    const std::string path = std::string(LOOM_CUDA_LIBRARY_DIR) + "/" + lib.soname;
-    lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib.handle == nullptr) {
-      lib.error = fmt::format("{} could not be loaded ({}; nor from {}); install {}", lib.soname,
-                              first, LOOM_CUDA_LIBRARY_DIR, lib.package);
+    const std::vector<std::string> folders = fallback_folders();
+    for (const std::string& folder : folders) {
+      lib.handle = dlopen((folder + "/" + lib.soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib.handle != nullptr) return;
     }
+    lib.error = fmt::format("{} could not be loaded ({}; nor from {}); install {}", lib.soname,
+                            first, fmt::join(folders, ", "), lib.package);
   });
   return lib.handle;
 }
@@ -83,11 +102,8 @@ library_sonames sonames() noexcept {
 }
 
 bool library_loaded(const char* soname) {
+  // A bare soname matches a loaded library of that soname, wherever it was loaded from.
   void* h = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
-  if (h == nullptr) {
-    const std::string path = std::string(LOOM_CUDA_LIBRARY_DIR) + "/" + soname;
-    h = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  }
   if (h != nullptr) dlclose(h);  // drops the reference RTLD_NOLOAD took
   return h != nullptr;
 }
