@@ -3,7 +3,8 @@
     loom.ops.relu(x)                      # g.op("relu", [x])
     loom.ops.matmul(a, b, transpose_b=True)
     loom.ops.concat([a, b], axis=1)       # list inputs as a list
-    loom.ops.zeros(graph=g, shape=[2, 3], T=loom.float32)   # ops without inputs
+    loom.ops.zeros(graph=g, shape=[2, 3], dtype=loom.float32)   # ops without inputs
+    loom.ops.split(x, sizes=[1, 2], axis=1)   # num_splits follows from sizes
 
 The functions are made from the registry (loom.op_def(name)) when first asked for, so
 ops added to loom appear here without a wrapper to write. Attributes are keywords; name=

@@ -23,6 +23,7 @@
 #include "loom/graph/builder.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/op_registry.hpp"
+#include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/optimizer.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/graph/serialization.hpp"
@@ -59,14 +60,23 @@ shape shape_of(const py::handle& obj, const std::string& what) {
   return shape(dims);
 }
 
+// A dtype loom has, by name; an unknown or unsupported one is a TypeError (as NumPy's).
+dtype dtype_named(const std::string& name, const std::string& what) {
+  try {
+    return parse_dtype(name);
+  } catch (const invalid_argument& e) {
+    throw_python(PyExc_TypeError, fmt::format("{}: {}", what, e.what()));
+  }
+}
+
 dtype dtype_of(const py::handle& obj, const std::string& what) {
   if (py::isinstance<dtype>(obj)) return obj.cast<dtype>();
-  if (py::isinstance<py::str>(obj)) return parse_dtype(obj.cast<std::string>());
+  if (py::isinstance<py::str>(obj)) return dtype_named(obj.cast<std::string>(), what);
   // A NumPy dtype or scalar type: by its name ("float32").
   if (py::hasattr(obj, "dtype") || py::hasattr(obj, "kind")) {
     const py::object np_dtype = py::module_::import("numpy").attr("dtype")(obj);
     const std::string name = py::str(np_dtype.attr("name")).cast<std::string>();
-    return parse_dtype(name);
+    return dtype_named(name, what);
   }
   throw_python(PyExc_TypeError,
                fmt::format("{}: expected a loom.dtype, a dtype name or a NumPy dtype, not a {}",
@@ -151,20 +161,71 @@ py::object add_op(const std::shared_ptr<py_graph>& pg, const std::string& type,
   return t;
 }
 
-// Python numbers beside an Output become scalar constants of the Output's dtype.
-py_output operand(const py_output& like, const py::handle& v) {
-  if (py::isinstance<py_output>(v)) return v.cast<py_output>();
-  if (!py::isinstance<py::int_>(v) && !py::isinstance<py::float_>(v) &&
-      !py::isinstance<py::bool_>(v)) {
+// Note [Python numbers beside an Output]: PyTorch's rule for a tensor and a Python number.
+// (Two Outputs must have the same dtype: loom does not promote between its own tensors.)
+// The number takes the Output's dtype, except that a float beside an integer or bool Output
+// (int32_output * 2.5) makes both float32, and an int beside a bool Output makes both int64;
+// an int that the Output's integer dtype cannot hold is an OverflowError, never a silent
+// wrap. Anything else beside an Output is a TypeError.
+struct operands {
+  py_output a, b;
+};
+
+py_output cast_to(const py_output& x, dtype to) {
+  return py_output{x.owner, ops::cast(x.out, to)};
+}
+
+// `x` op `v` (or `v` op `x` when `number_first`), with v an Output or a Python number.
+operands operands_of(const py_output& x, const py::handle& v, bool number_first) {
+  if (py::isinstance<py_output>(v)) {
+    const auto y = v.cast<py_output>();
+    return number_first ? operands{y, x} : operands{x, y};
+  }
+  const bool is_bool = py::isinstance<py::bool_>(v);
+  const bool is_int = !is_bool && py::isinstance<py::int_>(v);
+  const bool is_float = py::isinstance<py::float_>(v);
+  if (!is_bool && !is_int && !is_float) {
     throw_python(PyExc_TypeError,
                  fmt::format("unsupported operand: a loom.Output and a {}", type_name(v)));
   }
-  return py_output{like.owner, ops::scalar(like.owner->b, v.cast<double>(), like.out.dtype_of())};
+  py_output out = x;
+  dtype t = x.out.dtype_of();
+  if (is_float && (is_integer(t) || t == dtype::boolean)) {
+    t = dtype::f32;
+    out = cast_to(x, t);
+  } else if (is_int && t == dtype::boolean) {
+    t = dtype::i64;
+    out = cast_to(x, t);
+  }
+  if (is_int && is_integer(t)) {
+    // The int must fit: Python ints are unbounded, loom's integers are not.
+    const py::object lo = py::module_::import("numpy").attr("iinfo")(py::str(to_string(t)));
+    const py::int_ n = v.cast<py::int_>();
+    if (n < lo.attr("min") || n > lo.attr("max")) {
+      throw_python(PyExc_OverflowError,
+                   fmt::format("the Python int {} does not fit {} (the dtype of '{}')",
+                               py::repr(v).cast<std::string>(), to_string(t), x.out.name()));
+    }
+    const py_output c{x.owner, ops::scalar(x.owner->b, static_cast<double>(v.cast<std::int64_t>()), t)};
+    return number_first ? operands{c, out} : operands{out, c};
+  }
+  const py_output c{x.owner, ops::scalar(x.owner->b, v.cast<double>(), t)};
+  return number_first ? operands{c, out} : operands{out, c};
 }
 
-py_output binary(const char* op, const py_output& a, const py_output& b) {
-  if (a.owner != b.owner) throw_python(PyExc_ValueError, "operands belong to different graphs");
-  return py_output{a.owner, a.owner->b.add1(op, {a.out, b.out})};
+py_output binary(const char* op, operands xy) {
+  if (xy.a.owner != xy.b.owner) throw_python(PyExc_ValueError, "operands belong to different graphs");
+  return py_output{xy.a.owner, xy.a.owner->b.add1(op, {xy.a.out, xy.b.out})};
+}
+
+// `/` is true division, as in Python, NumPy and PyTorch: integer and bool operands are
+// divided as float32 (PyTorch's default dtype). loom's div op on integers truncates.
+py_output true_divide(operands xy) {
+  for (py_output* x : {&xy.a, &xy.b}) {
+    const dtype t = x->out.dtype_of();
+    if (is_integer(t) || t == dtype::boolean) *x = cast_to(*x, dtype::f32);
+  }
+  return binary("div", xy);
 }
 
 py::object shape_tuple(const tensor_type& t) {
@@ -193,12 +254,14 @@ py::dict op_def_dict(const op_def& d) {
 }
 
 ops::sgd_options sgd_options_of(double momentum, double dampening, double weight_decay,
-                                bool nesterov) {
+                                bool nesterov, const py::object& moment, bool master_weights) {
   ops::sgd_options o;
   o.momentum = momentum;
   o.dampening = dampening;
   o.weight_decay = weight_decay;
   o.nesterov = nesterov;
+  o.moment_dtype = dtype_of(moment, "moment_dtype");
+  o.master_weights = master_weights;
   return o;
 }
 
@@ -226,8 +289,54 @@ std::vector<output> outs_of(const std::shared_ptr<py_graph>& pg, const std::vect
   return out;
 }
 
-py::tuple fused_result(const std::shared_ptr<py_graph>& pg, const ops::fused_update& u) {
-  return py::make_tuple(u.name, py_output{pg, u.grad_norm}, py_output{pg, u.found_inf});
+py::tuple fused_result(const std::shared_ptr<py_graph>& pg, const std::string& update,
+                       const ops::fused_update& u) {
+  return py::make_tuple(update, py_output{pg, u.grad_norm}, py_output{pg, u.found_inf});
+}
+
+// Note [optimizer step counters]: Adam's bias correction needs the number of the step. Given
+// step=None, an Adam update keeps its own: an int64 variable "<base>" (made unique) that
+// starts at 1 and that the name returned as the update advances after each step taken (a
+// fused step skipped for an inf/NaN gradient does not count, as with PyTorch's GradScaler).
+// Running that name as a target runs the update too. A step passed in is left to its owner.
+output new_step_counter(const std::shared_ptr<py_graph>& pg, const std::string& base) {
+  std::string name = base;
+  for (int k = 1; pg->g.find(name) != nullptr; ++k) name = fmt::format("{}_{}", base, k);
+  return ops::variable(pg->b, name, owned_tensor(py::int_(1), "step", dtype::i64));
+}
+
+// The node that advances `step` once `update` has run: by one, or, for a fused update, by
+// one unless it found an inf/NaN gradient (which also orders it after the update).
+std::string advance_step(const std::shared_ptr<py_graph>& pg, const output& step,
+                         const std::string& update, const std::optional<output>& found_inf) {
+  graph_builder& b = pg->b;
+  output by = found_inf ? ops::cast(b.add1("logical_not", {*found_inf}), dtype::i64)
+                        : ops::scalar(b, 1.0, dtype::i64);
+  const std::vector<output> outs = b.add("assign_add", {step, by}, {}, {.name = update + "/advance_step"});
+  const node& advance = outs.empty() ? *pg->g.find(update + "/advance_step") : outs[0].producer();
+  if (!found_inf) pg->g.add_control_input(advance.id, pg->g.get(update).id);
+  return advance.name;
+}
+
+// step: an Output, or None for a counter of the update's own.
+output step_or_counter(const std::shared_ptr<py_graph>& pg, const py::object& step,
+                       const char* base) {
+  if (step.is_none()) return new_step_counter(pg, base);
+  if (!py::isinstance<py_output>(step)) {
+    throw_python(PyExc_TypeError,
+                 fmt::format("step must be an int64 loom.Output or None, not a {}", type_name(step)));
+  }
+  return step.cast<py_output>().out;
+}
+
+// grad_scale: an Output, or None for 1.
+output scale_or_one(const std::shared_ptr<py_graph>& pg, const py::object& scale) {
+  if (scale.is_none()) return ops::scalar(pg->b, 1.0, dtype::f32);
+  if (!py::isinstance<py_output>(scale)) {
+    throw_python(PyExc_TypeError, fmt::format("grad_scale must be a float32 loom.Output or None, "
+                                              "not a {}", type_name(scale)));
+  }
+  return scale.cast<py_output>().out;
 }
 
 }  // namespace
@@ -250,23 +359,39 @@ void bind_graph(py::module_& m) {
              return fmt::format("loom.Output('{}', {})", o.out.name(), to_string(o.out.type()));
            })
       .def("__add__",
-           [](const py_output& a, const py::object& b) { return binary("add", a, operand(a, b)); })
+           [](const py_output& a, const py::object& b) {
+             return binary("add", operands_of(a, b, false));
+           })
       .def("__radd__",
-           [](const py_output& a, const py::object& b) { return binary("add", operand(a, b), a); })
+           [](const py_output& a, const py::object& b) {
+             return binary("add", operands_of(a, b, true));
+           })
       .def("__sub__",
-           [](const py_output& a, const py::object& b) { return binary("sub", a, operand(a, b)); })
+           [](const py_output& a, const py::object& b) {
+             return binary("sub", operands_of(a, b, false));
+           })
       .def("__rsub__",
-           [](const py_output& a, const py::object& b) { return binary("sub", operand(a, b), a); })
+           [](const py_output& a, const py::object& b) {
+             return binary("sub", operands_of(a, b, true));
+           })
       .def("__mul__",
-           [](const py_output& a, const py::object& b) { return binary("mul", a, operand(a, b)); })
+           [](const py_output& a, const py::object& b) {
+             return binary("mul", operands_of(a, b, false));
+           })
       .def("__rmul__",
-           [](const py_output& a, const py::object& b) { return binary("mul", operand(a, b), a); })
+           [](const py_output& a, const py::object& b) {
+             return binary("mul", operands_of(a, b, true));
+           })
       .def("__truediv__",
-           [](const py_output& a, const py::object& b) { return binary("div", a, operand(a, b)); })
+           [](const py_output& a, const py::object& b) {
+             return true_divide(operands_of(a, b, false));
+           })
       .def("__rtruediv__",
-           [](const py_output& a, const py::object& b) { return binary("div", operand(a, b), a); })
+           [](const py_output& a, const py::object& b) {
+             return true_divide(operands_of(a, b, true));
+           })
       .def("__matmul__",
-           [](const py_output& a, const py_output& b) { return binary("matmul", a, b); })
+           [](const py_output& a, const py_output& b) { return binary("matmul", {a, b}); })
       .def("__neg__", [](const py_output& a) {
         return py_output{a.owner, a.owner->b.add1("neg", {a.out})};
       });
@@ -370,34 +495,43 @@ void bind_graph(py::module_& m) {
       .def(
           "apply_sgd",
           [](const pg_ptr&, const py_output& param, const py_output& grad, const py_output& lr,
-             double momentum, double dampening, double weight_decay, bool nesterov) {
+             double momentum, double dampening, double weight_decay, bool nesterov,
+             const py::object& moment, bool master) {
             return ops::apply_sgd(param.out, grad.out, lr.out,
-                                  sgd_options_of(momentum, dampening, weight_decay, nesterov));
+                                  sgd_options_of(momentum, dampening, weight_decay, nesterov,
+                                                 moment, master));
           },
           py::arg("param"), py::arg("grad"), py::arg("lr"), py::kw_only(),
           py::arg("momentum") = 0.0, py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0,
-          py::arg("nesterov") = false,
+          py::arg("nesterov") = false, py::arg("moment_dtype") = dtype::f32,
+          py::arg("master_weights") = true,
           "One SGD update of one variable; returns the node's name (run it as a target)")
       .def(
           "apply_adam",
-          [](const pg_ptr&, const py_output& param, const py_output& grad, const py_output& lr,
-             const py_output& step, double beta1, double beta2, double eps,
-             std::optional<double> weight_decay, bool decoupled, const py::object& moment,
-             bool master) {
+          [](const pg_ptr& pg, const py_output& param, const py_output& grad,
+             const py_output& lr, const py::object& step_arg, double beta1, double beta2,
+             double eps, std::optional<double> weight_decay, bool decoupled,
+             const py::object& moment, bool master) {
             const auto o = adam_options_of(beta1, beta2, eps, weight_decay, moment, master);
-            return decoupled ? ops::apply_adamw(param.out, grad.out, lr.out, step.out, o)
-                             : ops::apply_adam(param.out, grad.out, lr.out, step.out, o);
+            const output step = step_or_counter(pg, step_arg, "adam_step");
+            const std::string update =
+                decoupled ? ops::apply_adamw(param.out, grad.out, lr.out, step, o)
+                          : ops::apply_adam(param.out, grad.out, lr.out, step, o);
+            return step_arg.is_none() ? advance_step(pg, step, update, std::nullopt) : update;
           },
-          py::arg("param"), py::arg("grad"), py::arg("lr"), py::arg("step"), py::kw_only(),
+          py::arg("param"), py::arg("grad"), py::arg("lr"), py::arg("step") = py::none(),
+          py::kw_only(),
           py::arg("beta1") = 0.9, py::arg("beta2") = 0.999, py::arg("eps") = 1e-8,
           py::arg("weight_decay") = py::none(), py::arg("decoupled") = false,
           py::arg("moment_dtype") = dtype::f32, py::arg("master_weights") = true,
-          "One Adam (decoupled=True: AdamW) update of one variable; returns the node's name")
+          "One Adam (decoupled=True: AdamW) update of one variable; returns the name to run as "
+          "a target. step=None: the update counts its own steps (Note [optimizer step "
+          "counters])")
       .def(
           "fused_adam",
           [](const pg_ptr& pg, const std::vector<py_output>& params,
-             const std::vector<py_output>& grads, const py_output& lr, const py_output& step,
-             const py_output& grad_scale, double beta1, double beta2, double eps,
+             const std::vector<py_output>& grads, const py_output& lr, const py::object& step_arg,
+             const py::object& scale_arg, double beta1, double beta2, double eps,
              std::optional<double> weight_decay, bool decoupled, const py::object& moment,
              bool master, double max_grad_norm, bool check_finite) {
             const auto o = adam_options_of(beta1, beta2, eps, weight_decay, moment, master);
@@ -406,35 +540,44 @@ void bind_graph(py::module_& m) {
             f.check_finite = check_finite;
             const auto ps = outs_of(pg, params, "fused_adam params");
             const auto gs = outs_of(pg, grads, "fused_adam grads");
-            return fused_result(
-                pg, decoupled ? ops::fused_adamw(ps, gs, lr.out, step.out, grad_scale.out, o, f)
-                              : ops::fused_adam(ps, gs, lr.out, step.out, grad_scale.out, o, f));
+            const output step = step_or_counter(pg, step_arg, "adam_step");
+            const output scale = scale_or_one(pg, scale_arg);
+            const ops::fused_update u = decoupled ? ops::fused_adamw(ps, gs, lr.out, step, scale, o, f)
+                                                  : ops::fused_adam(ps, gs, lr.out, step, scale, o, f);
+            const std::string update =
+                step_arg.is_none() ? advance_step(pg, step, u.name, u.found_inf) : u.name;
+            return fused_result(pg, update, u);
           },
-          py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("step"),
-          py::arg("grad_scale"), py::kw_only(), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
+          py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("step") = py::none(),
+          py::arg("grad_scale") = py::none(), py::kw_only(), py::arg("beta1") = 0.9, py::arg("beta2") = 0.999,
           py::arg("eps") = 1e-8, py::arg("weight_decay") = py::none(), py::arg("decoupled") = false,
           py::arg("moment_dtype") = dtype::f32, py::arg("master_weights") = true,
           py::arg("max_grad_norm") = 0.0, py::arg("check_finite") = true,
-          "One fused multi-tensor Adam (AdamW) update of every param: returns (node name, "
-          "grad_norm, found_inf)")
+          "One fused multi-tensor Adam (AdamW) update of every param: returns (the name to "
+          "run as a target, grad_norm, found_inf). step=None: the update counts its own steps "
+          "(Note [optimizer step counters]); grad_scale=None: 1")
       .def(
           "fused_sgd",
           [](const pg_ptr& pg, const std::vector<py_output>& params,
-             const std::vector<py_output>& grads, const py_output& lr, const py_output& grad_scale,
+             const std::vector<py_output>& grads, const py_output& lr, const py::object& scale_arg,
              double momentum, double dampening, double weight_decay, bool nesterov,
-             double max_grad_norm, bool check_finite) {
-            const auto o = sgd_options_of(momentum, dampening, weight_decay, nesterov);
+             const py::object& moment, bool master, double max_grad_norm, bool check_finite) {
+            const auto o =
+                sgd_options_of(momentum, dampening, weight_decay, nesterov, moment, master);
             ops::fused_options f;
             f.max_grad_norm = max_grad_norm;
             f.check_finite = check_finite;
-            return fused_result(pg, ops::fused_sgd(outs_of(pg, params, "fused_sgd params"),
-                                                   outs_of(pg, grads, "fused_sgd grads"), lr.out,
-                                                   grad_scale.out, o, f));
+            const ops::fused_update u =
+                ops::fused_sgd(outs_of(pg, params, "fused_sgd params"),
+                               outs_of(pg, grads, "fused_sgd grads"), lr.out,
+                               scale_or_one(pg, scale_arg), o, f);
+            return fused_result(pg, u.name, u);
           },
-          py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("grad_scale"), py::kw_only(),
-          py::arg("momentum") = 0.0, py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0,
-          py::arg("nesterov") = false, py::arg("max_grad_norm") = 0.0,
-          py::arg("check_finite") = true,
+          py::arg("params"), py::arg("grads"), py::arg("lr"), py::arg("grad_scale") = py::none(),
+          py::kw_only(), py::arg("momentum") = 0.0, py::arg("dampening") = 0.0,
+          py::arg("weight_decay") = 0.0, py::arg("nesterov") = false,
+          py::arg("moment_dtype") = dtype::f32, py::arg("master_weights") = true,
+          py::arg("max_grad_norm") = 0.0, py::arg("check_finite") = true,
           "One fused multi-tensor SGD update: returns (node name, grad_norm, found_inf)");
 
   m.def(

@@ -23,6 +23,8 @@
 #include <atomic>
 #include <csignal>
 #include <map>
+#include <memory>
+#include <mutex>
 
 #include "bindings.hpp"
 #include "loom/checkpoint/checkpoint.hpp"
@@ -152,16 +154,60 @@ py::object with_feed_dtype(const session& s, const std::string& name, const py::
       v, py::str(type == std::string("bool") ? "bool" : type));
 }
 
+// The Graph each live Session was made from, for the hint below (Note [a session's copy of
+// its graph]).
+struct session_source {
+  std::weak_ptr<session> s;
+  std::weak_ptr<py_graph> g;
+};
+std::mutex sources_mutex;
+std::map<const session*, session_source> sources;
+
+void remember_source(const std::shared_ptr<session>& s, const std::shared_ptr<py_graph>& g) {
+  const std::lock_guard lock(sources_mutex);
+  std::erase_if(sources, [](const auto& kv) { return kv.second.s.expired(); });
+  sources[s.get()] = {s, g};
+}
+
+// Note [a session's copy of its graph]: a Session copies its Graph when it is made (as
+// TensorFlow's does), so a node added to the Graph afterwards is unknown to it. A fetch,
+// feed or target that names such a node fails with a KeyError that says so, instead of a
+// bare "no node named".
+void explain_later_nodes(const std::shared_ptr<session>& s, const std::vector<std::string>& names) {
+  std::shared_ptr<py_graph> g;
+  {
+    const std::lock_guard lock(sources_mutex);
+    const auto it = sources.find(s.get());
+    if (it == sources.end() || it->second.s.lock() != s) return;
+    g = it->second.g.lock();
+  }
+  if (g == nullptr) return;
+  for (const std::string& full : names) {
+    const std::string name = full.substr(0, full.rfind(':') == std::string::npos ? full.size()
+                                                                                  : full.rfind(':'));
+    if (s->get_graph().find(name) == nullptr && g->g.find(name) != nullptr) {
+      throw_python(PyExc_KeyError,
+                   fmt::format("node '{}' was added to the Graph after this Session was made; a "
+                               "Session runs the copy of the Graph it took when it was made: "
+                               "make a new Session to run it",
+                               name));
+    }
+  }
+}
+
 py::object run(const std::shared_ptr<session>& s, const py::object& fetches,
                const py::object& feeds, const py::object& targets,
                const std::optional<std::string>& trace_path) {
   bool single = false;
   const std::vector<std::string> fetch_names = names_of(fetches, "fetch", &single);
   const std::vector<std::string> target_names = names_of(targets, "target");
+  explain_later_nodes(s, fetch_names);
+  explain_later_nodes(s, target_names);
   std::vector<feed> feed_list;
   if (!feeds.is_none()) {
     for (const auto& [k, v] : feeds.cast<py::dict>()) {
       const std::string name = name_of(k, "feed key");
+      explain_later_nodes(s, {name});
       feed_list.emplace_back(
           name, to_tensor(with_feed_dtype(*s, name, v), fmt::format("feed '{}'", name)));
     }
@@ -230,7 +276,9 @@ void bind_session(py::module_& m) {
              o.allow_soft_placement = soft_placement;
              o.passes.enabled = passes;
              o.passes.disabled = std::move(disabled_passes);
-             return std::make_shared<session>(g->g, o);
+             auto s = std::make_shared<session>(g->g, o);
+             remember_source(s, g);
+             return s;
            }),
            py::arg("graph"), py::kw_only(), py::arg("virtual_cpus") = 1, py::arg("threads") = 0,
            py::arg("memory_limit") = 0, py::arg("soft_placement") = false,

@@ -451,6 +451,14 @@ void register_array_ops(op_registry& r) {
     d.attrs = {type_attr("T"), validated(attr("num_splits", attr_type::integer), at_least_one),
                attr("axis", attr_type::integer, std::int64_t{0}),
                validated(attr("sizes", attr_type::ints, ints{}), dims_or_one_unknown)};
+    // With sizes, the number of pieces is theirs: num_splits may be left out.
+    d.derive_attrs = [](attr_map& a) {
+      const auto sizes = a.find("sizes");
+      if (a.contains("num_splits") || sizes == a.end()) return;
+      if (sizes->second.type() != attr_type::ints) return;  // validation names it
+      const auto n = sizes->second.as<ints>().size();
+      if (n > 0) a.emplace("num_splits", static_cast<std::int64_t>(n));
+    };
     d.infer = infer_split;
     r.add(std::move(d));
   }
