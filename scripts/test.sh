@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make test: every test loom has, in four builds.
 #   1. Release: all tests; then loom installed from it, and examples/cpp built against the
-#      installed tree (CMake package and pkg-config) and run.
+#      installed tree (CMake package and pkg-config) and run; the Python package installed
+#      with pip into a fresh virtual environment and examples/python run there; every code
+#      block of README.md and docs/*.md checked (tests/docs/doc_blocks.py).
 #   2. ASan+UBSan: all tests.
 #   3. TSan: the memory, device and runtime tests (pools, adaptors, thread pool and
 #      executor are built to be thread-safe), without the CUDA backend (its kernels would
@@ -103,6 +105,14 @@ if python_install; then
   rm -rf "$outside"
 else
   echo "the Python package: pip install failed"; failed=$((failed + 1)); status=1
+fi
+
+step "Docs: every code block of README.md and docs/*.md (tests/docs/doc_blocks.py)"
+if PYTHONPATH=$PWD/build/python ${PYTHON:-/usr/bin/python3} tests/docs/doc_blocks.py \
+     --loom build/loom --prefix "$PWD/build/install"; then
+  passed=$((passed + 1))
+else
+  echo "a code block of the docs failed"; failed=$((failed + 1)); status=1
 fi
 
 step "ASan+UBSan build"
