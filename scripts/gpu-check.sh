@@ -7,7 +7,8 @@
 # builds only what the check needs (the library, the gpu-labelled tests, the loom tool, the
 # Python extension against $PYTHON, default the python3 on PATH); then runs
 #   1. ctest -L gpu (every CUDA test; the cross-backend test on its own, with its JSON report),
-#   2. the GPU pytest files with the PyTorch, CuPy and Numba installed for $PYTHON,
+#   2. the GPU pytest files with the PyTorch, CuPy and Numba installed for $PYTHON, and the
+#      docs' code blocks that need a GPU (tests/docs/doc_blocks.py),
 #   3. loom train (the MLP, and one epoch of the CNN), placed by loom on the GPU,
 #   4. loom bench cuda --json, and its PyTorch companion (python/bench/cuda_vs_torch.py) on
 #      the same GPU,
@@ -192,6 +193,15 @@ rc=$?
 tail -n 25 "$out/pytest-gpu.log"
 # pytest exits 5 when it collected nothing: a failure here.
 row "pytest GPU files" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(tail -n1 "$out/pytest-gpu.log" | tr -d '=' | sed 's/^ *//'), $(elapsed "$t0")"
+
+step "doc blocks that need a GPU (tests/docs/doc_blocks.py)"
+# The Python and declaration blocks of the docs that speak of GPUs; those marked as needing a
+# GPU run only here. (C/C++ programs need an installed loom: make test builds those.)
+PYTHONPATH="$root/$pydir/python" "$PYTHON" tests/docs/doc_blocks.py --loom "$bin/loom" \
+  docs/interop.md docs/cuda.md >"$out/doc-blocks.log" 2>&1
+rc=$?
+tail -n 10 "$out/doc-blocks.log"
+row "doc blocks (GPU)" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$(tail -n1 "$out/doc-blocks.log")"
 
 # ---- loom's main job on the GPU -------------------------------------------------------------
 train() {  # NAME LOG ARGS...: loom train, placed by loom (the GPU where kernels exist)

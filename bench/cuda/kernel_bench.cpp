@@ -229,10 +229,13 @@ gpu_bench_row run_fused_adam_case(const fused_adam_case& c, const gpu_bench_opti
                 {"param_dtype", to_string(c.param_type)},
                 {"check_finite", c.check_finite}};
   row.loom_ms = time_ms(stream, batch, o.repetitions, [&] { s.run({}, {}, {"update"}); });
-  // The bytes the step must move: read p, g, m, v and write p, m, v (f32 moments). The peer
-  // copies half as many bytes: a copy reads and writes each.
+  // The bytes the step must move: read p, g, m, v and write p, m, v (f32 moments); with the
+  // inf/NaN check, the gradients once more before anything is written (a step that finds
+  // one must change nothing). The peer copies half as many bytes: a copy reads and writes
+  // each.
   const double param_bytes = static_cast<double>(size_of(c.param_type));
-  const double bytes = (3.0 * param_bytes + 16.0) * static_cast<double>(c.per) * c.tensors;
+  const double element_bytes = 3.0 * param_bytes + 16.0 + (c.check_finite ? param_bytes : 0.0);
+  const double bytes = element_bytes * static_cast<double>(c.per) * c.tensors;
   const auto copy_bytes = static_cast<std::int64_t>(bytes / 2);
   const tensor from = memory::allocate_tensor(dev.allocator(), dev.id(), dtype::u8, {copy_bytes});
   const tensor to = memory::allocate_tensor(dev.allocator(), dev.id(), dtype::u8, {copy_bytes});
