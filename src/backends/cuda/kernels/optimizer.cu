@@ -65,41 +65,36 @@ struct storage<float> {
   }
   __device__ static vec pack(const float in[4]) { return make_float4(in[0], in[1], in[2], in[3]); }
 };
+// Four 16-bit values in one 8-byte access; S::widen and S::narrow convert one value.
+template <class S>
+struct storage16 {
+  using vec = uint2;
+  __device__ static void unpack(vec x, float out[4]) {
+    out[0] = S::widen(x.x & 0xffffu);
+    out[1] = S::widen(x.x >> 16);
+    out[2] = S::widen(x.y & 0xffffu);
+    out[3] = S::widen(x.y >> 16);
+  }
+  __device__ static vec pack(const float in[4]) {
+    return make_uint2(S::narrow(in[0]) | (S::narrow(in[1]) << 16),
+                      S::narrow(in[2]) | (S::narrow(in[3]) << 16));
+  }
+};
 template <>
-struct storage<__nv_bfloat16> {
+struct storage<__nv_bfloat16> : storage16<storage<__nv_bfloat16>> {
   static constexpr optim_type type = optim_type::bf16;
-  using vec = uint2;  // four bfloat16
   __device__ static float widen(unsigned bits) { return __uint_as_float(bits << 16); }
   __device__ static unsigned narrow(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
-  __device__ static void unpack(vec x, float out[4]) {
-    out[0] = widen(x.x & 0xffffu);
-    out[1] = widen(x.x >> 16);
-    out[2] = widen(x.y & 0xffffu);
-    out[3] = widen(x.y >> 16);
-  }
-  __device__ static vec pack(const float in[4]) {
-    return make_uint2(narrow(in[0]) | (narrow(in[1]) << 16), narrow(in[2]) | (narrow(in[3]) << 16));
-  }
 };
 template <>
-struct storage<__half> {
+struct storage<__half> : storage16<storage<__half>> {
   static constexpr optim_type type = optim_type::f16;
-  using vec = uint2;  // four float16
   __device__ static float widen(unsigned bits) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   }
   __device__ static unsigned narrow(float v) { return __half_as_ushort(__float2half_rn(v)); }
-  __device__ static void unpack(vec x, float out[4]) {
-    out[0] = widen(x.x & 0xffffu);
-    out[1] = widen(x.x >> 16);
-    out[2] = widen(x.y & 0xffffu);
-    out[3] = widen(x.y >> 16);
-  }
-  __device__ static vec pack(const float in[4]) {
-    return make_uint2(narrow(in[0]) | (narrow(in[1]) << 16), narrow(in[2]) | (narrow(in[3]) << 16));
-  }
 };
 
 // Elements i .. i+3 (i a multiple of 4, the array aligned to four elements).
