@@ -32,6 +32,7 @@ packages=(
   # for its tests (zero-copy exchange is tested against both).
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
   python3-pip python3-venv   # pip install ./python, tested in a virtual environment
+  chromium                   # the memory report pages, opened headless by their test
 )
 
 sudo=""

@@ -67,6 +67,10 @@ cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::st
 // memory pool is alive.
 cpu_device::~cpu_device() = default;
 
+void cpu_device::log_allocations(const std::filesystem::path& path) {
+  log_ = std::make_unique<memory::logging_adaptor>(*pool_allocator_, path);
+}
+
 std::vector<std::unique_ptr<device>> cpu_device_factory::create_devices(
     const device_options& options) {
   const int n = options.virtual_cpu_devices;
@@ -90,9 +94,11 @@ std::vector<std::unique_ptr<device>> cpu_device_factory::create_devices(
                                           per_device == 1 ? "" : "s");
     if (n > 1) description += fmt::format(", virtual {} of {}", i + 1, n);
     if (!memory_note_.empty()) description += ", " + memory_note_;
-    devices.push_back(std::make_unique<cpu_device>(
+    auto d = std::make_unique<cpu_device>(
         i, per_device, options.cpu_memory_limit, std::move(description),
-        upstream_ != nullptr ? *upstream_ : memory::host_resource::instance()));
+        upstream_ != nullptr ? *upstream_ : memory::host_resource::instance());
+    if (i == 0 && !options.cpu_memory_log.empty()) d->log_allocations(options.cpu_memory_log);
+    devices.push_back(std::move(d));
   }
   return devices;
 }

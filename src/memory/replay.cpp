@@ -82,6 +82,7 @@ class replayer {
   replay_failure describe_failure(std::size_t i) const;
   void take_sample(std::size_t i);
   void release_live() noexcept;
+  std::vector<replay_block> held_blocks() const;
   void finish_timing(std::uint64_t total_ns, double clock_ns);
 
   const allocation_log& log_;
@@ -180,9 +181,10 @@ replay_failure replayer::describe_failure(std::size_t i) const {
 void replayer::take_sample(std::size_t i) {
   if (!report_.samples.empty() && report_.samples.back().event == i) return;
   const std::optional<memory_stats> s = resource_.stats();
-  replay_sample sample{i, in_use_, 0, 0.0};
+  replay_sample sample{i, in_use_, 0, 0, 0.0};
   if (s) {
     sample.bytes_reserved = s->bytes_reserved;
+    sample.largest_free_block = s->largest_free_block;
     sample.fragmentation = s->fragmentation();
   }
   if (!s || s->bytes_reserved < in_use_) {
@@ -222,6 +224,18 @@ void replayer::finish_timing(std::uint64_t total_ns, double clock_ns) {
   t.timed_deallocates = deallocate_time_.count;
 }
 
+std::vector<replay_block> replayer::held_blocks() const {
+  std::vector<replay_block> out;
+  for (const auto* list : {&slots_, &unexpected_}) {
+    for (const live_block& b : *list) {
+      if (b.pointer == nullptr) continue;
+      const auto event = static_cast<std::size_t>(b.allocated_by - events_.data());
+      out.push_back({b.pointer, b.allocated_by->bytes, event, log_.tag_of(event)});
+    }
+  }
+  return out;
+}
+
 replay_report replayer::run() {
   const std::size_t n = events_.size();
   report_.events_total = n;
@@ -243,8 +257,10 @@ replay_report replayer::run() {
 
   std::size_t i = 0;
   bool go_on = true;
+  // The events to replay: all, or up to options_.stop_after.
+  const std::size_t end = options_.stop_after ? std::min(n, *options_.stop_after + 1) : n;
   const auto start = replay_clock::now();
-  for (; go_on && i < n; ++i) {
+  for (; go_on && i < end; ++i) {
     if (i == next_timed) [[unlikely]] {
       go_on = timed_step(i);
       next_timed = schedule.next_after(i);
@@ -274,6 +290,7 @@ replay_report replayer::run() {
   finish_timing(static_cast<std::uint64_t>(elapsed), clock_ns);
 
   if (options_.on_stop) options_.on_stop();
+  if (options_.on_stop_blocks) options_.on_stop_blocks(held_blocks());
   release_live();
   report_.final_stats = resource_.stats();
   return std::move(report_);

@@ -120,6 +120,7 @@ std::string replay_report::to_json() const {
     samples_array.push_back({{"event", s.event},
                              {"bytes_in_use", s.bytes_in_use},
                              {"bytes_reserved", s.bytes_reserved},
+                             {"largest_free_block", s.largest_free_block},
                              {"fragmentation", s.fragmentation}});
   }
   const nlohmann::json j = {

@@ -39,6 +39,7 @@
 #include <memory>
 #include <mutex>
 
+#include "loom/memory/allocation_tag.hpp"
 #include "loom/device/thread_pool.hpp"
 
 namespace loom::runtime {
@@ -171,6 +172,9 @@ void run_one(run_state& st, std::int32_t index, tensor* inputs) {
     clock_type::time_point t0;
     if (st.trace != nullptr) t0 = clock_type::now();
     try {
+      // What the kernel allocates is tagged with its node (allocation logs, leak reports and
+      // memory reports name it); the name lives as long as the plan.
+      const memory::tag_scope tag(e.n->name);
       kernel_context ctx(*e.n, *e.dev, std::span<tensor>(inputs, n_in),
                          std::span<tensor>(outputs, n_out), &st.variables, st.cancel.session);
       if (e.whole_device) {

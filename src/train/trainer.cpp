@@ -239,6 +239,7 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   session_options so;
   so.devices.virtual_cpu_devices = o.devices;
   so.devices.cpu_threads = o.threads;
+  so.devices.cpu_memory_log = o.memory_log;
   so.passes = o.passes;
   session s(std::move(g), so);
   report.passes = s.explain_passes({"x", "labels"}, {sg.loss, sg.accuracy}, sg.update_targets);

@@ -305,6 +305,35 @@ TEST(Replay, ReportsProgressEveryIntervalAndAtTheEnd) {
   EXPECT_GE(want.size(), 4U);
 }
 
+TEST(Replay, StopsAfterAnEventAndShowsTheBlocksItHolds) {
+  std::mt19937_64 rng(13);
+  random_log_options o;
+  o.events = 600;
+  const std::vector<log_record> records = random_log(rng, o);
+  const allocation_log log = parse(records);
+  const std::vector<std::size_t> in_use = shadow_in_use(records, SIZE_MAX);
+  for (const std::size_t stop : {std::size_t{0}, std::size_t{137}, records.size() - 1}) {
+    recording_resource resource;
+    replay_options options;
+    options.stop_after = stop;
+    std::vector<loom::memory::replay_block> held;
+    std::size_t stopped_calls = 0;
+    options.on_stop = [&] { stopped_calls = resource.calls.size(); };
+    options.on_stop_blocks = [&](const std::vector<loom::memory::replay_block>& b) { held = b; };
+    const replay_report report = replay(log, resource, options);
+    EXPECT_EQ(report.events_replayed, stop + 1);
+    EXPECT_EQ(stopped_calls, stop + 1);  // one call per event, none of the final frees
+    std::size_t bytes = 0;
+    for (const auto& b : held) {
+      bytes += b.bytes;
+      EXPECT_LE(b.event, stop);
+      EXPECT_EQ(b.tag, log.tag_of(b.event));
+      EXPECT_EQ(log.events()[b.event].action, loom::memory::log_action::allocate);
+    }
+    EXPECT_EQ(bytes, in_use[stop]) << "stop " << stop;
+  }
+}
+
 TEST(Replay, SamplesEvenlyAndAtEveryGrowthPoint) {
   std::mt19937_64 rng(11);
   random_log_options o;

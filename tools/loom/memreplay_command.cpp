@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,11 +16,13 @@
 #include <string_view>
 
 #include "commands.hpp"
+#include "memory_report_files.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/progress.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
 #include "loom/memory/limiting_adaptor.hpp"
+#include "loom/memory/memory_report.hpp"
 #include "loom/memory/replay.hpp"
 
 namespace loom::tools {
@@ -79,6 +82,7 @@ struct memreplay_flags {
   bool json = false;
   bool dump = false;
   bool quiet = false;
+  std::string html;  // --html: the memory report page
   // Which options were given: checked against --pool once parsing is done.
   CLI::Option* initial_size_option = nullptr;
   CLI::Option* growth_step_option = nullptr;
@@ -180,6 +184,9 @@ void check_pool_options(const memreplay_flags& f) {
 void run_memreplay(const memreplay_flags& f) {
   check_pool_options(f);
   const replay_target target(f);  // before reading the log: a bad configuration fails fast
+  // And before any work: a report that cannot be written is an error now, not at the end.
+  std::ofstream html;
+  if (!f.html.empty()) html = open_report(f.html);
   const auto parse_start = std::chrono::steady_clock::now();
   const memory::allocation_log log = memory::parse_allocation_log(std::filesystem::path(f.log));
   const std::chrono::duration<double, std::milli> parse_ms =
@@ -207,8 +214,13 @@ void run_memreplay(const memreplay_flags& f) {
       bar.update(static_cast<std::int64_t>(done), static_cast<std::int64_t>(total));
     };
   }
+  if (!f.html.empty()) options.samples = std::max<std::size_t>(options.samples, 2000);
   const memory::replay_report report = memory::replay(log, target.resource(), options);
   bar.finish();
+  if (!f.html.empty()) {
+    write_report(html, f.html, picture_of(log, report, [&f] { return replay_target(f); },
+                                         fmt::format("loom memreplay {}", f.log)));
+  }
 
   if (f.json) {
     nlohmann::json out = {{"log", f.log},
@@ -281,6 +293,8 @@ void add_memreplay_command(CLI::App& app) {
                 "Print the pool's regions and chunks as they were when the replay stopped "
                 "(the end of the log or the first failure), before the live blocks were freed");
   cmd->add_flag("--quiet", f->quiet, "No progress (a bar on a terminal, else a line every 5 s)");
+  cmd->add_option("--html", f->html,
+                  "Write a memory report here: one self-contained HTML page (docs/memory.md)");
   cmd->callback([f] { run_memreplay(*f); });
 }
 

@@ -5,9 +5,15 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "commands.hpp"
+#include "loom/memory/allocation_log.hpp"
+#include "loom/memory/bfc_pool.hpp"
+#include "loom/memory/host_resource.hpp"
+#include "memory_report_files.hpp"
 #include "loom/core/memory_stats.hpp"
 #include "loom/core/progress.hpp"
 #include "loom/train/dataset.hpp"
@@ -25,7 +31,40 @@ struct train_flags {
   bool quiet = false;
   bool explain_fusion = false;
   bool no_passes = false;
+  std::string memory_report;  // --memory-report: the page (memory_report_files.hpp)
 };
+
+// What a training run's allocation log is replayed against for its report: a pool as cpu:0's
+// (a growing bfc_pool with the defaults) over host memory.
+class train_pool {
+ public:
+  train_pool() : pool_(memory::host_resource::instance(), options()) {}
+  [[nodiscard]] memory::memory_resource& resource() const noexcept { return pool_; }
+  [[nodiscard]] memory::bfc_pool* pool() const noexcept { return &pool_; }
+  [[nodiscard]] std::string describe() const {
+    return fmt::format("cpu:0's pool (growing bfc_pool, growth step {}), replayed from the "
+                       "training run's allocation log",
+                       format_bytes(pool_.options().growth_step));
+  }
+
+ private:
+  static memory::bfc_pool_options options() {
+    memory::bfc_pool_options o;
+    o.name = "cpu:0";
+    return o;
+  }
+  mutable memory::bfc_pool pool_;
+};
+
+// The report of a training run: its log, replayed (memory_report_files.hpp).
+void write_training_report(const std::filesystem::path& log_path, std::ofstream& out,
+                           const std::string& path, const std::string& title) {
+  const memory::allocation_log log = memory::parse_allocation_log(log_path);
+  memory::replay_options o;
+  o.samples = 2000;
+  const memory::replay_report report = memory::replay(log, train_pool().resource(), o);
+  write_report(out, path, picture_of(log, report, [] { return train_pool(); }, title));
+}
 
 // "epoch 1/3 [##########..........] 15360/20000  77%  15234 samples/s  ETA 0:01  loss 0.3521
 // acc 91.4%" on a terminal; plain lines at most every 5 s otherwise (loom::progress).
@@ -94,11 +133,21 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--explain-fusion", f->explain_fusion,
                 "Print what the graph passes rewrote and refused in the training step, and why");
   cmd->add_flag("--no-passes", f->no_passes, "Run the training graph as written (no graph passes)");
+  cmd->add_option("--memory-report", f->memory_report,
+                  "Write a memory report of cpu:0's pool here: one self-contained HTML page "
+                  "(docs/memory.md)");
   cmd->add_flag("--profile", o.profile,
                 "Trace every step and print the nodes that take the most time per step");
   cmd->callback([f] {
     auto& opts = f->options;
     opts.passes.enabled = !f->no_passes;
+    // The report's file first: one that cannot be written fails before any training.
+    std::ofstream report_file;
+    if (!f->memory_report.empty()) {
+      report_file = open_report(f->memory_report);
+      opts.memory_log = std::filesystem::temp_directory_path() /
+                        fmt::format("loom-train-{}.alloc.csv", ::getpid());
+    }
     train::dataset all =
         f->data.empty() ? train::make_digits(f->examples, opts.seed) : train::load_csv(f->data);
     auto [train_set, test_set] = train::split(all, f->test_fraction, opts.seed);
@@ -115,6 +164,12 @@ void add_train_command(CLI::App& app) {
       if (!f->quiet) show_progress(bar, p, opts.batch, examples);
     });
     bar.finish();
+    if (!f->memory_report.empty()) {
+      write_training_report(opts.memory_log, report_file, f->memory_report,
+                            fmt::format("loom train --model {} ({} epochs, batch {})", opts.model,
+                                        opts.epochs, opts.batch));
+      std::filesystem::remove(opts.memory_log);
+    }
     if (report.resumed_epoch > 0) fmt::print("resumed after epoch {}\n", report.resumed_epoch);
     for (const auto& e : report.epochs) {
       fmt::print(

@@ -1,12 +1,14 @@
 // cpu_device: host memory and a thread pool.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 
 #include "loom/device/device.hpp"
 #include "loom/device/device_factory.hpp"
 #include "loom/device/thread_pool.hpp"
 #include "loom/memory/bfc_pool.hpp"
+#include "loom/memory/logging_adaptor.hpp"
 
 namespace loom {
 
@@ -24,13 +26,19 @@ class cpu_device final : public device {
              memory::memory_resource& upstream);
   ~cpu_device() override;
 
-  memory::memory_resource& allocator() override { return *pool_allocator_; }
+  memory::memory_resource& allocator() override {
+    return log_ ? static_cast<memory::memory_resource&>(*log_) : *pool_allocator_;
+  }
+  /// From now on, every allocate and deallocate through allocator() is logged to `path`
+  /// (device_options::cpu_memory_log). Call before the device allocates anything.
+  void log_allocations(const std::filesystem::path& path);
   thread_pool* pool() noexcept override { return threads_.get(); }
   /// The pool itself, for statistics and trimming.
   [[nodiscard]] memory::bfc_pool& memory_pool() noexcept { return *pool_allocator_; }
 
  private:
   std::unique_ptr<memory::bfc_pool> pool_allocator_;
+  std::unique_ptr<memory::logging_adaptor> log_;  // over the pool, when logging
   std::unique_ptr<thread_pool> threads_;
 };
 

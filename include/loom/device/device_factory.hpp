@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +58,9 @@ struct device_options {
   int cpu_threads = 0;
   /// Bytes each CPU device's pool may hold (0: no limit).
   std::size_t cpu_memory_limit = 0;
+  /// When set, every allocate and deallocate of cpu:0 is logged to this file (loom's
+  /// allocation log: `loom memreplay` replays it; `loom train --memory-report` draws it).
+  std::filesystem::path cpu_memory_log;
   /// GPUs to use, by CUDA ordinal (after CUDA_VISIBLE_DEVICES); -1 uses every one, 0 none.
   int cuda_device_count = -1;
   /// Memory of CUDA devices.

@@ -50,6 +50,14 @@
 
 namespace loom::memory {
 
+/// A block the replay holds: where the resource put it, and what the log says of it.
+struct replay_block {
+  const void* pointer;
+  std::size_t bytes;
+  std::size_t event;  // the allocate that made it (index into allocation_log::events())
+  std::string tag;
+};
+
 struct replay_options {
   /// Count every failure and go on, instead of stopping at the first.
   bool keep_going = false;
@@ -64,6 +72,11 @@ struct replay_options {
   /// once at the end, for a progress display; its time is inside the replay's.
   std::function<void(std::size_t, std::size_t)> on_progress;
   std::size_t progress_interval = std::size_t{1} << 16;
+  /// Stop after replaying this event (an index into allocation_log::events()), as if the
+  /// log ended there: on_stop and on_stop_blocks see the resource in that state.
+  std::optional<std::size_t> stop_after;
+  /// Called with the blocks the replay holds when it stops, before they are given back.
+  std::function<void(const std::vector<replay_block>&)> on_stop_blocks;
 };
 
 /// The resource's figures after an event (Note [replay sampling]).
@@ -74,6 +87,9 @@ struct replay_sample {
   std::size_t bytes_in_use;
   /// From the resource's statistics; 0 when it keeps none.
   std::size_t bytes_reserved;
+  /// The largest block the resource could hand out without growing; 0 when it keeps no
+  /// such figure.
+  std::size_t largest_free_block;
   double fragmentation;
 };
 

@@ -38,6 +38,8 @@ struct train_options {
   std::uint64_t seed = 1;
   /// When set, a Chrome trace of one training step (the fifth) is written here.
   std::filesystem::path trace_path;
+  /// When set, cpu:0's allocations are logged here (device_options::cpu_memory_log).
+  std::filesystem::path memory_log;
   /// When set, the variables and optimizer state are saved here after every epoch
   /// (checkpoint.safetensors, written atomically).
   std::filesystem::path checkpoint_dir;
