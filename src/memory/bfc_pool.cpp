@@ -15,6 +15,10 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+// The helpers of allocate and deallocate: inlined into them whatever the compiler's
+// heuristics say, so that each is one straight run of code with no calls.
+#define LOOM_POOL_HOT [[gnu::always_inline]] inline
+
 namespace loom::memory {
 
 using detail::chunk;
@@ -156,7 +160,7 @@ void* bfc_pool::impl::allocate(std::size_t bytes, std::size_t alignment, stream 
   return reinterpret_cast<void*>(addr);
 }
 
-inline std::uint32_t bfc_pool::impl::pending_id(stream s) const noexcept {
+LOOM_POOL_HOT std::uint32_t bfc_pool::impl::pending_id(stream s) const noexcept {
   for (std::size_t i = 0; i < pending_.size(); ++i) {
     if (!pending_[i]->bins.empty() && pending_[i]->owner == s) {
       return static_cast<std::uint32_t>(i + 1);
@@ -167,12 +171,14 @@ inline std::uint32_t bfc_pool::impl::pending_id(stream s) const noexcept {
 
 // The smallest free chunk of at least `search` granules usable on `s`: ready, or pending on s
 // (preferred between equals, which leaves ready chunks to other streams).
-inline chunk_handle bfc_pool::impl::find_fit(std::size_t search, stream s) const noexcept {
-  const chunk_handle ready = ready_.best_fit(chunks_, search);
+LOOM_POOL_HOT chunk_handle bfc_pool::impl::find_fit(std::size_t search, stream s) const noexcept {
   const std::uint32_t id = pending_id(s);
-  if (id == 0) return ready;
+  if (id == 0) return ready_.best_fit(chunks_, search);
   const chunk_handle mine = bins(id).best_fit(chunks_, search);
-  if (mine == no_chunk) return ready;
+  if (mine == no_chunk) return ready_.best_fit(chunks_, search);
+  // A ready chunk wins only when strictly smaller, and none is smaller than an exact fit.
+  if (chunks_[mine].size == search) return mine;
+  const chunk_handle ready = ready_.best_fit(chunks_, search);
   return ready != no_chunk && chunks_[ready].size < chunks_[mine].size ? ready : mine;
 }
 
@@ -343,8 +349,8 @@ void bfc_pool::impl::attach(region r) noexcept {
 // Takes free chunk `h` out of its bins and cuts the block from it: the unaligned front
 // (when the alignment exceeds the granularity) and the unneeded back stay free, in the
 // same bins as `h`, since they keep its stream state. Two spare handles must be reserved.
-inline chunk_handle bfc_pool::impl::carve(chunk_handle h, std::size_t granules,
-                                          std::size_t alignment) noexcept {
+LOOM_POOL_HOT chunk_handle bfc_pool::impl::carve(chunk_handle h, std::size_t granules,
+                                                 std::size_t alignment) noexcept {
   detail::free_bins& from = bins(chunks_[h].bins);
   from.remove(chunks_, h);
   if (alignment > granularity_) {  // smaller alignments hold for every chunk
@@ -363,7 +369,7 @@ inline chunk_handle bfc_pool::impl::carve(chunk_handle h, std::size_t granules,
 
 // Cuts free chunk `h` after `front` granules; returns the new back chunk, which takes h's
 // state (bins and stamp).
-inline chunk_handle bfc_pool::impl::split(chunk_handle h, std::uint32_t front) noexcept {
+LOOM_POOL_HOT chunk_handle bfc_pool::impl::split(chunk_handle h, std::uint32_t front) noexcept {
   const chunk_handle back = chunks_.create();
   chunk& c = chunks_[h];
   chunk& rest = chunks_[back];
@@ -383,7 +389,7 @@ inline chunk_handle bfc_pool::impl::split(chunk_handle h, std::uint32_t front) n
 
 // Merges free chunk `h` (in no bins) with its neighbours when they are free in the same
 // bins, that is in the same stream state; returns the merged chunk (also in no bins).
-inline chunk_handle bfc_pool::impl::coalesce(chunk_handle h) noexcept {
+LOOM_POOL_HOT chunk_handle bfc_pool::impl::coalesce(chunk_handle h) noexcept {
   const std::uint32_t id = chunks_[h].bins;
   detail::free_bins& same = bins(id);
   const auto mergeable = [&](chunk_handle n) {
@@ -473,9 +479,13 @@ inline const bfc_pool::impl::region_ref* bfc_pool::impl::region_of(
   return addr - ref.base < ref.size ? &ref : nullptr;
 }
 
-inline chunk_handle bfc_pool::impl::chunk_at(std::uintptr_t addr) const noexcept {
-  const region_ref* ref = region_of(addr);
-  if (ref == nullptr) return no_chunk;
+LOOM_POOL_HOT chunk_handle bfc_pool::impl::chunk_at(std::uintptr_t addr) const noexcept {
+  const region_ref* ref = &last_region_;
+  if (addr - ref->base >= ref->size) {
+    ref = region_of(addr);
+    if (ref == nullptr) return no_chunk;
+    last_region_ = *ref;
+  }
   const std::size_t offset = addr - ref->base;
   if ((offset & (granularity_ - 1)) != 0) return no_chunk;
   const std::size_t index = offset >> shift_;
@@ -486,7 +496,7 @@ inline chunk_handle bfc_pool::impl::chunk_at(std::uintptr_t addr) const noexcept
   return c.state != chunk_state::spare && c.region == ref->id && c.offset == index ? h : no_chunk;
 }
 
-inline void bfc_pool::impl::release(chunk_handle h, std::uintptr_t addr, stream s) noexcept {
+LOOM_POOL_HOT void bfc_pool::impl::release(chunk_handle h, std::uintptr_t addr, stream s) noexcept {
   chunk& c = chunks_[h];
   const std::size_t chunk_bytes = bytes_of(c.size);
   stats_.bytes_in_use -= chunk_bytes - c.slack;
@@ -503,7 +513,7 @@ inline void bfc_pool::impl::release(chunk_handle h, std::uintptr_t addr, stream 
 
 // The bins for a chunk freed on `s`: the ready bins when streams need no synchronisation,
 // else the pending bins bound to s (binding a free or new one).
-inline std::uint32_t bfc_pool::impl::bins_for_free(stream s) noexcept {
+LOOM_POOL_HOT std::uint32_t bfc_pool::impl::bins_for_free(stream s) noexcept {
   if (!options_.synchronize) return 0;
   if (const std::uint32_t id = pending_id(s); id != 0) return id;
   for (std::size_t i = 0; i < pending_.size(); ++i) {
@@ -624,6 +634,7 @@ std::size_t bfc_pool::impl::trim() {
     released.push_back(std::exchange(r, region{}));
     ref = by_address_.erase(ref);
   }
+  last_region_ = {0, 0, 0};  // it may name a region just detached
   lock.unlock();
   std::size_t total = 0;
   for (const region& r : released) {
@@ -698,9 +709,10 @@ memory_resource& bfc_pool::upstream() const noexcept {
 }
 
 // ---- AddressSanitizer ------------------------------------------------------------------
+// (inline: without ASan they are empty, and deallocate should not call them)
 
-void bfc_pool::impl::poison([[maybe_unused]] std::uintptr_t addr,
-                            [[maybe_unused]] std::size_t bytes) const noexcept {
+inline void bfc_pool::impl::poison([[maybe_unused]] std::uintptr_t addr,
+                                   [[maybe_unused]] std::size_t bytes) const noexcept {
 #if defined(LOOM_ASAN)
   if (options_.poison_free_memory) {
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<const void*>(addr), bytes);
@@ -708,8 +720,8 @@ void bfc_pool::impl::poison([[maybe_unused]] std::uintptr_t addr,
 #endif
 }
 
-void bfc_pool::impl::unpoison([[maybe_unused]] std::uintptr_t addr,
-                              [[maybe_unused]] std::size_t bytes) const noexcept {
+inline void bfc_pool::impl::unpoison([[maybe_unused]] std::uintptr_t addr,
+                                     [[maybe_unused]] std::size_t bytes) const noexcept {
 #if defined(LOOM_ASAN)
   if (options_.poison_free_memory) {
     ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<const void*>(addr), bytes);

@@ -148,6 +148,9 @@ struct bfc_pool::impl {
   detail::chunk_table chunks_;
   std::vector<region> regions_;  // by id; at most max_regions
   std::vector<region_ref> by_address_;
+  // A copy of the entry of by_address_ that chunk_at() found last, tried before searching
+  // (frees come in runs from one region); size 0 when none, as trim() leaves it.
+  mutable region_ref last_region_{0, 0, 0};
   detail::free_bins ready_;  // free chunks usable on any stream (bins id 0)
   std::vector<std::unique_ptr<pending_bins>> pending_;  // bins id i + 1
   memory_stats stats_;  // the counters; stats_locked() derives the rest (allocations_in_use
