@@ -16,8 +16,9 @@
 # clone so that CI's fresh clones share them: the bare debootstrapped root, kept as long as its
 # suite and mirror are the same, and the root with loom's packages installed, rebuilt from the
 # bare one whenever scripts/install-deps.sh changes. build-fresh/ holds the logs and a link to
-# the root in use. A cold run (nothing cached) took 110 s on a 2-core machine, most of it
-# downloading; with the roots cached, about 10 s. .ci/run runs it before make test.
+# the root in use. Cold (nothing cached) it took 110 s on a 2-core machine before chromium
+# joined the package list, most of it downloading; with the roots cached, 7-8 s. .ci/run runs
+# it before make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD

@@ -26,6 +26,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+# shellcheck source=scripts/ctest-summary.sh
+. scripts/ctest-summary.sh
 
 usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
@@ -154,14 +156,11 @@ fi
 
 # ---- C++ tests -----------------------------------------------------------------------------
 ctest_counts() {  # LOG -> "passed/total, N skipped"
-  # "97% tests passed, 4 tests failed out of 146"; CMake 4 omits ", 0 tests failed".
-  local line skipped f t
-  line=$(grep -E '[0-9]+% tests passed(, [0-9]+ tests? failed)? out of [0-9]+' "$1" | tail -n1)
+  local counts f t skipped
+  counts=$(ctest_summary "$1")
+  [ -n "$counts" ] || { echo "no summary"; return; }
+  read -r f t <<<"$counts"
   skipped=$(grep -cE '\(Skipped\)$' "$1" || true)  # in the list of tests that did not run
-  [ -n "$line" ] || { echo "no summary"; return; }
-  f=0
-  [[ $line =~ ([0-9]+)\ tests?\ failed ]] && f=${BASH_REMATCH[1]}
-  t=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
   echo "$((t - f))/$t passed, $skipped skipped"
 }
 

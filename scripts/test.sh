@@ -22,6 +22,8 @@ failed=0
 status=0
 
 step() { printf '\n== %s ==\n' "$*"; }
+# shellcheck source=scripts/ctest-summary.sh
+. scripts/ctest-summary.sh
 
 # run_ctest DIR [ctest args...]: runs ctest, adds its counts to the totals.
 run_ctest() {
@@ -30,12 +32,10 @@ run_ctest() {
   log=$(mktemp)
   ${CTEST_WRAP:-} ctest --test-dir "$dir" --output-on-failure -j"$JOBS" --timeout 900 "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
-  local line
-  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n1)
-  if [ -n "$line" ]; then
-    local f t
-    f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
-    t=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+  local counts f t
+  counts=$(ctest_summary "$log")
+  if [ -n "$counts" ]; then
+    read -r f t <<<"$counts"
     passed=$((passed + t - f))
     failed=$((failed + f))
   fi

@@ -309,11 +309,10 @@ output new_step_counter(const std::shared_ptr<py_graph>& pg, const std::string& 
 // one unless it found an inf/NaN gradient (which also orders it after the update).
 std::string advance_step(const std::shared_ptr<py_graph>& pg, const output& step,
                          const std::string& update, const std::optional<output>& found_inf) {
-  graph_builder& b = pg->b;
-  output by = found_inf ? ops::cast(b.add1("logical_not", {*found_inf}), dtype::i64)
-                        : ops::scalar(b, 1.0, dtype::i64);
-  const std::vector<output> outs = b.add("assign_add", {step, by}, {}, {.name = update + "/advance_step"});
-  const node& advance = outs.empty() ? *pg->g.find(update + "/advance_step") : outs[0].producer();
+  const output by = found_inf ? ops::cast(ops::logical_not(*found_inf), dtype::i64)
+                              : ops::scalar(pg->b, 1.0, dtype::i64);
+  const output advanced = ops::assign_add(step, by, {.name = update + "/advance_step"});
+  const node& advance = advanced.producer();
   if (!found_inf) pg->g.add_control_input(advance.id, pg->g.get(update).id);
   return advance.name;
 }

@@ -43,14 +43,14 @@ device_attributes cpu_attributes(int index, int threads, std::size_t memory_limi
   return a;
 }
 
-memory::bfc_pool_options pool_options(int index, std::size_t memory_limit) {
+}  // namespace
+
+memory::bfc_pool_options cpu_pool_options(int index, std::size_t memory_limit) {
   memory::bfc_pool_options o;
   o.name = fmt::format("cpu:{}", index);
   if (memory_limit != 0) o.max_size = memory_limit;
   return o;
 }
-
-}  // namespace
 
 cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::string description)
     : cpu_device(index, threads, memory_limit, std::move(description),
@@ -60,7 +60,7 @@ cpu_device::cpu_device(int index, int threads, std::size_t memory_limit, std::st
                        memory::memory_resource& upstream)
     : device(cpu_attributes(index, threads, memory_limit, std::move(description))),
       pool_allocator_(
-          std::make_unique<memory::bfc_pool>(upstream, pool_options(index, memory_limit))),
+          std::make_unique<memory::bfc_pool>(upstream, cpu_pool_options(index, memory_limit))),
       threads_(std::make_unique<thread_pool>(threads, fmt::format("cpu:{}", index))) {}
 
 // threads_ goes first (declared last), so work still queued on the pool finishes while the

@@ -2,6 +2,7 @@
 // --memory-report` (loom/memory/memory_report.hpp draws the page).
 #pragma once
 
+#include <cstddef>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -11,6 +12,9 @@
 #include "loom/memory/replay.hpp"
 
 namespace loom::tools {
+
+/// Samples a replay takes for a report's charts over time (about this many points a line).
+inline constexpr std::size_t report_samples = 2000;
 
 /// A memory report's file, opened for writing before any work is done; throws
 /// loom::invalid_argument naming the path and the reason when it cannot be.

@@ -214,7 +214,7 @@ void run_memreplay(const memreplay_flags& f) {
       bar.update(static_cast<std::int64_t>(done), static_cast<std::int64_t>(total));
     };
   }
-  if (!f.html.empty()) options.samples = std::max<std::size_t>(options.samples, 2000);
+  if (!f.html.empty()) options.samples = std::max(options.samples, report_samples);
   const memory::replay_report report = memory::replay(log, target.resource(), options);
   bar.finish();
   if (!f.html.empty()) {

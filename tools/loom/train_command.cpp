@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "commands.hpp"
+#include "loom/device/cpu_device.hpp"
 #include "loom/memory/allocation_log.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
@@ -34,11 +35,11 @@ struct train_flags {
   std::string memory_report;  // --memory-report: the page (memory_report_files.hpp)
 };
 
-// What a training run's allocation log is replayed against for its report: a pool as cpu:0's
-// (a growing bfc_pool with the defaults) over host memory.
+// What a training run's allocation log is replayed against for its report: a pool made as
+// cpu:0's is (cpu_pool_options), over host memory.
 class train_pool {
  public:
-  train_pool() : pool_(memory::host_resource::instance(), options()) {}
+  train_pool() : pool_(memory::host_resource::instance(), cpu_pool_options(0, 0)) {}
   [[nodiscard]] memory::memory_resource& resource() const noexcept { return pool_; }
   [[nodiscard]] memory::bfc_pool* pool() const noexcept { return &pool_; }
   [[nodiscard]] std::string describe() const {
@@ -48,11 +49,6 @@ class train_pool {
   }
 
  private:
-  static memory::bfc_pool_options options() {
-    memory::bfc_pool_options o;
-    o.name = "cpu:0";
-    return o;
-  }
   mutable memory::bfc_pool pool_;
 };
 
@@ -61,7 +57,7 @@ void write_training_report(const std::filesystem::path& log_path, std::ofstream&
                            const std::string& path, const std::string& title) {
   const memory::allocation_log log = memory::parse_allocation_log(log_path);
   memory::replay_options o;
-  o.samples = 2000;
+  o.samples = report_samples;
   const memory::replay_report report = memory::replay(log, train_pool().resource(), o);
   write_report(out, path, picture_of(log, report, [] { return train_pool(); }, title));
 }

@@ -12,6 +12,10 @@
 
 namespace loom {
 
+/// The options of CPU device `index`'s pool ("cpu:<index>", growing, at most `memory_limit`
+/// bytes; 0: no limit).
+[[nodiscard]] memory::bfc_pool_options cpu_pool_options(int index, std::size_t memory_limit);
+
 class cpu_device final : public device {
  public:
   /// CPU device `index` ("/device:CPU:<index>") with a pool of `threads` threads (named

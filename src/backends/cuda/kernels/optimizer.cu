@@ -337,13 +337,13 @@ __global__ void __launch_bounds__(block_threads)
   }
 }
 
-// The update of a launch whose parameters all have storage type P, whose gradients all have
-// type G, and whose moments are float32 (Note [optimizer vector access]). The same arithmetic
-// as update_kernel, element for element.
+// The update of a launch whose parameters and gradients all have storage type T and whose
+// moments are float32 (Note [optimizer vector access]). The same arithmetic as update_kernel,
+// element for element.
 constexpr int typed_block_threads = 512;
 constexpr int typed_vectors = 2;  // groups of four elements in flight per thread
 
-template <optim_algorithm A, class P, class G>
+template <optim_algorithm A, class T>
 __global__ void __launch_bounds__(typed_block_threads)
     update_typed_kernel(const __grid_constant__ optim_tensor_list list,
                         const optim_step_state* state, double* partial,
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(typed_block_threads)
   const bool sum = partial != nullptr;
   double acc = 0.0;
 
-  const bool vector = r.begin % 4 == 0 && aligned4<P>(param) && aligned4<G>(grad) &&
+  const bool vector = r.begin % 4 == 0 && aligned4<T>(param) && aligned4<T>(grad) &&
                       aligned4<float>(master) && aligned4<float>(s0) && aligned4<float>(s1);
   const std::int64_t vector_end = vector ? r.begin + (r.end - r.begin) / 4 * 4 : r.begin;
   const std::int64_t stride = 4 * static_cast<std::int64_t>(blockDim.x);
@@ -376,9 +376,9 @@ __global__ void __launch_bounds__(typed_block_threads)
       if (master != nullptr) {
         load4<float>(master, i, w[j]);
       } else {
-        load4<P>(param, i, w[j]);
+        load4<T>(param, i, w[j]);
       }
-      load4<G>(grad, i, g[j]);
+      load4<T>(grad, i, g[j]);
       if constexpr (A == optim_algorithm::sgd) {
         if (has_buf && !first) {
           load4<float>(s0, i, m[j]);
@@ -406,12 +406,12 @@ __global__ void __launch_bounds__(typed_block_threads)
         store4<float>(s1, i, v[j]);
       }
       if (master != nullptr) store4<float>(master, i, w[j]);
-      store4<P>(param, i, w[j]);
+      store4<T>(param, i, w[j]);
     }
   }
   // The rest of the chunk (all of it when it is not aligned), one element per access.
   for (std::int64_t i = vector_end + threadIdx.x; i < r.end; i += blockDim.x) {
-    float w = master != nullptr ? master[i] : load1<P>(param, i);
+    float w = master != nullptr ? master[i] : load1<T>(param, i);
     float m = 0.0f;
     float v = 0.0f;
     if constexpr (A == optim_algorithm::sgd) {
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(typed_block_threads)
       m = s0[i];
       v = s1[i];
     }
-    update_element<A>(w, load1<G>(grad, i), m, v, has_buf, first, sum, acc, c);
+    update_element<A>(w, load1<T>(grad, i), m, v, has_buf, first, sum, acc, c);
     if constexpr (A == optim_algorithm::sgd) {
       if (has_buf) s0[i] = m;
     } else {
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(typed_block_threads)
       s1[i] = v;
     }
     if (master != nullptr) master[i] = w;
-    store1<P>(param, i, w);
+    store1<T>(param, i, w);
   }
   if (sum) {
     acc = block_sum(acc);
@@ -562,10 +562,10 @@ cudaError_t optim_update(optim_algorithm algo, const optim_tensor_list& list,
     with_storage(types.param, [&](auto tag) {
       using T = typename decltype(tag)::type;
       if (sgd) {
-        update_typed_kernel<optim_algorithm::sgd, T, T>
+        update_typed_kernel<optim_algorithm::sgd, T>
             <<<blocks, typed_block_threads, 0, stream>>>(list, state, partial, chunk_offset);
       } else {
-        update_typed_kernel<optim_algorithm::adam, T, T>
+        update_typed_kernel<optim_algorithm::adam, T>
             <<<blocks, typed_block_threads, 0, stream>>>(list, state, partial, chunk_offset);
       }
     });
