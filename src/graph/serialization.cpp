@@ -1,4 +1,5 @@
 // Graph (de)serialization: Note [graph json format] (include/loom/graph/serialization.hpp).
+#include "loom/core/input.hpp"
 #include "loom/graph/serialization.hpp"
 
 #include <fmt/format.h>
@@ -736,13 +737,9 @@ void save_graph(const graph& g, const std::string& path) {
 }
 
 graph load_graph(const std::string& path, const op_registry& ops) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw not_found(fmt::format("load_graph: cannot open '{}'", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw error(fmt::format("load_graph: reading '{}' failed", path));
+  const std::string text = read_input_file(path, "load_graph: graph file");
   try {
-    return graph_from_json(text.str(), ops);
+    return graph_from_json(text, ops);
   } catch (const parse_error& e) {
     throw parse_error(fmt::format("{}: {}", path, e.what()), e.line());
   } catch (const not_found& e) {

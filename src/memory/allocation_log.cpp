@@ -1,3 +1,4 @@
+#include "loom/core/input.hpp"
 #include "loom/memory/allocation_log.hpp"
 
 #include <fmt/format.h>
@@ -405,8 +406,7 @@ allocation_log parse_allocation_log(std::istream& in) {
 }
 
 allocation_log parse_allocation_log(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw not_found(fmt::format("cannot open allocation log '{}'", path.string()));
+  std::ifstream in = open_input_file(path, "allocation log");
   const std::string text = read_all(in, fmt::format("allocation log '{}'", path.string()));
   return allocation_log_parser(text, path.string()).run();
 }

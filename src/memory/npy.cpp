@@ -1,4 +1,5 @@
 // .npy reading and writing: Note [npy format] (include/loom/memory/npy.hpp).
+#include "loom/core/input.hpp"
 #include "loom/memory/npy.hpp"
 
 #include <fmt/format.h>
@@ -31,7 +32,7 @@ constexpr std::size_t growth_axis_max_digits = 21;
   throw parse_error(fmt::format(".npy: {}", what), 0);
 }
 
-std::string quoted(std::string_view text) {
+std::string quote(std::string_view text) {
   std::string out;
   for (char c : text) {
     const auto u = static_cast<unsigned char>(c);
@@ -77,12 +78,12 @@ dtype parse_descr(std::string_view descr) {
       bad(
           fmt::format("big-endian data ({}) is not supported; save the array little-endian "
                       "(arr.astype('<{}'))",
-                      quoted(descr), body));
+                      quote(descr), body));
     }
-    if (order == '|') bad(fmt::format("dtype {} has no byte order", quoted(descr)));
+    if (order == '|') bad(fmt::format("dtype {} has no byte order", quote(descr)));
     return e.type;  // '<', or '=' / none: native, which loom only builds for little-endian
   }
-  bad(fmt::format("unsupported dtype {} {}", quoted(descr), accepted));
+  bad(fmt::format("unsupported dtype {} {}", quote(descr), accepted));
 }
 
 // ---- the header ----------------------------------------------------------------------
@@ -111,10 +112,10 @@ class header_parser {
       if (eat('}')) break;
       const std::string key = parse_string("a key");
       skip_space();
-      expect(':', fmt::format("':' after key {}", quoted(key)));
+      expect(':', fmt::format("':' after key {}", quote(key)));
       skip_space();
       auto once = [&](bool& seen) {
-        if (seen) bad(fmt::format("header has key {} twice", quoted(key)));
+        if (seen) bad(fmt::format("header has key {} twice", quote(key)));
         seen = true;
       };
       if (key == "descr") {
@@ -131,7 +132,7 @@ class header_parser {
         bad(
             fmt::format("header has an unexpected key {} (expected 'descr', 'fortran_order', "
                         "'shape')",
-                        quoted(key)));
+                        quote(key)));
       }
       skip_space();
       if (eat(',')) continue;
@@ -159,7 +160,7 @@ class header_parser {
   void expect(char c, const std::string& what) {
     if (!eat(c)) {
       bad(fmt::format("header syntax error at offset {}: expected {}, found {}", pos_, what,
-                      pos_ < text_.size() ? quoted(text_.substr(pos_, 1)) : "the end"));
+                      pos_ < text_.size() ? quote(text_.substr(pos_, 1)) : "the end"));
     }
   }
   void skip_space() {
@@ -407,8 +408,7 @@ tensor parse_npy(std::span<const std::byte> bytes) {
 }
 
 tensor read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw not_found(fmt::format("read_npy: cannot open '{}'", path));
+  std::ifstream in = open_input_file(path, "read_npy: .npy file");
   in.seekg(0, std::ios::end);
   const auto size = in.tellg();
   in.seekg(0, std::ios::beg);

@@ -1,3 +1,4 @@
+#include "loom/core/input.hpp"
 #include "loom/train/dataset.hpp"
 
 #include <fmt/format.h>
@@ -121,8 +122,7 @@ dataset make_digits(std::int64_t n, std::uint64_t seed) {
 }
 
 dataset load_csv(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw not_found(fmt::format("cannot open dataset {}", path.string()));
+  std::ifstream in = open_input_file(path, "dataset");
   dataset d;
   d.name = path.filename().string();
   std::string text;
