@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <limits>
 
 #include "loom/core/device_id.hpp"
 
@@ -19,6 +20,57 @@ const attr_value& node::attr_value_of(std::string_view attr_name) const {
 
 std::string node::describe() const {
   return fmt::format("'{}' ({})", name, def ? def->name : std::string("?"));
+}
+
+tensor_name split_tensor_name(std::string_view text) {
+  tensor_name out{text, 0};
+  if (auto colon = text.rfind(':'); colon != std::string_view::npos) {
+    out.node = text.substr(0, colon);
+    const auto digits = text.substr(colon + 1);
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out.index);
+    if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() ||
+        out.index < 0) {
+      throw invalid_argument(fmt::format(
+          "'{}' is not a tensor name (expected 'node' or 'node:k' with k an output index)",
+          text));
+    }
+  }
+  if (out.node.empty()) {
+    throw invalid_argument(fmt::format("'{}' is not a tensor name: the node name is empty", text));
+  }
+  return out;
+}
+
+void check_node_name(std::string_view name) {
+  if (name.empty()) throw invalid_argument("a node name may not be empty");
+  if (name.front() == '^') {
+    throw invalid_argument("a node name may not begin with '^' (it marks a control input)");
+  }
+  for (const char c : name) {
+    if (c == ':') {
+      throw invalid_argument("a node name may not contain ':' (it separates an output index)");
+    }
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f) {
+      throw invalid_argument(
+          "a node name may not contain spaces, white space or control characters");
+    }
+  }
+}
+
+void check_shape_attr(const shape& s) {
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < s.rank(); ++i) {
+    const std::int64_t d = s[i];
+    if (d < shape::unknown) {
+      throw invalid_argument(fmt::format(
+          "dimension {} is {}; a dimension is >= 0, or -1 (None in Python) for any size", i, d));
+    }
+    if (d > 0 && known > std::numeric_limits<std::int64_t>::max() / d) {
+      throw invalid_argument("the known dimensions' product is more than 2^63 - 1 elements");
+    }
+    if (d > 0) known *= d;
+  }
 }
 
 namespace {
@@ -61,8 +113,10 @@ const node& graph::add_node(node_spec spec) {
     throw invalid_argument(fmt::format("{}: {}", who, msg));
   };
   if (by_name_.contains(name)) fail("a node of this name already exists");
-  if (name.find(':') != std::string::npos || name.find(' ') != std::string::npos) {
-    fail("node names may not contain ':' or spaces");
+  try {
+    check_node_name(name);
+  } catch (const invalid_argument& e) {
+    fail(e.what());
   }
 
   if (!spec.device.empty()) {
@@ -126,6 +180,14 @@ const node& graph::add_node(node_spec spec) {
                        to_string(it->second.type()), it->second.to_string()));
     }
     it->second = normalize(ad.type, it->second);
+    if (ad.type == attr_type::shape) {
+      try {
+        check_shape_attr(it->second.as<shape>());
+      } catch (const invalid_argument& e) {
+        fail(fmt::format("attribute '{}' = [{}]: {}", ad.name,
+                         fmt::join(it->second.as<shape>().dims(), ", "), e.what()));
+      }
+    }
   }
 
   // Expected input count and types.
@@ -294,16 +356,7 @@ const node& graph::get(std::string_view name) const {
 }
 
 endpoint graph::parse_endpoint(std::string_view text) const {
-  std::string_view name = text;
-  std::int32_t index = 0;
-  if (auto colon = text.rfind(':'); colon != std::string_view::npos) {
-    name = text.substr(0, colon);
-    const auto digits = text.substr(colon + 1);
-    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    if (ec != std::errc() || p != digits.data() + digits.size() || digits.empty() || index < 0) {
-      throw invalid_argument(fmt::format("'{}' is not a tensor name (expected node or node:k)", text));
-    }
-  }
+  const auto [name, index] = split_tensor_name(text);
   const node& n = get(name);
   if (static_cast<std::size_t>(index) >= n.outputs.size()) {
     throw not_found(fmt::format("'{}': node {} has {} output{}", text, n.describe(),

@@ -302,7 +302,7 @@ dtype decode_dtype(const json& v, const std::string& where, const std::string& w
   }
 }
 
-// Dimensions from a JSON array; each >= `lowest` (-1 for shape attributes, 0 for tensors).
+// Dimensions from a JSON array; each >= `lowest` (0 for tensors).
 shape decode_dims(const json& v, std::int64_t lowest, const std::string& where,
                   const std::string& what) {
   if (!v.is_array()) bad(where, fmt::format("{} must be an array, got {}", what, v.type_name()));
@@ -433,7 +433,11 @@ attr_value decode_attr(const json& v, const std::string& where, const std::strin
     for (const auto& e : value) list.push_back(decode_real(e, where, value_what));
     return list;
   }
-  if (kind == "shape") return decode_dims(value, shape::unknown, where, value_what);
+  // Any int64: graph::add_node checks shape attributes (check_shape_attr), for the builder
+  // and the loader alike.
+  if (kind == "shape") {
+    return decode_dims(value, std::numeric_limits<std::int64_t>::min(), where, value_what);
+  }
   if (kind == "tensor") return decode_tensor(value, where, value_what);
   bad(where, fmt::format("{} has unknown type '{}' (expected int, float, bool, string, dtype, "
                          "ints, floats, shape or tensor)",
@@ -468,11 +472,11 @@ parsed_node parse_node(const json& n, std::size_t index) {
   check_keys(n, {"name", "op", "inputs", "device", "attrs"}, where, "the node");
   parsed_node out;
   const json& name = require(n, "name", where, "the node");
-  if (!name.is_string() || name.get_ref<const std::string&>().empty()) {
-    bad(where, "\"name\" must be a non-empty string");
-  }
-  if (name.get_ref<const std::string&>().starts_with('^')) {
-    bad(where, "a name may not begin with '^' (inputs would read it as a control input)");
+  if (!name.is_string()) bad(where, fmt::format("\"name\" must be a string, got {}", describe(name)));
+  try {
+    check_node_name(name.get_ref<const std::string&>());
+  } catch (const invalid_argument& e) {
+    bad(where, e.what());
   }
   out.name = name.get<std::string>();
   const json& op = require(n, "op", where, "the node");
@@ -492,8 +496,10 @@ parsed_node parse_node(const json& n, std::size_t index) {
       const std::string_view text = in.get_ref<const std::string&>();
       if (text.starts_with('^')) {
         const auto control = text.substr(1);
-        if (control.empty() || control.find(':') != std::string_view::npos) {
-          bad(where, fmt::format("control input '{}' must be '^' and a node name", text));
+        try {
+          check_node_name(control);
+        } catch (const invalid_argument& e) {
+          bad(where, fmt::format("control input '{}': {}", text, e.what()));
         }
         out.control_inputs.emplace_back(control);
         continue;
@@ -501,20 +507,12 @@ parsed_node parse_node(const json& n, std::size_t index) {
       if (!out.control_inputs.empty()) {
         bad(where, fmt::format("data input '{}' comes after a control input", text));
       }
-      std::string_view node_name = text;
-      std::int32_t k = 0;
-      if (auto colon = text.rfind(':'); colon != std::string_view::npos) {
-        node_name = text.substr(0, colon);
-        const auto digits = text.substr(colon + 1);
-        auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
-        if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() || k < 0) {
-          k = -1;
-        }
+      try {
+        const auto [node_name, k] = split_tensor_name(text);
+        out.inputs.emplace_back(std::string(node_name), k);
+      } catch (const invalid_argument& e) {
+        bad(where, fmt::format("input: {}", e.what()));
       }
-      if (node_name.empty() || k < 0) {
-        bad(where, fmt::format("input '{}' is not a tensor name ('node' or 'node:k')", text));
-      }
-      out.inputs.emplace_back(std::string(node_name), k);
     }
   }
   if (auto it = n.find("attrs"); it != n.end()) {
@@ -611,12 +609,6 @@ std::string graph_to_json(const graph& g, int indent) {
   ojson nodes = ojson::array();
   for (const node& n : g.nodes()) {
     const std::string where = fmt::format("node {}", n.describe());
-    if (n.name.starts_with('^')) {
-      throw invalid_argument(
-          fmt::format("graph_to_json: {}: a name beginning with '^' cannot be "
-                      "written (it would read as a control input)",
-                      where));
-    }
     ojson obj = ojson::object();
     obj["name"] = n.name;
     obj["op"] = n.op();

@@ -355,7 +355,7 @@ TEST(NnBackward, ConvBadInput) {
   expect_invalid_argument(bwd_input({1, 2, 3, 3}, {2, 3, 3, 3}, {1, 3, 5}),
                           {"under_test", "input_shape", "rank 4"});
   expect_invalid_argument(bwd_input({1, 2, 3, 3}, {2, 3, 3, 3}, {1, 3, -2, 5}),
-                          {"under_test", "input_shape", "below -1"});
+                          {"under_test", "input_shape", "dimension 2 is -2"});
   expect_invalid_argument(bwd_input({1, 2, 3}, {2, 3, 3, 3}, {1, 3, 5, 5}),
                           {"under_test", "dy", "rank 4"});
   expect_invalid_argument(bwd_input({1, 2, 3, 3}, {2, 3, 3}, {1, 3, 5, 5}),

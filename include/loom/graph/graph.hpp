@@ -32,6 +32,28 @@ struct endpoint {
   friend bool operator==(endpoint, endpoint) = default;
 };
 
+/// "node" (output 0) or "node:k" split into the node's name and k.
+struct tensor_name {
+  std::string_view node;
+  std::int32_t index = 0;
+};
+/// Splits a tensor name; throws loom::invalid_argument naming the text when it is neither
+/// "node" nor "node:k" with k a non-negative decimal integer. The one parser of tensor names:
+/// the graph, its JSON form, the Python package and the `loom` tool all read them with it.
+[[nodiscard]] tensor_name split_tensor_name(std::string_view text);
+
+/// Checks a node name: not empty, no ':' (it separates an output index), no '^' first (it
+/// marks a control input in the JSON form), no white space or control characters. Throws
+/// loom::invalid_argument saying which rule the name breaks. graph::add_node calls it, so the
+/// builder, the JSON loader and the Python package accept the same names.
+void check_node_name(std::string_view name);
+
+/// Checks a shape attribute (a placeholder's or a variable's declared shape): every dimension
+/// >= 0 or -1 (unknown), and the known dimensions' product fits in int64. Throws
+/// loom::invalid_argument naming the dimension. graph::add_node checks every shape attribute
+/// with it.
+void check_shape_attr(const shape& s);
+
 struct node {
   node_id id = -1;
   std::string name;

@@ -325,10 +325,7 @@ attr_def shape4_attr(std::string name) {
     if (s.rank() != 4) {
       throw invalid_argument(fmt::format("expected a shape of rank 4, got {}", to_string(s)));
     }
-    for (const auto d : s.dims()) {
-      if (d < -1)
-        throw invalid_argument(fmt::format("dimension {} of {} is below -1", d, to_string(s)));
-    }
+    // Dimensions >= -1: graph::add_node's check_shape_attr.
   };
   return a;
 }
