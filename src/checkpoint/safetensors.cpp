@@ -1,5 +1,6 @@
 // safetensors reading and writing: Note [safetensors format]
 // (include/loom/checkpoint/safetensors.hpp).
+#include "loom/core/input.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 
 #include <fcntl.h>
@@ -562,6 +563,7 @@ void save_safetensors(const std::filesystem::path& path,
 }
 
 safetensors_file load_safetensors(const std::filesystem::path& path) {
+  check_input_file(path, "load_safetensors: checkpoint file");
   const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (raw < 0) {
     const int err = errno;

@@ -24,7 +24,7 @@ std::filesystem::file_status status_of(const std::filesystem::path& path, std::s
 
 }  // namespace
 
-std::ifstream open_input_file(const std::filesystem::path& path, std::string_view what) {
+void check_input_file(const std::filesystem::path& path, std::string_view what) {
   const auto st = status_of(path, what);
   if (std::filesystem::is_directory(st)) {
     throw invalid_argument(
@@ -34,6 +34,10 @@ std::ifstream open_input_file(const std::filesystem::path& path, std::string_vie
       !std::filesystem::is_character_file(st)) {
     throw invalid_argument(fmt::format("{} {} is not a regular file", what, quoted(path)));
   }
+}
+
+std::ifstream open_input_file(const std::filesystem::path& path, std::string_view what) {
+  check_input_file(path, what);
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {

@@ -82,6 +82,7 @@ void save_safetensors(const std::filesystem::path& path,
                       const std::map<std::string, std::string>& metadata = {});
 
 /// Reads the safetensors file at `path`. Throws loom::not_found when it does not exist,
+/// loom::invalid_argument when it is a directory or not a regular file (check_input_file),
 /// loom::error naming the path and the reason when it cannot be read, and as
 /// parse_safetensors (the message naming the path) when it is malformed.
 [[nodiscard]] safetensors_file load_safetensors(const std::filesystem::path& path);

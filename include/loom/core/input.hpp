@@ -18,6 +18,12 @@
 
 namespace loom {
 
+/// Checks that `path` names a file that can be opened for reading: not_found when nothing is
+/// there, invalid_argument when it is a directory or not a regular file (a FIFO or a
+/// character device such as /dev/stdin passes). For readers that open files their own way
+/// (mmap, pread); open_input_file calls it.
+void check_input_file(const std::filesystem::path& path, std::string_view what);
+
 /// Opens `path` for reading in binary mode. `what` says what the file is for ("graph",
 /// "allocation log", "dataset", ...) and starts every message. Throws not_found when nothing
 /// is there, invalid_argument when it is a directory or not a regular file, error (with the
