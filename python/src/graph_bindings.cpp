@@ -55,7 +55,26 @@ shape shape_of(const py::handle& obj, const std::string& what) {
   }
   std::vector<std::int64_t> dims;
   for (const py::handle d : obj.cast<py::sequence>()) {
-    dims.push_back(d.is_none() ? -1 : d.cast<std::int64_t>());
+    if (d.is_none()) {
+      dims.push_back(-1);
+      continue;
+    }
+    // As NumPy reads a shape: anything with __index__ (int, numpy.int64), nothing else.
+    if (!PyIndex_Check(d.ptr()) || py::isinstance<py::bool_>(d)) {
+      throw_python(PyExc_TypeError,
+                   fmt::format("{}: dimension {} must be an int or None, got {} {}", what,
+                               dims.size(), type_name(d), py::repr(d).cast<std::string>()));
+    }
+    const py::int_ value = py::reinterpret_steal<py::int_>(PyNumber_Index(d.ptr()));
+    if (!value) throw py::error_already_set();
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+    if (overflow != 0) {
+      throw_python(PyExc_OverflowError,
+                   fmt::format("{}: dimension {} ({}) does not fit in int64", what, dims.size(),
+                               py::repr(d).cast<std::string>()));
+    }
+    dims.push_back(v);  // graph::add_node checks the range (check_shape_attr)
   }
   return shape(dims);
 }
