@@ -342,7 +342,15 @@ void graph::add_control_input(node_id to, node_id from) {
 }
 
 void graph::set_requested_device(node_id id, std::string device) {
-  nodes_.at(static_cast<std::size_t>(id)).requested_device = std::move(device);
+  (void)at(id);
+  nodes_[static_cast<std::size_t>(id)].requested_device = std::move(device);
+}
+
+void graph::throw_no_node(node_id id) const {
+  throw not_found(fmt::format(
+      "the graph has no node #{} (it has {}): an id from another graph, or an output kept "
+      "after its graph was moved (into a session: fetch it by name instead)",
+      id, nodes_.size()));
 }
 
 const node* graph::find(std::string_view name) const {
@@ -371,7 +379,12 @@ std::string graph::endpoint_name(endpoint e) const {
 }
 
 const tensor_type& graph::type_of(endpoint e) const {
-  return at(e.node).outputs.at(static_cast<std::size_t>(e.index));
+  const node& n = at(e.node);
+  if (e.index < 0 || static_cast<std::size_t>(e.index) >= n.outputs.size()) {
+    throw not_found(fmt::format("node {} has no output {} (it has {})", n.describe(), e.index,
+                                n.outputs.size()));
+  }
+  return n.outputs[static_cast<std::size_t>(e.index)];
 }
 
 std::string graph::unique_name(std::string_view prefix) const {

@@ -491,6 +491,14 @@ std::vector<bad_case> session_cases() {
       run_case("FetchIndexPastOutputs", o::not_found, {"'y:4'"},
                [=](session& s) { (void)s.run({{"x", good()}}, {"y:4"}); }),
       run_case("TargetUnknown", o::not_found, {"'t'"}, [=](session& s) { (void)s.run({{"x", good()}}, {}, {"t"}); }),
+      {"OutputOfAGraphMovedIntoASession", o::not_found, {"no node #1", "fetch it by name"}, [] {
+         graph g;
+         graph_builder b(g);
+         auto x = ops::placeholder(b, "x", dtype::f32, {-1});
+         auto y = ops::add(x, x, {.name = "y"});
+         session s(std::move(g));
+         (void)y.name();
+       }},
       run_case("FetchEmptyName", o::invalid_argument, {"''"},
                [=](session& s) { (void)s.run({{"x", good()}}, {""}); }),
   };

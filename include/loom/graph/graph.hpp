@@ -102,7 +102,12 @@ class graph {
   void set_requested_device(node_id id, std::string device);
 
   [[nodiscard]] std::size_t num_nodes() const noexcept { return nodes_.size(); }
-  [[nodiscard]] const node& at(node_id id) const { return nodes_.at(static_cast<std::size_t>(id)); }
+  /// Node `id`; throws loom::not_found when the graph has no such node (an id from another
+  /// graph, or an output kept after its graph was moved into a session).
+  [[nodiscard]] const node& at(node_id id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= nodes_.size()) throw_no_node(id);
+    return nodes_[static_cast<std::size_t>(id)];
+  }
   [[nodiscard]] const std::deque<node>& nodes() const noexcept { return nodes_; }
   [[nodiscard]] const node* find(std::string_view name) const;
   /// Throws loom::not_found naming the missing node.
@@ -117,6 +122,8 @@ class graph {
   [[nodiscard]] const op_registry& ops() const noexcept { return *ops_; }
 
  private:
+  [[noreturn]] void throw_no_node(node_id id) const;
+
   const op_registry* ops_;
   std::deque<node> nodes_;
   std::unordered_map<std::string, node_id> by_name_;
