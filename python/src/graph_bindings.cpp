@@ -54,8 +54,18 @@ shape shape_of(const py::handle& obj, const std::string& what) {
                              type_name(obj)));
   }
   std::vector<std::int64_t> dims;
-  for (const py::handle d : obj.cast<py::sequence>()) {
-    dims.push_back(d.is_none() ? -1 : d.cast<std::int64_t>());
+  for (const py::handle d : obj) {
+    if (d.is_none()) {
+      dims.push_back(-1);
+      continue;
+    }
+    const std::int64_t n = int64_of(d, fmt::format("{}: dimension {}", what, dims.size()));
+    if (n < -1) {
+      throw_python(PyExc_ValueError,
+                   fmt::format("{}: dimension {} is {} (a size, or None for any size)", what,
+                               dims.size(), n));
+    }
+    dims.push_back(n);
   }
   return shape(dims);
 }
@@ -86,6 +96,8 @@ dtype dtype_of(const py::handle& obj, const std::string& what) {
 // A host tensor that owns a copy of `obj` (constants and initial values must not alias
 // memory the caller may change later).
 tensor owned_tensor(const py::handle& obj, const std::string& what, std::optional<dtype> type) {
+  // Python numbers and lists of a given dtype: Note [Python values of a dtype].
+  if (type && is_python_values(obj)) return tensor_of_values(obj, *type, what);
   py::object array = obj.cast<py::object>();
   if (type && !py::isinstance<tensor>(obj)) {
     array = py::module_::import("numpy").attr("asarray")(obj, py::str(to_string(*type)));
@@ -418,17 +430,16 @@ void bind_graph(py::module_& m) {
       .def(
           "output",
           [](const pg_ptr& pg, const std::string& name) {
-            const auto colon = name.rfind(':');
-            const bool indexed =
-                colon != std::string::npos && colon + 1 < name.size() &&
-                name.find_first_not_of("0123456789", colon + 1) == std::string::npos;
-            const node& n = pg->g.get(indexed ? name.substr(0, colon) : name);
-            const auto index = indexed ? std::stoi(name.substr(colon + 1)) : 0;
-            if (index < 0 || static_cast<std::size_t>(index) >= n.outputs.size()) {
-              throw_python(PyExc_KeyError,
-                           fmt::format("node {} has no output {}", n.describe(), index));
+            // graph::parse_endpoint, as a run reads names: ValueError for a name that is
+            // not 'node' or 'node:k' (k a non-negative int), KeyError for a node the graph
+            // lacks or an output it does not have.
+            try {
+              return py_output{pg, output(&pg->b, pg->g.parse_endpoint(name))};
+            } catch (const not_found& e) {
+              const std::string quoted = "'" + name + "'";
+              if (std::string_view(e.what()).find(quoted) != std::string_view::npos) throw;
+              throw not_found(fmt::format("output {}: {}", quoted, e.what()));
             }
-            return py_output{pg, output(&pg->b, endpoint{n.id, index})};
           },
           py::arg("name"), "The Output called 'node' or 'node:k'")
       .def(
