@@ -188,9 +188,9 @@ tensor import(Managed* m, bool read_only, stream on, const char* what) {
   const auto esize = static_cast<std::int64_t>(size_of(t));
   std::int64_t extent = 0;  // bytes the view spans: (hi - lo + 1) elements
   std::int64_t elements = 0;
-  if (count != 0 && (__builtin_sub_overflow(hi, lo, &elements) ||
-                     add_overflows(elements, 1, elements) ||
-                     mul_overflows(elements, esize, extent))) {
+  if (count != 0 &&
+      (__builtin_sub_overflow(hi, lo, &elements) || add_overflows(elements, 1, elements) ||
+       mul_overflows(elements, esize, extent))) {
     throw invalid_argument(
         fmt::format("{}: the strides span more bytes than fit in 64 bits", what));
   }

@@ -421,7 +421,8 @@ TEST(DlpackImport, BadInputThrowsAndLeavesTheStructToTheCaller) {
        false, "wraps around the address space"},
       {"strides reach past the last address",
        [](auto& m) {
-         m.dl_tensor.data = reinterpret_cast<void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
+         m.dl_tensor.data =
+             reinterpret_cast<void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
        },
        false, "wraps around the address space"},
       {"span of the strides overflows",

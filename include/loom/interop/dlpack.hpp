@@ -97,10 +97,11 @@ inline constexpr std::uint8_t dl_bool_code = 6;
 /// negative dimensions, strides or sizes that overflow, null data for elements, data +
 /// byte_offset and the strides' reach wrapping around the address space, a first element
 /// not aligned to its size) nothing happened to `m`: the caller still owns it. This is the
-/// one check of a producer's tensor: every importer (C++, Python) goes through it. CPU, CUDA, CUDA host and
-/// CUDA managed memory are taken (Note [cuda imports]); for memory on a GPU, `s` is the
-/// stream the memory is ordered on, which the buffer records (buffer::stream_of): the
-/// stream the consumer asked the producer to order its work on (ignored for host memory).
+/// one check of a producer's tensor: every importer (C++, Python) goes through it. CPU,
+/// CUDA, CUDA host and CUDA managed memory are taken (Note [cuda imports]); for memory on a
+/// GPU, `s` is the stream the memory is ordered on, which the buffer records
+/// (buffer::stream_of): the stream the consumer asked the producer to order its work on
+/// (ignored for host memory).
 [[nodiscard]] tensor from_dlpack(DLManagedTensor* m, stream s = {});
 
 /// Imports a versioned managed tensor, as from_dlpack. A major version other than 1 is an
