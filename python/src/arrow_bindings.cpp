@@ -402,7 +402,7 @@ table table_from_records(const py::object& obj) {
   }
   const void* data = records.data();
   if (static_cast<std::size_t>(n) * record_size >= release_gil_bytes) {
-    py::gil_scoped_release unlocked;
+    without_gil unlocked;
     return interop::records_to_columns(data, n, record_size, fields);
   }
   return interop::records_to_columns(data, n, record_size, fields);
@@ -425,7 +425,7 @@ py::object table_to_records(const table& t) {
   void* data = out.mutable_data();
   const auto itemsize = static_cast<std::size_t>(out.itemsize());
   if (static_cast<std::size_t>(t.num_rows()) * itemsize >= release_gil_bytes) {
-    py::gil_scoped_release unlocked;
+    without_gil unlocked;
     interop::columns_to_records(t, data, itemsize, fields);
   } else {
     interop::columns_to_records(t, data, itemsize, fields);
@@ -439,7 +439,7 @@ py::list deinterleave(const py::object& x) {
   const tensor aos = to_tensor(x, "deinterleave(x)");
   std::vector<tensor> columns;
   if (aos.defined() && aos.nbytes() >= release_gil_bytes) {
-    py::gil_scoped_release unlocked;
+    without_gil unlocked;
     columns = interop::deinterleave(aos);
   } else {
     columns = interop::deinterleave(aos);
@@ -457,7 +457,7 @@ tensor interleave(const py::iterable& cols) {
     if (columns.back().defined()) bytes += columns.back().nbytes();
   }
   if (bytes >= release_gil_bytes) {
-    py::gil_scoped_release unlocked;
+    without_gil unlocked;
     return interop::interleave(columns);
   }
   return interop::interleave(columns);

@@ -69,13 +69,13 @@ void bind_cuda(py::module_& m) {
   m.def("device_count", &cuda::device_count, "GPUs this process can use (0 without CUDA)");
   m.def("availability", &cuda::availability, "Why there is no GPU, or '' when there is one");
   m.def("describe", [] { return cuda::describe(); });
-  m.def("trim", &cuda::trim, py::arg("ordinal") = 0, py::call_guard<py::gil_scoped_release>(),
+  m.def("trim", &cuda::trim, py::arg("ordinal") = 0, py::call_guard<without_gil>(),
         "Hands the free regions of GPU `ordinal`'s pool back to CUDA; returns the bytes");
   m.def("serve_c_api", &interop::cuda_serve_c_api, py::arg("ordinal"),
-        py::call_guard<py::gil_scoped_release>(),
+        py::call_guard<without_gil>(),
         "Makes the process's pool of GPU `ordinal` serve the C ABI (and so the plug-ins)");
   m.def("memory_info", &interop::cuda_memory_info, py::arg("ordinal"),
-        py::call_guard<py::gil_scoped_release>(), "(free, total) bytes of GPU `ordinal`");
+        py::call_guard<without_gil>(), "(free, total) bytes of GPU `ordinal`");
   m.def("current_device", &interop::cuda_current_device);
   m.def(
       "interop_stream",
@@ -89,15 +89,14 @@ void bind_cuda(py::module_& m) {
         interop::cuda_stream_wait(ordinal, interop::stream_from_protocol(consumer),
                                   interop::stream_from_protocol(producer));
       },
-      py::arg("ordinal"), py::arg("consumer"), py::arg("producer"),
-      py::call_guard<py::gil_scoped_release>(),
+      py::arg("ordinal"), py::arg("consumer"), py::arg("producer"), py::call_guard<without_gil>(),
       "Makes stream `consumer` wait for the work queued on `producer` so far (an event)");
   m.def(
       "stream_synchronize",
       [](int ordinal, std::int64_t s) {
         interop::cuda_stream_synchronize(ordinal, interop::stream_from_protocol(s));
       },
-      py::arg("ordinal"), py::arg("stream"), py::call_guard<py::gil_scoped_release>(),
+      py::arg("ordinal"), py::arg("stream"), py::call_guard<without_gil>(),
       "Waits on the host for the work queued on `stream` so far");
   m.def(
       "pointer_device",

@@ -54,27 +54,13 @@ shape shape_of(const py::handle& obj, const std::string& what) {
                              type_name(obj)));
   }
   std::vector<std::int64_t> dims;
-  for (const py::handle d : obj.cast<py::sequence>()) {
+  for (const py::handle d : obj) {
     if (d.is_none()) {
       dims.push_back(-1);
       continue;
     }
-    // As NumPy reads a shape: anything with __index__ (int, numpy.int64), nothing else.
-    if (!PyIndex_Check(d.ptr()) || py::isinstance<py::bool_>(d)) {
-      throw_python(PyExc_TypeError,
-                   fmt::format("{}: dimension {} must be an int or None, got {} {}", what,
-                               dims.size(), type_name(d), py::repr(d).cast<std::string>()));
-    }
-    const py::int_ value = py::reinterpret_steal<py::int_>(PyNumber_Index(d.ptr()));
-    if (!value) throw py::error_already_set();
-    int overflow = 0;
-    const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
-    if (overflow != 0) {
-      throw_python(PyExc_OverflowError,
-                   fmt::format("{}: dimension {} ({}) does not fit in int64", what, dims.size(),
-                               py::repr(d).cast<std::string>()));
-    }
-    dims.push_back(v);  // graph::add_node checks the range (check_shape_attr)
+    // Dimensions below -1: graph::add_node refuses them (check_shape_attr), for every caller.
+    dims.push_back(int64_of(d, fmt::format("{}: dimension {}", what, dims.size())));
   }
   return shape(dims);
 }
@@ -105,6 +91,8 @@ dtype dtype_of(const py::handle& obj, const std::string& what) {
 // A host tensor that owns a copy of `obj` (constants and initial values must not alias
 // memory the caller may change later).
 tensor owned_tensor(const py::handle& obj, const std::string& what, std::optional<dtype> type) {
+  // Python numbers and lists of a given dtype: Note [Python values of a dtype].
+  if (type && is_python_values(obj)) return tensor_of_values(obj, *type, what);
   py::object array = obj.cast<py::object>();
   if (type && !py::isinstance<tensor>(obj)) {
     array = py::module_::import("numpy").attr("asarray")(obj, py::str(to_string(*type)));
@@ -437,17 +425,16 @@ void bind_graph(py::module_& m) {
       .def(
           "output",
           [](const pg_ptr& pg, const std::string& name) {
-            const auto colon = name.rfind(':');
-            const bool indexed =
-                colon != std::string::npos && colon + 1 < name.size() &&
-                name.find_first_not_of("0123456789", colon + 1) == std::string::npos;
-            const node& n = pg->g.get(indexed ? name.substr(0, colon) : name);
-            const auto index = indexed ? std::stoi(name.substr(colon + 1)) : 0;
-            if (index < 0 || static_cast<std::size_t>(index) >= n.outputs.size()) {
-              throw_python(PyExc_KeyError,
-                           fmt::format("node {} has no output {}", n.describe(), index));
+            // graph::parse_endpoint, as a run reads names: ValueError for a name that is
+            // not 'node' or 'node:k' (k a non-negative int), KeyError for a node the graph
+            // lacks or an output it does not have.
+            try {
+              return py_output{pg, output(&pg->b, pg->g.parse_endpoint(name))};
+            } catch (const not_found& e) {
+              const std::string quoted = "'" + name + "'";
+              if (std::string_view(e.what()).find(quoted) != std::string_view::npos) throw;
+              throw not_found(fmt::format("output {}: {}", quoted, e.what()));
             }
-            return py_output{pg, output(&pg->b, endpoint{n.id, index})};
           },
           py::arg("name"), "The Output called 'node' or 'node:k'")
       .def(

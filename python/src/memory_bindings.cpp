@@ -187,8 +187,23 @@ void bind_memory(py::module_& m) {
   m.def("numpy_allocator_installed", &installed);
   m.def(
       "configure_host_pool",
-      [](std::size_t initial_size, std::size_t growth_step, std::optional<std::size_t> max_size,
-         std::size_t granularity) {
+      [](const py::object& initial_size_arg, const py::object& growth_step_arg,
+         const py::object& max_size_arg, const py::object& granularity_arg) {
+        const std::size_t initial_size =
+            size_of_arg(initial_size_arg, "configure_host_pool: initial_size");
+        const std::size_t growth_step =
+            size_of_arg(growth_step_arg, "configure_host_pool: growth_step");
+        const std::size_t granularity =
+            size_of_arg(granularity_arg, "configure_host_pool: granularity");
+        std::optional<std::size_t> max_size;
+        if (!max_size_arg.is_none()) {
+          max_size = size_of_arg(max_size_arg, "configure_host_pool: max_size");
+          if (*max_size == 0) {
+            throw_python(PyExc_ValueError,
+                         "configure_host_pool: max_size is 0, which would leave the host pool "
+                         "no memory at all (None: no limit)");
+          }
+        }
         if (numpy_adaptor != nullptr) {
           throw_python(PyExc_RuntimeError,
                        "configure_host_pool: NumPy's allocator has used the host pool; "
@@ -268,14 +283,16 @@ void bind_memory(py::module_& m) {
       "it has allocated nothing there). KeyError when nothing serves the device.");
   m.def(
       "allocate",
-      [](std::size_t nbytes, const std::string& device_name,
-         const std::optional<std::string>& library, std::size_t alignment,
+      [](const py::object& nbytes_arg, const std::string& device_name,
+         const std::optional<std::string>& library, const py::object& alignment_arg,
          std::uintptr_t stream_handle) {
+        const std::size_t nbytes = size_of_arg(nbytes_arg, "allocate: nbytes");
+        const std::size_t alignment = size_of_arg(alignment_arg, "allocate: alignment");
         const loom_device d = to_loom_device(parse_device_id(device_name));
         auto* s = reinterpret_cast<void*>(stream_handle);
         void* p = nullptr;
         {
-          const py::gil_scoped_release release;  // a GPU pool may wait for a stream
+          const without_gil release;  // a GPU pool may wait for a stream
           p = library ? loom_allocate_for(library->c_str(), nbytes, alignment, d, s)
                       : loom_allocate(nbytes, alignment, d, s);
         }
@@ -291,14 +308,16 @@ void bind_memory(py::module_& m) {
       "(no resource serves the device).");
   m.def(
       "deallocate",
-      [](std::uintptr_t address, std::size_t nbytes, const std::string& device_name,
-         const std::optional<std::string>& library, std::size_t alignment,
+      [](std::uintptr_t address, const py::object& nbytes_arg, const std::string& device_name,
+         const std::optional<std::string>& library, const py::object& alignment_arg,
          std::uintptr_t stream_handle) {
+        const std::size_t nbytes = size_of_arg(nbytes_arg, "deallocate: nbytes");
+        const std::size_t alignment = size_of_arg(alignment_arg, "deallocate: alignment");
         const loom_device d = to_loom_device(parse_device_id(device_name));
         auto* p = reinterpret_cast<void*>(address);
         auto* s = reinterpret_cast<void*>(stream_handle);
         {
-          const py::gil_scoped_release release;
+          const without_gil release;
           if (library) {
             loom_deallocate_for(library->c_str(), p, nbytes, alignment, d, s);
           } else {

@@ -9,19 +9,28 @@
 // the run executes, so other Python threads run meanwhile.
 //
 // Note [Ctrl-C]
-// While a run executes on the main thread, a C-level SIGINT handler replaces Python's: it
-// only sets the run's cancel flag (an atomic store, async-signal-safe), and the executor
-// stops before its next node and drains (docs/runtime.md). When the run has returned, the
-// previous handler is back and PyErr_SetInterrupt + PyErr_CheckSignals deliver the signal
-// to Python as if it had arrived then, so KeyboardInterrupt (or the program's own SIGINT
-// handler) follows. The session stays usable. Runs on other threads are not interrupted
-// (Python delivers signals to the main thread only).
+// While a run executes on the main thread of a program that left SIGINT to Python's default
+// handler (signal.default_int_handler: KeyboardInterrupt), a C-level SIGINT handler replaces
+// Python's: it only sets the run's cancel flag (an atomic store, async-signal-safe), and the
+// executor stops before its next node and drains (docs/runtime.md). When the run has
+// returned, the previous handler is back and PyErr_SetInterrupt + PyErr_CheckSignals deliver
+// the signal to Python as if it had arrived then, so KeyboardInterrupt follows. The session
+// stays usable. Runs on other threads are not interrupted (Python delivers signals to the
+// main thread only).
+// A program that chose otherwise keeps its choice: with SIGINT ignored (signal.SIG_IGN) a
+// SIGINT does nothing to the run; with SIG_DFL it ends the process, as it would without
+// loom; with a handler of its own, loom leaves the signal to Python: the run is not
+// cancelled, and Python calls the handler on the main thread as soon as the run has
+// returned (a handler that wants the run stopped calls Session.cancel(), which works from a
+// handler while the run is on another thread).
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,11 +64,20 @@ bool on_main_thread() {
   return PyThread_get_thread_ident() == main_ident;
 }
 
-// Installs on_sigint for the scope when on the main thread (call with the GIL held).
+// True when SIGINT is Python's default (KeyboardInterrupt) handler: not ignored, not the
+// program's own (Note [Ctrl-C]).
+bool python_default_sigint() {
+  const py::module_ signal = py::module_::import("signal");
+  const py::object current = signal.attr("getsignal")(SIGINT);
+  return current.is(signal.attr("default_int_handler"));
+}
+
+// Installs on_sigint for the scope on the main thread, where SIGINT is Python's default
+// handler (call with the GIL held).
 class sigint_scope {
  public:
   explicit sigint_scope(std::atomic<bool>* cancel) {
-    if (!on_main_thread()) return;
+    if (!on_main_thread() || !python_default_sigint()) return;
     sigint_seen.store(false);
     sigint_target.store(cancel);
     struct sigaction sa {};
@@ -129,29 +147,34 @@ std::vector<std::string> names_of(const py::handle& v, const char* what, bool* s
     out.push_back(name_of(v, what));
     return out;
   }
-  for (const py::handle e : v.cast<py::sequence>()) out.push_back(name_of(e, what));
+  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) {
+    throw_python(PyExc_TypeError,
+                 fmt::format("expected a {} (a loom.Output or a name) or a list of them, not a {}",
+                             what, type_name(v)));
+  }
+  for (const py::handle e : v) out.push_back(name_of(e, what));
   return out;
 }
 
-// Lists and Python numbers fed to a placeholder become arrays of its dtype (as
-// TensorFlow's feed_dict converts them); arrays and tensors are fed as they are.
-py::object with_feed_dtype(const session& s, const std::string& name, const py::handle& v) {
-  if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v) &&
-      !py::isinstance<py::int_>(v) && !py::isinstance<py::float_>(v) &&
-      !py::isinstance<py::bool_>(v)) {
-    return py::reinterpret_borrow<py::object>(v);
-  }
-  const auto colon = name.rfind(':');
-  const node* n = nullptr;
+// The endpoint a feed names, or the error the run would give (KeyError for a node the graph
+// lacks or an output it does not have, ValueError for a malformed name), naming the feed.
+endpoint feed_endpoint(const session& s, const std::string& name) {
   try {
-    n = &s.get_graph().get(colon == std::string::npos ? name : name.substr(0, colon));
-  } catch (const not_found&) {
-    return py::reinterpret_borrow<py::object>(v);  // the run names the unknown feed
+    return s.get_graph().parse_endpoint(name);
+  } catch (const not_found& e) {
+    throw not_found(fmt::format("feed '{}': {}", name, e.what()));
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(fmt::format("feed '{}': {}", name, e.what()));
   }
-  if (n->outputs.empty()) return py::reinterpret_borrow<py::object>(v);
-  const char* type = to_string(n->outputs.front().type);
-  return py::module_::import("numpy").attr("asarray")(
-      v, py::str(type == std::string("bool") ? "bool" : type));
+}
+
+// A feed's value: Python numbers and (nested) lists become a tensor of the fed endpoint's
+// dtype (Note [Python values of a dtype]; as TensorFlow's feed_dict converts them); arrays
+// and tensors are fed as they are.
+tensor feed_value(const session& s, const std::string& name, endpoint e, const py::handle& v) {
+  const std::string what = fmt::format("feed '{}'", name);
+  if (is_python_values(v)) return tensor_of_values(v, s.get_graph().type_of(e).type, what);
+  return to_tensor(v, what);
 }
 
 // The Graph each live Session was made from, for the hint below (Note [a session's copy of
@@ -205,11 +228,16 @@ py::object run(const std::shared_ptr<session>& s, const py::object& fetches,
   explain_later_nodes(s, target_names);
   std::vector<feed> feed_list;
   if (!feeds.is_none()) {
+    if (!py::isinstance<py::dict>(feeds)) {
+      throw_python(PyExc_TypeError,
+                   fmt::format("feeds is a {}; expected a dict mapping loom.Outputs or names to "
+                               "values",
+                               type_name(feeds)));
+    }
     for (const auto& [k, v] : feeds.cast<py::dict>()) {
       const std::string name = name_of(k, "feed key");
       explain_later_nodes(s, {name});
-      feed_list.emplace_back(
-          name, to_tensor(with_feed_dtype(*s, name, v), fmt::format("feed '{}'", name)));
+      feed_list.emplace_back(name, feed_value(*s, name, feed_endpoint(*s, name), v));
     }
   }
   std::atomic<bool> cancel{false};
@@ -223,7 +251,7 @@ py::object run(const std::shared_ptr<session>& s, const py::object& fetches,
     sigint_scope sigint(&cancel);
     std::exception_ptr failure;
     {
-      py::gil_scoped_release unlocked;
+      const without_gil unlocked(&cancel);  // Note [interpreter exit]
       try {
         out = s->run(feed_list, fetch_names, target_names, ro.trace ? &meta : nullptr, ro);
       } catch (...) {
@@ -242,6 +270,112 @@ py::object run(const std::shared_ptr<session>& s, const py::object& fetches,
   py::list result;
   for (tensor& t : out) result.append(from_tensor(pin(std::move(t), s)));
   return result;
+}
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+// A path argument: a str, or an os.PathLike that gives one.
+std::string path_argument(const py::handle& obj, const char* what) {
+  py::object path;
+  try {
+    path = py::module_::import("os").attr("fspath")(obj);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+  }
+  if (!path || !py::isinstance<py::str>(path)) {
+    throw_python(PyExc_TypeError, fmt::format("{}: the path must be a str or an os.PathLike, not "
+                                              "a {}",
+                                              what, type_name(obj)));
+  }
+  return path.cast<std::string>();
+}
+
+// Raises OSError(err, message, path): Python picks the subclass of the errno
+// (FileNotFoundError, IsADirectoryError, NotADirectoryError, ...).
+[[noreturn]] void raise_os_error(int err, const std::string& message, const std::string& path) {
+  const py::object exc = py::reinterpret_borrow<py::object>(PyExc_OSError)(err, message, path);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw py::error_already_set();
+}
+
+// Runs a checkpoint call: loom's typed errors keep their Python exceptions (ValueError for a
+// file that does not parse, KeyError for a variable it lacks, ...); a failure of the file
+// system, which loom reports as its plain error, is an OSError.
+template <class F>
+auto checkpoint_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const invalid_argument&) {
+    throw;
+  } catch (const not_found&) {
+    throw;
+  } catch (const parse_error&) {
+    throw;
+  } catch (const node_error&) {
+    throw;
+  } catch (const cancelled_error&) {
+    throw;
+  } catch (const error& e) {
+    throw_python(PyExc_OSError, e.what());
+  }
+}
+
+// The file a checkpoint is written to: not a directory, in a directory that exists.
+void check_save_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (path.empty()) raise_os_error(ENOENT, "save: the path is empty", path);
+  if (fs::is_directory(p, ec)) {
+    raise_os_error(EISDIR, fmt::format("save: '{}' is a directory; a checkpoint is a file", path),
+                   path);
+  }
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const fs::file_status st = fs::status(parent, ec);
+  if (!fs::exists(st)) {
+    raise_os_error(
+        ENOENT,
+        fmt::format("save: the directory '{}' of '{}' does not exist", parent.string(), path),
+        path);
+  }
+  if (!fs::is_directory(st)) {
+    raise_os_error(ENOTDIR,
+                   fmt::format("save: '{}' (in '{}') is not a directory", parent.string(), path),
+                   path);
+  }
+}
+
+// The file a checkpoint is read from: one that exists and is no directory.
+void check_restore_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(fs::path(path), ec);
+  if (path.empty() || !fs::exists(st)) {
+    raise_os_error(ENOENT, fmt::format("restore: the checkpoint '{}' does not exist", path), path);
+  }
+  if (fs::is_directory(st)) {
+    raise_os_error(EISDIR,
+                   fmt::format("restore: '{}' is a directory; a checkpoint is a file", path), path);
+  }
+}
+
+// Checkpoint metadata: a dict of str to str.
+std::map<std::string, std::string> metadata_argument(const py::handle& obj) {
+  if (!py::isinstance<py::dict>(obj)) {
+    throw_python(
+        PyExc_TypeError,
+        fmt::format("save: metadata must be a dict of str to str, not a {}", type_name(obj)));
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : obj.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(k) || !py::isinstance<py::str>(v)) {
+      throw_python(PyExc_TypeError,
+                   fmt::format("save: metadata must map str to str; it maps {} to a {}",
+                               py::repr(k).cast<std::string>(), type_name(v)));
+    }
+    out.emplace(k.cast<std::string>(), v.cast<std::string>());
+  }
+  return out;
 }
 
 py::dict stats_dict(const memory_stats& st) {
@@ -267,12 +401,14 @@ void bind_session(py::module_& m) {
   py::class_<session, std::shared_ptr<session>>(m, "Session",
                                                 "Runs a Graph on this machine's devices")
       .def(py::init([](const std::shared_ptr<py_graph>& g, int virtual_cpus, int threads,
-                       std::size_t memory_limit, bool soft_placement, bool passes,
+                       const py::object& memory_limit, bool soft_placement, bool passes,
                        std::vector<std::string> disabled_passes) {
              session_options o;
              o.devices.virtual_cpu_devices = virtual_cpus;
              o.devices.cpu_threads = threads;
-             o.devices.cpu_memory_limit = memory_limit;
+             // None or 0: no limit (device_options::cpu_memory_limit).
+             o.devices.cpu_memory_limit =
+                 memory_limit.is_none() ? 0 : size_of_arg(memory_limit, "Session: memory_limit");
              o.allow_soft_placement = soft_placement;
              o.passes.enabled = passes;
              o.passes.disabled = std::move(disabled_passes);
@@ -281,7 +417,7 @@ void bind_session(py::module_& m) {
              return s;
            }),
            py::arg("graph"), py::kw_only(), py::arg("virtual_cpus") = 1, py::arg("threads") = 0,
-           py::arg("memory_limit") = 0, py::arg("soft_placement") = false,
+           py::arg("memory_limit") = py::none(), py::arg("soft_placement") = false,
            py::arg("passes") = true, py::arg("disabled_passes") = std::vector<std::string>{},
            "A session over a copy of `graph` (later additions to the graph are not seen). "
            "passes=False runs graphs as written; disabled_passes names graph passes to switch "
@@ -296,7 +432,7 @@ void bind_session(py::module_& m) {
             const std::vector<std::string> target_names = names_of(targets, "target");
             std::vector<passes::pass_record> log;
             {
-              py::gil_scoped_release unlocked;
+              const without_gil unlocked;
               log = s->explain_passes(feed_names, fetch_names, target_names);
             }
             py::list out;
@@ -320,7 +456,7 @@ void bind_session(py::module_& m) {
       .def(
           "host_value",
           [](const session& s, const tensor& t) {
-            py::gil_scoped_release release;  // may wait for the GPU
+            const without_gil release;  // may wait for the GPU
             return s.host_value(t);
           },
           py::arg("tensor"),
@@ -356,8 +492,15 @@ void bind_session(py::module_& m) {
             if (v == nullptr || !v->value.defined()) {
               // Not initialized yet: running the variable node gives it its value (or
               // names what is missing).
-              py::gil_scoped_release unlocked;
-              return pin(s->run({}, {name}).front(), s);
+              std::atomic<bool> cancel{false};
+              run_options ro;
+              ro.cancel = &cancel;
+              std::vector<tensor> out;
+              {
+                const without_gil unlocked(&cancel);
+                out = s->run({}, {name}, {}, nullptr, ro);
+              }
+              return pin(std::move(out.front()), s);
             }
             const std::lock_guard lock(v->mutex);
             return pin(v->value, s);
@@ -365,20 +508,36 @@ void bind_session(py::module_& m) {
           py::arg("name"), "A variable's current value (shares its memory)")
       .def(
           "save",
-          [](session& s, const std::string& path, const std::map<std::string, std::string>& meta) {
-            checkpoint::save_checkpoint(s, path, meta);
+          [](session& s, const py::object& path_arg, const py::object& metadata) {
+            const std::string path = path_argument(path_arg, "save");
+            const auto meta = metadata.is_none() ? std::map<std::string, std::string>{}
+                                                 : metadata_argument(metadata);
+            check_save_path(path);
+            checkpoint_call([&] {
+              const without_gil unlocked;
+              checkpoint::save_checkpoint(s, path, meta);
+            });
           },
-          py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{},
-          "Saves every variable to a safetensors checkpoint (atomically)")
+          py::arg("path"), py::arg("metadata") = py::none(),
+          "Saves every variable to a safetensors checkpoint (atomically). A directory, or a "
+          "path in a directory that does not exist, is an OSError (IsADirectoryError, "
+          "FileNotFoundError)")
       .def(
           "restore",
-          [](session& s, const std::string& path, bool allow_missing) {
+          [](session& s, const py::object& path_arg, bool allow_missing) {
+            const std::string path = path_argument(path_arg, "restore");
+            check_restore_path(path);
             checkpoint::restore_options o;
             o.allow_missing = allow_missing;
-            return checkpoint::restore_checkpoint(s, path, o);
+            return checkpoint_call([&] {
+              const without_gil unlocked;
+              return checkpoint::restore_checkpoint(s, path, o);
+            });
           },
           py::arg("path"), py::kw_only(), py::arg("allow_missing") = false,
-          "Restores variables from a checkpoint; returns its metadata")
+          "Restores variables from a checkpoint; returns its metadata. A missing file is a "
+          "FileNotFoundError, a directory an IsADirectoryError, a file that is no checkpoint "
+          "a ValueError, a variable it lacks a KeyError")
       .def_property_readonly("plan_count", &session::plan_count);
 }
 

@@ -147,6 +147,11 @@ tensor import(Managed* m, bool read_only, stream on, const char* what) {
   const dtype t = dtype_from_dl(d.dtype);
   const device_id dev = import_device(d.device, what);
   if (d.ndim < 0) throw invalid_argument(fmt::format("{}: negative ndim {}", what, d.ndim));
+  if (d.ndim > max_import_rank) {
+    // Refused before reading d.shape: a wild ndim would read far past the producer's array.
+    throw invalid_argument(fmt::format("{}: ndim {} (loom imports at most {} dimensions)", what,
+                                       d.ndim, max_import_rank));
+  }
   const auto rank = static_cast<std::size_t>(d.ndim);
   if (rank > 0 && d.shape == nullptr) {
     throw invalid_argument(fmt::format("{}: ndim {} with a null shape", what, d.ndim));
@@ -181,18 +186,44 @@ tensor import(Managed* m, bool read_only, stream on, const char* what) {
     }
   }
   const auto esize = static_cast<std::int64_t>(size_of(t));
-  std::int64_t extent = 0;  // bytes the view spans
-  if (count != 0 && (mul_overflows(hi - lo + 1, esize, extent) ||
-                     lo < std::numeric_limits<std::int64_t>::min() / esize)) {
+  std::int64_t extent = 0;  // bytes the view spans: (hi - lo + 1) elements
+  std::int64_t elements = 0;
+  if (count != 0 &&
+      (__builtin_sub_overflow(hi, lo, &elements) || add_overflows(elements, 1, elements) ||
+       mul_overflows(elements, esize, extent))) {
     throw invalid_argument(
         fmt::format("{}: the strides span more bytes than fit in 64 bits", what));
   }
   if (count != 0 && d.data == nullptr) {
     throw invalid_argument(fmt::format("{}: null data for {} elements", what, count));
   }
-  std::byte* base = static_cast<std::byte*>(d.data);
-  if (base != nullptr) base += d.byte_offset;
-  std::byte* start = count == 0 ? base : base + lo * esize;
+  // The bytes the view touches, [first, first + extent), must be addresses: data +
+  // byte_offset and the reach of negative strides may not wrap around the address space.
+  // Elements are read in place, so the first one (and with it every other) must be aligned
+  // to its size. Without elements nothing is read, and the producer's pointer is kept.
+  std::byte* start = static_cast<std::byte*>(d.data);
+  if (count != 0) {
+    const auto data = reinterpret_cast<std::uintptr_t>(d.data);
+    const auto back = static_cast<std::uintptr_t>(-lo) * static_cast<std::uintptr_t>(esize);
+    std::uintptr_t element0 = 0;  // data + byte_offset
+    std::uintptr_t first = 0;     // the lowest byte touched
+    std::uintptr_t last = 0;      // one past the highest
+    if (__builtin_add_overflow(data, d.byte_offset, &element0) ||
+        __builtin_sub_overflow(element0, back, &first) ||
+        __builtin_add_overflow(first, static_cast<std::uintptr_t>(extent), &last)) {
+      throw invalid_argument(fmt::format(
+          "{}: data 0x{:x} + byte_offset {}, with strides reaching {} elements back and {} "
+          "forward, wraps around the address space",
+          what, data, d.byte_offset, -lo, hi));
+    }
+    if (first % static_cast<std::uintptr_t>(esize) != 0) {
+      throw invalid_argument(fmt::format(
+          "{}: data 0x{:x} + byte_offset {} is not aligned to the {}-byte elements ({}); loom "
+          "reads elements in place and takes aligned data only",
+          what, data, d.byte_offset, esize, describe(d.dtype)));
+    }
+    start = reinterpret_cast<std::byte*>(first);
+  }
   const auto address = reinterpret_cast<std::uintptr_t>(start);
   const std::size_t alignment =
       address == 0 ? 256 : std::min<std::size_t>(std::size_t{1} << std::countr_zero(address), 256);

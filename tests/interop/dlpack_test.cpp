@@ -401,6 +401,37 @@ TEST(DlpackImport, BadInputThrowsAndLeavesTheStructToTheCaller) {
        [](auto& m) { m.dl_tensor.strides[0] = std::numeric_limits<std::int64_t>::max() / 2; },
        false, "stride"},
       {"null data", [](auto& m) { m.dl_tensor.data = nullptr; }, false, "null data"},
+      // A wild ndim is refused before the shape array is read (it has 2 entries here).
+      {"absurd ndim", [](auto& m) { m.dl_tensor.ndim = 1 << 30; }, false, "ndim 1073741824"},
+      {"ndim past the limit", [](auto& m) { m.dl_tensor.ndim = max_import_rank + 1; }, false,
+       "at most 64"},
+      {"misaligned byte_offset", [](auto& m) { m.dl_tensor.byte_offset = 2; }, false,
+       "not aligned to the 4-byte elements"},
+      {"misaligned data",
+       [](auto& m) { m.dl_tensor.data = static_cast<std::byte*>(m.dl_tensor.data) + 1; }, false,
+       "not aligned"},
+      {"byte_offset wraps",
+       [](auto& m) { m.dl_tensor.byte_offset = std::numeric_limits<std::uint64_t>::max() - 3; },
+       false, "wraps around the address space"},
+      {"negative strides reach below address 0",
+       [](auto& m) {
+         m.dl_tensor.data = reinterpret_cast<void*>(std::uintptr_t{64});
+         m.dl_tensor.strides[0] = -(std::int64_t{1} << 40);
+       },
+       false, "wraps around the address space"},
+      {"strides reach past the last address",
+       [](auto& m) {
+         m.dl_tensor.data =
+             reinterpret_cast<void*>(std::numeric_limits<std::uintptr_t>::max() - 15);
+       },
+       false, "wraps around the address space"},
+      {"span of the strides overflows",
+       [](auto& m) {
+         m.dl_tensor.strides[0] = std::numeric_limits<std::int64_t>::max() / 4;
+         m.dl_tensor.strides[1] = -(std::numeric_limits<std::int64_t>::max() / 4);
+         m.dl_tensor.shape[1] = 3;
+       },
+       false, "64 bits"},
       {"version",
        [](auto& m) {
          m.version = {2, 0};

@@ -202,7 +202,7 @@ PY_CASES = [
      lambda g, x, y, s: g.placeholder("p", loom.float32, [2.5])),
     ("placeholder_dim_str", TypeError, ["dimension 1", "str"],
      lambda g, x, y, s: g.placeholder("p", loom.float32, [2, "3"])),
-    ("placeholder_dim_huge", OverflowError, ["dimension 0", "int64"],
+    ("placeholder_dim_huge", OverflowError, ["dimension 0", "64-bit"],
      lambda g, x, y, s: g.placeholder("p", loom.float32, [2 ** 70])),
     ("placeholder_product_overflows", ValueError, ["2^63"],
      lambda g, x, y, s: g.placeholder("p", loom.float32, [2 ** 62, 2 ** 62])),

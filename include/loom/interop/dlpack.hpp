@@ -65,6 +65,10 @@ namespace loom::interop {
 inline constexpr std::uint32_t dlpack_major_version = 1;
 inline constexpr std::uint32_t dlpack_minor_version = 0;
 
+/// The most dimensions an import takes (NumPy's limit): a larger ndim is refused before
+/// the producer's shape array is read.
+inline constexpr std::int32_t max_import_rank = 64;
+
 /// DLPack 0.8's type code for bool (Debian's 0.6 header predates it).
 inline constexpr std::uint8_t dl_bool_code = 6;
 
@@ -89,11 +93,15 @@ inline constexpr std::uint8_t dl_bool_code = 6;
 /// Imports a producer's legacy managed tensor without copying. On success loom owns `m`:
 /// its deleter runs exactly once, when the last tensor viewing the memory goes. On failure
 /// (throws loom::invalid_argument or loom::unsupported_error naming the problem: a null
-/// tensor, an unsupported dtype or device, negative dimensions, strides or sizes that
-/// overflow) nothing happened to `m`: the caller still owns it. CPU, CUDA, CUDA host and
-/// CUDA managed memory are taken (Note [cuda imports]); for memory on a GPU, `s` is the
-/// stream the memory is ordered on, which the buffer records (buffer::stream_of): the
-/// stream the consumer asked the producer to order its work on (ignored for host memory).
+/// tensor, an unsupported dtype or device, a negative ndim or one above max_import_rank,
+/// negative dimensions, strides or sizes that overflow, null data for elements, data +
+/// byte_offset and the strides' reach wrapping around the address space, a first element
+/// not aligned to its size) nothing happened to `m`: the caller still owns it. This is the
+/// one check of a producer's tensor: every importer (C++, Python) goes through it. CPU,
+/// CUDA, CUDA host and CUDA managed memory are taken (Note [cuda imports]); for memory on a
+/// GPU, `s` is the stream the memory is ordered on, which the buffer records
+/// (buffer::stream_of): the stream the consumer asked the producer to order its work on
+/// (ignored for host memory).
 [[nodiscard]] tensor from_dlpack(DLManagedTensor* m, stream s = {});
 
 /// Imports a versioned managed tensor, as from_dlpack. A major version other than 1 is an
