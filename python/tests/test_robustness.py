@@ -303,7 +303,7 @@ def test_output_names_that_do_not_parse_are_typed_errors(name, error):
         g.output(name)
     assert name in str(info.value)
     if error is ValueError:
-        assert "expected node or node:k" in str(info.value)
+        assert "is not a tensor name" in str(info.value)
     assert g.output("x:0").name == x.name == g.output("x").name
 
 
@@ -311,7 +311,7 @@ def test_placeholder_shapes_are_checked():
     g = loom.Graph()
     with pytest.raises(TypeError, match="placeholder shape: dimension 1 must be an int, not a str"):
         g.placeholder("x", loom.float32, [2, "3"])
-    with pytest.raises(ValueError, match="placeholder shape: dimension 0 is -4"):
+    with pytest.raises(ValueError, match=r"node .y. \(placeholder\): attribute .shape. = \[-4\]: dimension 0 is -4"):
         g.placeholder("y", loom.float32, [-4])
     with pytest.raises(OverflowError, match="placeholder shape: dimension 0"):
         g.placeholder("z", loom.float32, [2**70])

@@ -28,6 +28,12 @@ tensor_name split_tensor_name(std::string_view text) {
     out.node = text.substr(0, colon);
     const auto digits = text.substr(colon + 1);
     auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), out.index);
+    if (ec == std::errc::result_out_of_range && p == digits.data() + digits.size() &&
+        !digits.starts_with('-')) {
+      throw invalid_argument(fmt::format(
+          "'{}' is not a tensor name: output index {} is out of range (at most {})", text, digits,
+          std::numeric_limits<std::int32_t>::max()));
+    }
     if (digits.empty() || ec != std::errc() || p != digits.data() + digits.size() ||
         out.index < 0) {
       throw invalid_argument(fmt::format(
