@@ -4,7 +4,8 @@ checkpoint paths and memory budgets get typed exceptions naming what was wrong, 
 silent wrap, pybind11's "Unable to cast" or a crash; the session and the pools stay usable
 and hold no bytes afterwards. Interpreter exit with runs in flight, SIGINT under the
 program's own signal settings, and many threads on one session, in subprocesses where the
-process itself is under test."""
+process itself is under test. Part of the robustness catalogue (Note [the robustness
+catalogue], tests/robustness/inputs_test.cpp)."""
 import ctypes
 import gc
 import math
@@ -21,6 +22,12 @@ import numpy as np
 import pytest
 
 import loom
+
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
 
 
 def host_bytes_in_use():
