@@ -186,7 +186,13 @@ void run_memreplay(const memreplay_flags& f) {
   const replay_target target(f);  // before reading the log: a bad configuration fails fast
   // And before any work: a report that cannot be written is an error now, not at the end.
   std::ofstream html;
-  if (!f.html.empty()) html = open_report(f.html);
+  if (!f.html.empty()) {
+    try {
+      html = open_report(f.html);
+    } catch (const error& e) {
+      throw CLI::ValidationError("--html", e.what());
+    }
+  }
   const auto parse_start = std::chrono::steady_clock::now();
   const memory::allocation_log log = memory::parse_allocation_log(std::filesystem::path(f.log));
   const std::chrono::duration<double, std::milli> parse_ms =
@@ -295,7 +301,7 @@ void add_memreplay_command(CLI::App& app) {
   cmd->add_flag("--quiet", f->quiet, "No progress (a bar on a terminal, else a line every 5 s)");
   cmd->add_option("--html", f->html,
                   "Write a memory report here: one self-contained HTML page (docs/memory.md)");
-  cmd->callback([f] { run_memreplay(*f); });
+  cmd->callback(guarded("memreplay", [f] { run_memreplay(*f); }));
 }
 
 }  // namespace loom::tools
