@@ -260,9 +260,10 @@ dataset load_csv(const std::filesystem::path& path, const csv_options& options) 
   }
   if (in.bad()) throw error(fmt::format("dataset '{}': reading failed", path.string()));
   if (d.labels.empty()) {
-    csv_error(path, line_no,
-              header ? fmt::format("a header (line {}) but no data rows", width_line)
-                     : std::string("no data rows"));
+    if (header) csv_error(path, width_line, "a header but no data rows");
+    throw parse_error(fmt::format("{}: no data rows ({})", path.string(),
+                                  line_no == 0 ? "the file is empty" : "only blank lines"),
+                      0);
   }
   d.num_classes = options.classes > 0 ? options.classes : max_label + 1;
   d.example_shape = d.num_features == side * side ? shape{1, side, side} : shape{d.num_features};

@@ -81,13 +81,16 @@ TEST_F(DatasetValidation, AHeaderIsRecognisedOnlyAsTheFirstRow) {
 
 TEST_F(DatasetValidation, EmptyAndHeaderOnlyFilesAreErrors) {
   auto [msg, line] = failure("");
-  expect_has(msg, "no data rows");
+  expect_has(msg, "data.csv: no data rows (the file is empty)");
+  EXPECT_EQ(line, 0u);
   std::tie(msg, line) = failure("\n \n\t\n");
-  expect_has(msg, "no data rows");
+  expect_has(msg, "data.csv: no data rows (only blank lines)");
   std::tie(msg, line) = failure("label,a,b\n");
-  expect_has(msg, "a header (line 1) but no data rows");
-  std::tie(msg, line) = failure("label,a,b\n\n\n");
-  expect_has(msg, "a header (line 1) but no data rows");
+  expect_has(msg, "data.csv:1: a header but no data rows");
+  EXPECT_EQ(line, 1u);
+  std::tie(msg, line) = failure("\nlabel,a,b\n\n\n");
+  expect_has(msg, "data.csv:2: a header but no data rows");
+  EXPECT_EQ(line, 2u);
 }
 
 TEST_F(DatasetValidation, EveryRowHasTheWidthOfTheHeaderOrTheFirstRow) {

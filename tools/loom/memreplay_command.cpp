@@ -183,7 +183,14 @@ void check_pool_options(const memreplay_flags& f) {
 
 void run_memreplay(const memreplay_flags& f) {
   check_pool_options(f);
-  const replay_target target(f);  // before reading the log: a bad configuration fails fast
+  // Before reading the log: a configuration the pool refuses is a usage error, now.
+  const replay_target target = [&f] {
+    try {
+      return replay_target(f);
+    } catch (const invalid_argument& e) {
+      throw CLI::ValidationError("--pool", e.what());
+    }
+  }();
   // And before any work: a report that cannot be written is an error now, not at the end.
   std::ofstream html;
   if (!f.html.empty()) {
@@ -294,6 +301,7 @@ void add_memreplay_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print the report as JSON on stdout");
   cmd->add_option("--samples", f->samples,
                   "About how many evenly spaced samples of the pool's figures to take")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100'000'000}))
       ->capture_default_str();
   cmd->add_flag("--dump", f->dump,
                 "Print the pool's regions and chunks as they were when the replay stopped "

@@ -221,6 +221,11 @@ void add_train_command(CLI::App& app) {
     train::dataset all = f->data.empty() ? train::make_digits(f->examples, opts.seed)
                                          : train::load_csv(f->data, f->csv);
     auto [train_set, test_set] = train::split(all, f->test_fraction, opts.seed);
+    if (opts.model == "cnn" && all.example_shape != shape{1, 28, 28}) {
+      usage_error("--model", fmt::format("cnn takes 1x28x28 images (784 features); {} has {} "
+                                         "features an example",
+                                         all.name, all.num_features));
+    }
     if (train_set.size() < opts.batch) {
       usage_error("--batch", fmt::format("{} is more than the {} training examples of {}",
                                          opts.batch, train_set.size(), all.name));
