@@ -52,7 +52,8 @@ std::int64_t first_nonfinite(const tensor& t) {
   };
   switch (t.type()) {
     case dtype::f32:
-      return find(static_cast<const float*>(t.raw_data()), [](float v) { return std::isfinite(v); });
+      return find(static_cast<const float*>(t.raw_data()),
+                  [](float v) { return std::isfinite(v); });
     case dtype::f64:
       return find(static_cast<const double*>(t.raw_data()),
                   [](double v) { return std::isfinite(v); });
@@ -71,8 +72,10 @@ std::int64_t first_nonfinite(const tensor& t) {
 std::string element_text(const tensor& t, std::int64_t i) {
   const auto k = static_cast<std::size_t>(i);
   switch (t.type()) {
-    case dtype::f32: return fmt::format("{}", static_cast<const float*>(t.raw_data())[k]);
-    case dtype::f64: return fmt::format("{}", static_cast<const double*>(t.raw_data())[k]);
+    case dtype::f32:
+      return fmt::format("{}", static_cast<const float*>(t.raw_data())[k]);
+    case dtype::f64:
+      return fmt::format("{}", static_cast<const double*>(t.raw_data())[k]);
     default: {
       const std::uint16_t bits = static_cast<const std::uint16_t*>(t.raw_data())[k];
       const bool nan = t.type() == dtype::f16 ? (bits & 0x03FFU) != 0 : (bits & 0x007FU) != 0;

@@ -511,8 +511,8 @@ void read_at(int fd, void* dst, std::size_t n, std::uint64_t offset,
     const ::ssize_t r = ::pread(fd, p, n, static_cast<::off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      throw error(fmt::format("load_safetensors: reading '{}' at byte {} failed: {}",
-                              path.string(), offset,
+      throw error(fmt::format("load_safetensors: reading '{}' at byte {} failed: {}", path.string(),
+                              offset,
                               r < 0 ? errno_text(errno) : "the file ended early (did it shrink?)"));
     }
     p += r;

@@ -1,8 +1,7 @@
 #include "loom/core/input.hpp"
 
-#include <fmt/format.h>
-
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>

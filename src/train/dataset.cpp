@@ -134,8 +134,8 @@ bool is_number(std::string_view cell) {
 }
 
 // The label of a row: a class number, an integer >= 0, below `classes` when that is known.
-std::int32_t parse_label(std::string_view cell, const std::filesystem::path& path,
-                         std::size_t line, const csv_options& o) {
+std::int32_t parse_label(std::string_view cell, const std::filesystem::path& path, std::size_t line,
+                         const csv_options& o) {
   double v = 0;
   try {
     v = parse_number<double>(cell, "label");
@@ -167,8 +167,8 @@ std::int32_t parse_label(std::string_view cell, const std::filesystem::path& pat
               fmt::format("the label {} would make {} classes, more than {} (a label column "
                           "with another meaning? Declare the class count to allow more: "
                           "loom train --classes N, csv_options::classes)",
-                          shown(cell), v + 1 > 1e15 ? std::string("too many")
-                                                    : fmt::format("{:.0f}", v + 1),
+                          shown(cell),
+                          v + 1 > 1e15 ? std::string("too many") : fmt::format("{:.0f}", v + 1),
                           o.max_classes));
   }
   return static_cast<std::int32_t>(v);
@@ -248,8 +248,8 @@ dataset load_csv(const std::filesystem::path& path, const csv_options& options) 
     } else if (cells.size() != width) {
       csv_error(path, line_no,
                 fmt::format("the row has {} column{}, but {} (line {}) has {}", cells.size(),
-                            cells.size() == 1 ? "" : "s",
-                            header ? "the header" : "the first row", width_line, width));
+                            cells.size() == 1 ? "" : "s", header ? "the header" : "the first row",
+                            width_line, width));
     }
     d.labels.push_back(parse_label(cells[0], path, line_no, options));
     max_label = std::max(max_label, d.labels.back());
@@ -280,12 +280,12 @@ void check_dataset(const dataset& d, bool allow_nonfinite) {
                                        d.features.size(), n, d.num_features));
   }
   if (!d.source_lines.empty() && d.source_lines.size() != n) {
-    throw invalid_argument(fmt::format("{}: {} source lines for {} examples", name,
-                                       d.source_lines.size(), n));
+    throw invalid_argument(
+        fmt::format("{}: {} source lines for {} examples", name, d.source_lines.size(), n));
   }
   if (d.num_classes < 1) {
-    throw invalid_argument(fmt::format("{}: {} classes; a classifier needs at least one", name,
-                                       d.num_classes));
+    throw invalid_argument(
+        fmt::format("{}: {} classes; a classifier needs at least one", name, d.num_classes));
   }
   // Where example i came from, for messages.
   const auto where = [&](std::size_t i) {
@@ -308,13 +308,13 @@ void check_dataset(const dataset& d, bool allow_nonfinite) {
     if (finite) continue;
     std::size_t k = 0;
     while (std::abs(row[k]) <= largest) ++k;
-    const std::string feature =
-        d.source_lines.empty() ? fmt::format("feature {}", k)
-                               : fmt::format("column {} (feature {})", k + 2, k);
-    throw invalid_argument(fmt::format(
-        "{}: {} is {}; loom does not train on NaN or Inf (allow them with "
-        "train_options::allow_nonfinite, loom train --allow-nonfinite)",
-        where(i), feature, row[k]));
+    const std::string feature = d.source_lines.empty()
+                                    ? fmt::format("feature {}", k)
+                                    : fmt::format("column {} (feature {})", k + 2, k);
+    throw invalid_argument(
+        fmt::format("{}: {} is {}; loom does not train on NaN or Inf (allow them with "
+                    "train_options::allow_nonfinite, loom train --allow-nonfinite)",
+                    where(i), feature, row[k]));
   }
 }
 
@@ -339,7 +339,8 @@ std::pair<dataset, dataset> split(const dataset& d, double test_fraction, std::u
     dataset& to = k < n_train ? out.first : out.second;
     const std::int64_t i = order[static_cast<std::size_t>(k)];
     to.labels.push_back(d.labels[static_cast<std::size_t>(i)]);
-    if (!d.source_lines.empty()) to.source_lines.push_back(d.source_lines[static_cast<std::size_t>(i)]);
+    if (!d.source_lines.empty())
+      to.source_lines.push_back(d.source_lines[static_cast<std::size_t>(i)]);
     const auto* f = d.features.data() + i * d.num_features;
     to.features.insert(to.features.end(), f, f + d.num_features);
   }

@@ -262,8 +262,8 @@ resume_point read_resume_point(const std::map<std::string, std::string>& meta,
   const auto e = parse_number<std::uint32_t>(
       epoch->second, fmt::format("the epoch in checkpoint '{}'", path.string()));
   if (e > static_cast<std::uint32_t>(std::numeric_limits<int>::max())) {
-    throw parse_error(fmt::format("the epoch in checkpoint '{}': {} is out of range",
-                                  path.string(), epoch->second),
+    throw parse_error(fmt::format("the epoch in checkpoint '{}': {} is out of range", path.string(),
+                                  epoch->second),
                       0);
   }
   r.epoch = static_cast<int>(e);
@@ -413,7 +413,8 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   // The step whose trace is written: the fifth, or the last when the run has fewer.
   const std::int64_t planned_steps =
       steps * std::max<std::int64_t>(0, std::int64_t{o.epochs} - first_epoch + 1);
-  const std::int64_t trace_step = o.trace_path.empty() ? 0 : std::min<std::int64_t>(5, planned_steps);
+  const std::int64_t trace_step =
+      o.trace_path.empty() ? 0 : std::min<std::int64_t>(5, planned_steps);
   double traced_optimizer_ns = 0;
   std::int64_t traced_steps = 0;
   std::map<std::string, node_time> profile;  // sums until the end

@@ -35,9 +35,9 @@ class temp_dir {
  public:
   temp_dir() {
     static int counter = 0;
-    path_ = fs::temp_directory_path() / ("loom_checkpoint_files_test_" +
-                                         std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter++));
+    path_ =
+        fs::temp_directory_path() / ("loom_checkpoint_files_test_" + std::to_string(::getpid()) +
+                                     "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -77,7 +77,9 @@ void touch(const fs::path& p, const std::string& text = "x") {
   std::ofstream(p, std::ios::binary) << text;
 }
 
-std::string read_text(const fs::path& p) { return read_input_file(p, "test file"); }
+std::string read_text(const fs::path& p) {
+  return read_input_file(p, "test file");
+}
 
 // The checkpoint at `path` is whole: its metadata names a version and every element is it.
 void expect_whole(const fs::path& path, std::int64_t elements) {
@@ -93,8 +95,7 @@ void expect_whole(const fs::path& path, std::int64_t elements) {
 
 // A child that saves new versions of `path` until it is killed; returns once it is writing
 // (a temporary file exists).
-pid_t start_saving(const temp_dir& dir, const fs::path& path, int round,
-                   std::int64_t elements) {
+pid_t start_saving(const temp_dir& dir, const fs::path& path, int round, std::int64_t elements) {
   const pid_t child = ::fork();
   if (child == 0) {
     for (int v = 1;; ++v) {

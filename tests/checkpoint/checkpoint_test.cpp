@@ -10,8 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -345,7 +345,6 @@ TEST(Checkpoint, FileErrorsPassThrough) {
   EXPECT_THROW(save_checkpoint(s, dir / "taken"), error);
 }
 
-
 // ---- restore_options: what a caller that knows its model asks for -------------------------
 
 // A checkpoint of `s` with `extra` tensors added.
@@ -369,14 +368,16 @@ TEST(Checkpoint, UnknownTensorsAreRefusedWhenTheCallerKnowsItsModel) {
   session s(model());
   run_steps(s, 1);
   const fs::path path = dir / "extra.safetensors";
-  write_with(s, path, {{"fc9/w", host_tensor<float>({3}, std::vector<float>{1, 2, 3})},
-                       {"opt/w/m", host_tensor<float>({2, 3}, std::vector<float>(6, 1))}});
+  write_with(s, path,
+             {{"fc9/w", host_tensor<float>({3}, std::vector<float>{1, 2, 3})},
+              {"opt/w/m", host_tensor<float>({2, 3}, std::vector<float>(6, 1))}});
   const snapshot before = take(s);
   restore_options strict;
   strict.allow_unknown = false;
   expect_contains(restore_failure<invalid_argument>(s, path, strict),
-                  {path.string(), "tensors 'fc9/w' (float32[3]), 'opt/w/m' (float32[2, 3]) are no "
-                                  "variable of the session",
+                  {path.string(),
+                   "tensors 'fc9/w' (float32[3]), 'opt/w/m' (float32[2, 3]) are no "
+                   "variable of the session",
                    "no variable was changed"});
   EXPECT_EQ(take(s), before);
   EXPECT_EQ(s.variables().find("fc9/w"), nullptr);

@@ -74,7 +74,9 @@ TEST_F(DatasetValidation, AHeaderIsRecognisedOnlyAsTheFirstRow) {
 
   // Blank lines before the header are not rows; a byte order mark is not part of the text.
   EXPECT_EQ(load_csv(write("\n  \nlabel,a\n1,2\n")).labels, (std::vector<std::int32_t>{1}));
-  const dataset bom = load_csv(write("\xEF\xBB\xBF" "1,2\n0,3\n"));
+  const dataset bom =
+      load_csv(write("\xEF\xBB\xBF"
+                     "1,2\n0,3\n"));
   EXPECT_EQ(bom.labels, (std::vector<std::int32_t>{1, 0}));  // the first row is data
   EXPECT_EQ(load_csv(write("\xEF\xBB\xBFlabel,x\n1,2\n")).labels, (std::vector<std::int32_t>{1}));
 }

@@ -288,7 +288,8 @@ TEST_F(Resume, MetadataMustParse) {
     std::string part;
   } cases[] = {
       {"epoch", "x", "the epoch in checkpoint '" + path.string() + "': 'x' is not a non-negative"},
-      {"epoch", "-1", "the epoch in checkpoint '" + path.string() + "': '-1' is not a non-negative"},
+      {"epoch", "-1",
+       "the epoch in checkpoint '" + path.string() + "': '-1' is not a non-negative"},
       {"epoch", "1.5", "'1.5' is not a non-negative integer"},
       {"epoch", "", "the epoch in checkpoint"},
       {"epoch", "99999999999", "'99999999999' is not a non-negative integer in range"},

@@ -122,8 +122,9 @@ int main(int argc, char** argv) {
   using namespace loom::tools;
   int status = 0;
   try {
-    CLI::App app{"loom: a device-aware tensor runtime. Exit status: 0 done, 1 the work failed, "
-                 "2 bad usage or input that does not parse, 70 internal error (docs/cli.md)"};
+    CLI::App app{
+        "loom: a device-aware tensor runtime. Exit status: 0 done, 1 the work failed, "
+        "2 bad usage or input that does not parse, 70 internal error (docs/cli.md)"};
     app.require_subcommand(1);
     add_memreplay_command(app);
     add_bench_command(app);

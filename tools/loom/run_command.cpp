@@ -43,7 +43,8 @@ CLI::Validator tensor_name() {
             try {
               const auto k =
                   parse_number<std::int32_t>(std::string_view(text).substr(colon + 1), what);
-              if (k < 0) return fmt::format("{}: {} is negative (expected node or node:k)", what, k);
+              if (k < 0)
+                return fmt::format("{}: {} is negative (expected node or node:k)", what, k);
             } catch (const parse_error& e) {
               return fmt::format("{} (expected node or node:k)", e.what());
             }

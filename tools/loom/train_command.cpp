@@ -10,17 +10,17 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "loom/device/cpu_device.hpp"
-#include "loom/memory/allocation_log.hpp"
-#include "loom/memory/bfc_pool.hpp"
-#include "loom/memory/host_resource.hpp"
-#include "memory_report_files.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/input.hpp"
 #include "loom/core/memory_stats.hpp"
 #include "loom/core/progress.hpp"
+#include "loom/device/cpu_device.hpp"
+#include "loom/memory/allocation_log.hpp"
+#include "loom/memory/bfc_pool.hpp"
+#include "loom/memory/host_resource.hpp"
 #include "loom/train/dataset.hpp"
 #include "loom/train/trainer.hpp"
+#include "memory_report_files.hpp"
 
 namespace loom::tools {
 namespace {
@@ -47,9 +47,10 @@ class train_pool {
   [[nodiscard]] memory::memory_resource& resource() const noexcept { return pool_; }
   [[nodiscard]] memory::bfc_pool* pool() const noexcept { return &pool_; }
   [[nodiscard]] std::string describe() const {
-    return fmt::format("cpu:0's pool (growing bfc_pool, growth step {}), replayed from the "
-                       "training run's allocation log",
-                       format_bytes(pool_.options().growth_step));
+    return fmt::format(
+        "cpu:0's pool (growing bfc_pool, growth step {}), replayed from the "
+        "training run's allocation log",
+        format_bytes(pool_.options().growth_step));
   }
 
  private:
@@ -63,7 +64,9 @@ void write_training_report(const std::filesystem::path& log_path, std::ofstream&
   memory::replay_options o;
   o.samples = report_samples;
   const memory::replay_report report = memory::replay(log, train_pool().resource(), o);
-  write_report(out, path, picture_of(log, report, [] { return train_pool(); }, title));
+  write_report(out, path,
+               picture_of(
+                   log, report, [] { return train_pool(); }, title));
 }
 
 // "epoch 1/3 [##########..........] 15360/20000  77%  15234 samples/s  ETA 0:01  loss 0.3521
@@ -131,10 +134,10 @@ void add_train_command(CLI::App& app) {
   auto f = std::make_shared<train_flags>();
   auto& o = f->options;
   cmd->add_option("--model", o.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
-  auto* data = cmd->add_option(
-      "--data", f->data,
-      "A CSV file of label,feature,... rows (default: the embedded digits dataset)")
-                   ->check(CLI::ExistingFile);
+  auto* data =
+      cmd->add_option("--data", f->data,
+                      "A CSV file of label,feature,... rows (default: the embedded digits dataset)")
+          ->check(CLI::ExistingFile);
   cmd->add_option("--classes", f->csv.classes,
                   "The number of classes of --data: labels must be below it (default: the "
                   "largest label + 1, at most 10000)")
@@ -282,8 +285,7 @@ void add_train_command(CLI::App& app) {
         report.optimizer_seconds,
         report.train_seconds > 0 ? 100 * report.optimizer_seconds / report.train_seconds : 0.0);
     if (opts.skip_nonfinite_steps) {
-      fmt::print("  skipped steps      {} (non-finite loss or gradients)\n",
-                 report.skipped_steps);
+      fmt::print("  skipped steps      {} (non-finite loss or gradients)\n", report.skipped_steps);
     }
     fmt::print("  peak memory        {}\n", format_bytes(report.peak_bytes));
     fmt::print("  fragmentation      {:.3f}\n", report.fragmentation);
@@ -292,9 +294,9 @@ void add_train_command(CLI::App& app) {
                  (opts.checkpoint_dir / "checkpoint.safetensors").string());
     }
     if (!opts.trace_path.empty()) {
-      fmt::print("  trace              {}\n",
-                 report.trace_written ? opts.trace_path.string()
-                                      : std::string("none written (no step ran)"));
+      fmt::print("  trace              {}\n", report.trace_written
+                                                  ? opts.trace_path.string()
+                                                  : std::string("none written (no step ran)"));
     }
     if (!report.profile.empty()) print_profile(report);
     if (f->explain_fusion) {

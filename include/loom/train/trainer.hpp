@@ -83,10 +83,10 @@ struct step_progress {
 
 struct epoch_report {
   int epoch = 0;
-  double loss = 0;            // mean over the epoch's steps that were not skipped
-  double train_accuracy = 0;  // mean over the epoch's steps that were not skipped
+  double loss = 0;                 // mean over the epoch's steps that were not skipped
+  double train_accuracy = 0;       // mean over the epoch's steps that were not skipped
   std::int64_t skipped_steps = 0;  // steps skipped for a non-finite loss or gradient
-  double test_accuracy = 0;   // after the epoch (NaN when not evaluated)
+  double test_accuracy = 0;        // after the epoch (NaN when not evaluated)
   double seconds = 0;
   double samples_per_second = 0;
 };
