@@ -106,6 +106,8 @@ def files(tmp_path):
     (["train", "--model", "transformer"], 2, "--model"),
     (["train", "--optimizer", "lion"], 2, "--optimizer"),
     (["train", "--seed", "abc"], 2, "--seed"),
+    (["train", "--seed", "-1"], 2, "--seed"),
+    (["bench", "memory", "--seed", "-1"], 2, "--seed"),
     (["train", "--resume"], 2, "--resume requires --checkpoint"),
     (["train", "--classes", "5"], 2, "--classes requires --data"),
     (["train", "--classes", "0"], 2, "--classes"),

@@ -33,7 +33,8 @@ void add_bench_command(CLI::App& app) {
   memory->add_flag("--quick", flags->quick, "Fewer repetitions and steps (a smoke run)");
   memory->add_option("--repetitions", flags->options.repetitions, "Timed repetitions per workload")
       ->check(CLI::Range(1, 1000));
-  memory->add_option("--seed", flags->options.seed, "Seed of the workloads");
+  memory->add_option("--seed", flags->options.seed, "Seed of the workloads")
+      ->check(non_negative_integer());
   memory->callback(guarded("bench memory", [flags] {
     bench::memory_bench_options o = flags->options;
     if (flags->quick) {

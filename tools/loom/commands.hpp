@@ -56,6 +56,9 @@ int report_current_exception(std::string_view who) noexcept;
 /// A CLI11 check that the option's value is a finite number > 0 (a learning rate).
 [[nodiscard]] CLI::Validator finite_positive();
 
+/// A CLI11 check that the option's value is an integer from 0 to 2^64 - 1 (a seed).
+[[nodiscard]] CLI::Validator non_negative_integer();
+
 /// The usage error for option `option` (exit status 2): throws CLI::ValidationError naming
 /// the option, with `message`.
 [[noreturn]] void usage_error(const std::string& option, const std::string& message);

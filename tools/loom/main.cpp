@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -110,6 +111,18 @@ CLI::Validator finite_positive() {
             return {};
           },
           "FINITE > 0", "finite positive number"};
+}
+
+CLI::Validator non_negative_integer() {
+  return {[](std::string& text) -> std::string {
+            try {
+              (void)parse_number<std::uint64_t>(text, "the value");
+            } catch (const parse_error&) {
+              return fmt::format("'{}' is not an integer from 0 to 2^64 - 1", text);
+            }
+            return {};
+          },
+          "UINT64", "non-negative integer"};
 }
 
 void usage_error(const std::string& option, const std::string& message) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -158,7 +159,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--threads", o.threads, "CPU threads in all (0: the machine's)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--seed", o.seed, "Seed of the data, the initial weights and the shuffling");
+  cmd->add_option("--seed", o.seed, "Seed of the data, the initial weights and the shuffling")
+      ->check(non_negative_integer());
   cmd->add_option("--trace", o.trace_path, "Write a Chrome trace of one training step here");
   auto* checkpoint = cmd->add_option("--checkpoint", o.checkpoint_dir,
                                      "Save variables and optimizer state here after every epoch");
@@ -212,8 +214,16 @@ void add_train_command(CLI::App& app) {
     std::ofstream report_file;
     if (!f->memory_report.empty()) {
       check_path_option("--memory-report", [&] { report_file = open_report(f->memory_report); });
-      opts.memory_log = std::filesystem::temp_directory_path() /
-                        fmt::format("loom-train-{}.alloc.csv", ::getpid());
+      std::error_code tmp_ec;
+      const std::filesystem::path tmp = std::filesystem::temp_directory_path(tmp_ec);
+      if (tmp_ec) {
+        const char* env = std::getenv("TMPDIR");
+        usage_error("--memory-report",
+                    fmt::format("the allocation log goes to the temporary directory, which is "
+                                "not usable (TMPDIR='{}'): {}",
+                                env != nullptr ? env : "", tmp_ec.message()));
+      }
+      opts.memory_log = tmp / fmt::format("loom-train-{}.alloc.csv", ::getpid());
     }
     if (fresh) {
       fmt::print(stderr, "loom train: nothing to resume from in '{}': starting from scratch\n",
