@@ -93,9 +93,32 @@ void expect_whole(const fs::path& path, std::int64_t elements) {
       << "version " << v << " is not whole";
 }
 
+// The temporary files of saves of `path` in `dir` (Note [temporary file names]).
+std::vector<std::string> save_temporaries(const temp_dir& dir, const fs::path& path) {
+  const std::string prefix = path.filename().string() + ".tmp-";
+  std::vector<std::string> out;
+  for (const auto& name : dir.entries()) {
+    if (name.size() == prefix.size() + 16 && name.starts_with(prefix) &&
+        std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
+                    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); })) {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
+// Whether a save of `path` has made a temporary file that is not one of `before`.
+bool saving(const temp_dir& dir, const fs::path& path, const std::vector<std::string>& before) {
+  for (const auto& name : save_temporaries(dir, path)) {
+    if (std::find(before.begin(), before.end(), name) == before.end()) return true;
+  }
+  return false;
+}
+
 // A child that saves new versions of `path` until it is killed; returns once it is writing
-// (a temporary file exists).
+// (a temporary file of its save exists).
 pid_t start_saving(const temp_dir& dir, const fs::path& path, int round, std::int64_t elements) {
+  const std::vector<std::string> before = save_temporaries(dir, path);
   const pid_t child = ::fork();
   if (child == 0) {
     for (int v = 1;; ++v) {
@@ -107,7 +130,7 @@ pid_t start_saving(const temp_dir& dir, const fs::path& path, int round, std::in
       }
     }
   }
-  for (int i = 0; i < 20000 && dir.temporaries().empty(); ++i) {
+  for (int i = 0; i < 20000 && !saving(dir, path, before); ++i) {
     std::this_thread::sleep_for(std::chrono::microseconds(250));
   }
   return child;
