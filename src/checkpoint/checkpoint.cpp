@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -36,6 +38,50 @@ tensor current_value(variable_store& store, const std::string& name) {
   if (var == nullptr) return {};
   std::lock_guard lock(var->mutex);
   return var->value;
+}
+
+// The index of the first NaN or Inf of a contiguous host tensor, or -1 (also for tensors
+// that are not floating-point).
+std::int64_t first_nonfinite(const tensor& t) {
+  const auto n = static_cast<std::size_t>(t.num_elements());
+  const auto find = [n](const auto* p, auto is_finite) -> std::int64_t {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!is_finite(p[i])) return static_cast<std::int64_t>(i);
+    }
+    return -1;
+  };
+  switch (t.type()) {
+    case dtype::f32:
+      return find(static_cast<const float*>(t.raw_data()),
+                  [](float v) { return std::isfinite(v); });
+    case dtype::f64:
+      return find(static_cast<const double*>(t.raw_data()),
+                  [](double v) { return std::isfinite(v); });
+    case dtype::f16:  // exponent all ones: Inf or NaN
+      return find(static_cast<const std::uint16_t*>(t.raw_data()),
+                  [](std::uint16_t v) { return (v & 0x7C00U) != 0x7C00U; });
+    case dtype::bf16:
+      return find(static_cast<const std::uint16_t*>(t.raw_data()),
+                  [](std::uint16_t v) { return (v & 0x7F80U) != 0x7F80U; });
+    default:
+      return -1;
+  }
+}
+
+// Element i of a floating-point host tensor, for messages.
+std::string element_text(const tensor& t, std::int64_t i) {
+  const auto k = static_cast<std::size_t>(i);
+  switch (t.type()) {
+    case dtype::f32:
+      return fmt::format("{}", static_cast<const float*>(t.raw_data())[k]);
+    case dtype::f64:
+      return fmt::format("{}", static_cast<const double*>(t.raw_data())[k]);
+    default: {
+      const std::uint16_t bits = static_cast<const std::uint16_t*>(t.raw_data())[k];
+      const bool nan = t.type() == dtype::f16 ? (bits & 0x03FFU) != 0 : (bits & 0x007FU) != 0;
+      return nan ? "nan" : ((bits & 0x8000U) != 0 ? "-inf" : "inf");
+    }
+  }
 }
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
@@ -76,6 +122,7 @@ void save_checkpoint(session& s, const std::filesystem::path& path,
 std::map<std::string, std::string> restore_checkpoint(session& s, const std::filesystem::path& path,
                                                       const restore_options& options) {
   safetensors_file file = load_safetensors(path);
+  if (options.check_metadata) options.check_metadata(file.metadata);
   variable_store& store = s.variables();
 
   struct declaration {
@@ -95,14 +142,23 @@ std::map<std::string, std::string> restore_checkpoint(session& s, const std::fil
   };
   std::vector<restored> plan;
   std::vector<std::string> mismatches;
+  std::vector<std::string> unknown;
   std::set<std::string, std::less<>> in_file;
   for (auto& [name, t] : file.tensors) {
     in_file.insert(name);
     const tensor current = current_value(store, name);
-    if (auto it = declared.find(name);
-        it != declared.end() && (it->second.type != t.type() || it->second.dims != t.shape())) {
+    const auto it = declared.find(name);
+    if (it != declared.end() && (it->second.type != t.type() || it->second.dims != t.shape())) {
       mismatches.push_back(fmt::format("variable '{}': the graph declares {}, the file holds {}",
                                        name, type_text(it->second.type, it->second.dims),
+                                       type_text(t.type(), t.shape())));
+      continue;
+    }
+    const auto state = options.expected_state.find(name);
+    if (state != options.expected_state.end() &&
+        (state->second.type != t.type() || state->second.dims != t.shape())) {
+      mismatches.push_back(fmt::format("state '{}': the session expects {}, the file holds {}",
+                                       name, type_text(state->second.type, state->second.dims),
                                        type_text(t.type(), t.shape())));
       continue;
     }
@@ -112,8 +168,27 @@ std::map<std::string, std::string> restore_checkpoint(session& s, const std::fil
                                        type_text(t.type(), t.shape())));
       continue;
     }
+    if (!options.allow_unknown && it == declared.end() && state == options.expected_state.end() &&
+        !current.defined()) {
+      unknown.push_back(fmt::format("'{}' ({})", name, type_text(t.type(), t.shape())));
+      continue;
+    }
+    if (options.refuse_nonfinite) {
+      if (const std::int64_t bad = first_nonfinite(t); bad >= 0) {
+        mismatches.push_back(fmt::format("tensor '{}' ({}) holds {} at element {}", name,
+                                         type_text(t.type(), t.shape()), element_text(t, bad),
+                                         bad));
+        continue;
+      }
+    }
     plan.push_back(
         {name, std::move(t), current.defined() ? std::optional(current.device()) : std::nullopt});
+  }
+  if (!unknown.empty()) {
+    mismatches.push_back(fmt::format(
+        "tensor{} {} {} no variable of the session (a checkpoint of another model or "
+        "optimizer?)",
+        unknown.size() == 1 ? "" : "s", join(unknown, ", "), unknown.size() == 1 ? "is" : "are"));
   }
   if (!mismatches.empty()) {
     throw invalid_argument(

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,8 +82,10 @@ struct header {
 
 class header_parser {
  public:
-  header_parser(std::string_view what, std::uint64_t data_size)
-      : what_(what), data_size_(data_size) {}
+  // `data_start`: the offset of the data in the file (8 + the header length), so that
+  // messages can name offsets in the file.
+  header_parser(std::string_view what, std::uint64_t data_start, std::uint64_t data_size)
+      : what_(what), data_start_(data_start), data_size_(data_size) {}
 
   [[noreturn]] void bad(const std::string& message) const {
     throw parse_error(fmt::format("{}: {}", what_, message), 0);
@@ -153,6 +156,10 @@ class header_parser {
     };
     try {
       return json::parse(text.begin(), text.end(), callback);
+    } catch (const json::parse_error& e) {
+      // e.byte counts from 1 within the header, which starts at offset 8 of the file.
+      bad(fmt::format("the header is not valid JSON (at byte {} of the file): {}",
+                      length_bytes + (e.byte > 0 ? e.byte - 1 : 0), e.what()));
     } catch (const json::exception& e) {
       bad(fmt::format("the header is not valid JSON: {}", e.what()));
     }
@@ -242,8 +249,10 @@ class header_parser {
     if (e.end < e.begin)
       bad(fmt::format("{}: data_offsets [{}, {}] end before they begin", who, e.begin, e.end));
     if (e.end > data_size_) {
-      bad(fmt::format("{}: data_offsets [{}, {}] are outside the data ({} bytes)", who, e.begin,
-                      e.end, data_size_));
+      bad(fmt::format(
+          "{}: data_offsets [{}, {}] are outside the data ({} bytes): the tensor would end at "
+          "byte {} of the file, which ends at byte {} (truncated or corrupt)",
+          who, e.begin, e.end, data_size_, data_start_ + e.end, data_start_ + data_size_));
     }
     if (e.end - e.begin != need) {
       bad(fmt::format(
@@ -272,6 +281,7 @@ class header_parser {
   }
 
   std::string_view what_;
+  std::uint64_t data_start_;
   std::uint64_t data_size_;
   std::vector<std::string> order_;
 };
@@ -286,8 +296,8 @@ std::uint64_t header_length(const unsigned char (&first)[length_bytes], std::uin
   std::uint64_t n = 0;
   for (std::size_t i = length_bytes; i-- > 0;) n = (n << 8) | first[i];
   if (n > file_size - length_bytes) {
-    bad(what, fmt::format("the header length is {} bytes, past the end of the file ({} bytes "
-                          "follow the length)",
+    bad(what, fmt::format("the header length is {} bytes (read from bytes 0 to 7), past the "
+                          "end of the file ({} bytes follow the length; truncated or corrupt)",
                           n, file_size - length_bytes));
   }
   return n;
@@ -300,13 +310,14 @@ void require_length(std::uint64_t file_size, std::string_view what) {
   }
 }
 
-void check_bools(const tensor& t, const entry& e, std::string_view what) {
+// `data_start`: the offset of the data in the file, for the message.
+void check_bools(const tensor& t, const entry& e, std::uint64_t data_start, std::string_view what) {
   if (t.type() != dtype::boolean) return;
   const auto* p = static_cast<const unsigned char*>(t.raw_data());
   for (std::size_t i = 0; i < t.nbytes(); ++i) {
     if (p[i] > 1) {
-      bad(what, fmt::format("tensor {}: bool element {} is {}, not 0 or 1", json_quoted(e.name), i,
-                            p[i]));
+      bad(what, fmt::format("tensor {}: bool element {} is {}, not 0 or 1 (byte {} of the file)",
+                            json_quoted(e.name), i, p[i], data_start + e.begin + i));
     }
   }
 }
@@ -378,6 +389,10 @@ void put_length(std::byte* dst, std::uint64_t n) {
 class temp_file {
  public:
   temp_file(std::filesystem::path path, int fd) : path_(std::move(path)), fd_(fd) {}
+  temp_file(temp_file&& other) noexcept
+      : path_(std::move(other.path_)),
+        fd_(std::exchange(other.fd_, -1)),
+        kept_(std::exchange(other.kept_, true)) {}
   temp_file(const temp_file&) = delete;
   temp_file& operator=(const temp_file&) = delete;
   ~temp_file() {
@@ -410,18 +425,57 @@ void write_all(const temp_file& f, const void* data, std::size_t n) {
   }
 }
 
+// Note [temporary file names]
+// A save writes `<path>.tmp-<16 lowercase hex digits>` and holds an exclusive flock(2) on it
+// until the rename. A save killed midway (kill -9, a power cut) leaves that file behind with
+// no lock, since the lock goes with the process. remove_stale_temporaries removes exactly the
+// files of this pattern that it can lock: never another file, never a live save's. A writer
+// takes its lock right after creating the file and then checks that the name still leads to
+// its file, so a cleaner that locked the new file in between (and removed it) only makes
+// the writer try another name.
+constexpr std::string_view temp_infix = ".tmp-";
+constexpr std::size_t temp_digits = 16;
+
+bool is_temp_name(std::string_view name, std::string_view prefix) {
+  if (name.size() != prefix.size() + temp_digits || !name.starts_with(prefix)) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()), name.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 std::string random_suffix() {
   std::random_device rd;
   const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  return fmt::format("{:016x}", v);
+  return fmt::format("{:0{}x}", v, temp_digits);
+}
+
+// Whether `fd` is the file that `path` names.
+bool names_file(const std::filesystem::path& path, int fd) {
+  struct stat by_name {};
+  struct stat by_fd {};
+  return ::stat(path.c_str(), &by_name) == 0 && ::fstat(fd, &by_fd) == 0 &&
+         by_name.st_dev == by_fd.st_dev && by_name.st_ino == by_fd.st_ino;
 }
 
 temp_file create_temp(const std::filesystem::path& path) {
   for (int attempt = 0;; ++attempt) {
     std::filesystem::path tmp = path;
-    tmp += ".tmp-" + random_suffix();
+    tmp += std::string(temp_infix) + random_suffix();
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) return temp_file(std::move(tmp), fd);
+    if (fd >= 0) {
+      temp_file file(std::move(tmp), fd);
+      int locked = 0;
+      while ((locked = ::flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+      }
+      // A file system without flock (some network ones): the file is unprotected against
+      // remove_stale_temporaries, but saving works.
+      if (locked != 0 || names_file(file.path(), fd)) return file;
+      file.keep();  // removed by a cleaner: the name is not ours to unlink any more
+      if (attempt < 8) continue;
+      throw error(fmt::format(
+          "save_safetensors: cannot keep a temporary file next to '{}': it was removed as "
+          "soon as it was made",
+          path.string()));
+    }
     if (errno == EEXIST && attempt < 8) continue;
     throw error(
         fmt::format("save_safetensors: cannot create a temporary file next to '{}' ({}): {}",
@@ -458,7 +512,8 @@ void read_at(int fd, void* dst, std::size_t n, std::uint64_t offset,
     const ::ssize_t r = ::pread(fd, p, n, static_cast<::off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      throw error(fmt::format("load_safetensors: reading '{}' failed: {}", path.string(),
+      throw error(fmt::format("load_safetensors: reading '{}' at byte {} failed: {}", path.string(),
+                              offset,
                               r < 0 ? errno_text(errno) : "the file ended early (did it shrink?)"));
     }
     p += r;
@@ -488,7 +543,7 @@ safetensors_file parse_safetensors(std::span<const std::byte> bytes, std::string
   const std::uint64_t n = header_length(first, bytes.size(), what);
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + length_bytes, n);
   const std::span<const std::byte> data = bytes.subspan(length_bytes + n);
-  header h = header_parser(what, data.size()).run(text);
+  header h = header_parser(what, length_bytes + n, data.size()).run(text);
 
   safetensors_file out;
   out.metadata = std::move(h.metadata);
@@ -496,7 +551,7 @@ safetensors_file parse_safetensors(std::span<const std::byte> bytes, std::string
   for (auto& e : h.entries) {
     tensor t = memory::host_tensor(e.type, e.dims);
     if (t.nbytes() != 0) std::memcpy(t.raw_data(), data.data() + e.begin, t.nbytes());
-    check_bools(t, e, what);
+    check_bools(t, e, length_bytes + n, what);
     out.tensors.emplace_back(std::move(e.name), std::move(t));
   }
   return out;
@@ -529,6 +584,7 @@ void save_safetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const std::string head = header_text(tensors, metadata);  // checks before touching the disk
+  (void)remove_stale_temporaries(path);
   temp_file tmp = create_temp(path);
   std::byte length[length_bytes];
   put_length(length, head.size());
@@ -562,6 +618,30 @@ void save_safetensors(const std::filesystem::path& path,
   sync_directory(path);
 }
 
+std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& path) {
+  std::vector<std::filesystem::path> removed;
+  std::filesystem::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string prefix = path.filename().string() + std::string(temp_infix);
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  for (const std::filesystem::directory_iterator end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::path& candidate = it->path();
+    if (!is_temp_name(candidate.filename().string(), prefix)) continue;
+    std::error_code type_ec;
+    if (!it->is_regular_file(type_ec) || it->is_symlink(type_ec)) continue;
+    const int fd = ::open(candidate.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    // Locked: a live save's (Note [temporary file names]).
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && names_file(candidate, fd) &&
+        ::unlink(candidate.c_str()) == 0) {
+      removed.push_back(candidate);
+    }
+    ::close(fd);
+  }
+  return removed;
+}
+
 safetensors_file load_safetensors(const std::filesystem::path& path) {
   check_input_file(path, "load_safetensors: checkpoint file");
   const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -593,7 +673,7 @@ safetensors_file load_safetensors(const std::filesystem::path& path) {
   std::string text(n, '\0');
   read_at(fd.get(), text.data(), n, length_bytes, path);
   const std::uint64_t data_start = length_bytes + n;
-  header h = header_parser(what, size - data_start).run(text);
+  header h = header_parser(what, data_start, size - data_start).run(text);
 
   safetensors_file out;
   out.metadata = std::move(h.metadata);
@@ -601,7 +681,7 @@ safetensors_file load_safetensors(const std::filesystem::path& path) {
   for (auto& e : h.entries) {
     tensor t = memory::host_tensor(e.type, e.dims);
     read_at(fd.get(), t.raw_data(), t.nbytes(), data_start + e.begin, path);
-    check_bools(t, e, what);
+    check_bools(t, e, data_start, what);
     out.tensors.emplace_back(std::move(e.name), std::move(t));
   }
   return out;

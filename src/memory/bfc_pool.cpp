@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <exception>
 #include <utility>
 
@@ -112,8 +113,24 @@ bfc_pool::impl::impl(memory_resource& upstream, bfc_pool_options options)
 
 bfc_pool::impl::~impl() {
   if (stats_.num_allocs != stats_.num_deallocs) report_leaks();
+  // A destructor lets nothing escape. When a stream cannot be waited for, work on it may
+  // still use the pool's memory: the regions are then left to the process (a leak) rather
+  // than handed back for reuse, and the failure is reported.
   for (const auto& p : pending_) {
-    if (!p->bins.empty()) options_.synchronize(p->owner);
+    if (p->bins.empty()) continue;
+    try {
+      options_.synchronize(p->owner);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr,
+                   "loom: %s: waiting for stream %#llx failed (%s); its memory is not returned\n",
+                   label_.c_str(), static_cast<unsigned long long>(p->owner.value()), e.what());
+      return;
+    } catch (...) {
+      std::fprintf(stderr,
+                   "loom: %s: waiting for stream %#llx failed; its memory is not returned\n",
+                   label_.c_str(), static_cast<unsigned long long>(p->owner.value()));
+      return;
+    }
   }
   for (const region& r : regions_) {
     if (r.size != 0) return_region(r);

@@ -32,10 +32,18 @@ class device_forwarder final : public memory_resource {
     } catch (...) {  // only cpu:0's default pool can fail to be made, and it exists by now
     }
     if (r == nullptr) {
-      report_misuse({misuse_kind::unknown_pointer, "library resource", p, bytes, 0, s,
-                     fmt::format("a block of {} bytes at {} was given back for device {}, which "
-                                 "no memory resource serves any more; it is not freed",
-                                 bytes, p, to_string(device_))});
+      // deallocate is noexcept: with no memory for the message, report_misuse writes its own.
+      misuse_report report{misuse_kind::unknown_pointer, {}, p, bytes, 0, s, {}};
+      try {
+        report.resource = "library resource";
+        report.message = fmt::format(
+            "a block of {} bytes at {} was given back for device {}, which no memory resource "
+            "serves any more; it is not freed",
+            bytes, p, to_string(device_));
+      } catch (...) {
+        report.message.clear();
+      }
+      report_misuse(std::move(report));
       return;
     }
     r->deallocate(p, bytes, alignment, s);

@@ -54,10 +54,13 @@ logging_adaptor::logging_adaptor(memory_resource& upstream, const std::filesyste
       buffer_(log_header) {}
 
 logging_adaptor::~logging_adaptor() {
+  // A destructor lets nothing escape: what the last block could not write is reported.
   try {
     flush();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "loom: %s\n", e.what());
+  } catch (...) {
+    std::fputs("loom: logging_adaptor: writing the allocation log failed\n", stderr);
   }
 }
 

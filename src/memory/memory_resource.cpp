@@ -26,10 +26,17 @@ void memory_resource::deallocate(void* p, std::size_t bytes, std::size_t alignme
                                  stream s) noexcept {
   if (p == nullptr) return;
   if (!is_valid_alignment(alignment)) {
-    report_misuse({misuse_kind::invalid_alignment, "memory_resource", p, bytes, 0, s,
-                   fmt::format("deallocate({}, {} bytes): alignment {} is not a power of two; "
-                               "the block was not freed",
-                               p, bytes, alignment)});
+    // deallocate is noexcept: with no memory for the message, report_misuse writes its own.
+    misuse_report report{misuse_kind::invalid_alignment, {}, p, bytes, 0, s, {}};
+    try {
+      report.resource = "memory_resource";
+      report.message = fmt::format(
+          "deallocate({}, {} bytes): alignment {} is not a power of two; the block was not freed",
+          p, bytes, alignment);
+    } catch (...) {
+      report.message.clear();
+    }
+    report_misuse(std::move(report));
     return;
   }
   do_deallocate(p, bytes, alignment, s);

@@ -56,10 +56,18 @@ class run_buffer_cache {
     free_.pop_back();
     return b;
   }
-  void give_back(std::unique_ptr<run_buffers> b) {
+  // Called from run_state's destructor: lets nothing escape (with no memory to keep `b`,
+  // it is freed instead).
+  void give_back(std::unique_ptr<run_buffers> b) noexcept {
     const std::lock_guard lock(mutex_);
     // As many as runs have overlapped, at most a few: more would only hold memory.
-    if (free_.size() < max_kept) free_.push_back(std::move(b));
+    if (free_.size() < max_kept) {
+      try {
+        free_.push_back(std::move(b));
+      } catch (...) {
+        // push_back's strong guarantee: b still holds the buffers, freed on return.
+      }
+    }
   }
 
  private:

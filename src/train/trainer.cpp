@@ -11,7 +11,9 @@
 #include <random>
 
 #include "loom/checkpoint/checkpoint.hpp"
+#include "loom/checkpoint/safetensors.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/input.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/graph/ops/optimizer.hpp"
@@ -134,8 +136,10 @@ model_graph build_cnn(graph_builder& b, output x, const dataset& d, const train_
 struct step_graph {
   std::string loss;
   std::string accuracy;
+  std::string found_inf;  // the fused update's (empty for per-tensor updates)
   std::vector<std::string> update_targets;
-  model_graph model;
+  model_graph model;  // its outputs name the builder's graph: valid while it is being built
+  std::vector<std::pair<std::string, shape>> params;  // the parameters' names and shapes
 };
 
 step_graph build_training_graph(graph& g, const dataset& d, const train_options& o) {
@@ -159,6 +163,7 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
   s.loss = loss.name();
   s.accuracy = accuracy.name();
 
+  for (const output& p : s.model.params) s.params.emplace_back(p.name(), *p.type().shape);
   const std::vector<output> grads = gradients(loss, s.model.params);
   const output step_var = ops::variable(
       b, "train/step", memory::host_tensor<std::int64_t>({}, std::vector<std::int64_t>{0}));
@@ -184,6 +189,7 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
       u = ops::fused_sgd(s.model.params, grads, lr, one, sgd, {}, {.name = "train/fused_sgd"});
     }
     s.update_targets.push_back(u.name);
+    s.found_inf = u.found_inf.name();
   } else {
     for (std::size_t k = 0; k < s.model.params.size(); ++k) {
       const auto scope = b.with_device(s.model.params[k].producer().requested_device);
@@ -216,12 +222,104 @@ void fill_batch(const dataset& d, const std::vector<std::int64_t>& order, std::i
   }
 }
 
-}  // namespace
+// The optimizer state that the update kernels create for each parameter (Note [optimizer
+// state] in src/backends/cpu/optimizer_state.hpp): what a checkpoint of this model may hold
+// besides its variables.
+std::map<std::string, checkpoint::tensor_spec> optimizer_state(const step_graph& sg,
+                                                               const train_options& o) {
+  std::map<std::string, checkpoint::tensor_spec> out;
+  for (const auto& [name, dims] : sg.params) {
+    const checkpoint::tensor_spec spec{dtype::f32, dims};
+    if (o.optimizer == "sgd") {
+      out.emplace(name + "/momentum", spec);  // momentum 0.9
+    } else {
+      out.emplace(name + "/adam_m", spec);
+      out.emplace(name + "/adam_v", spec);
+    }
+  }
+  return out;
+}
 
-train_report train(const dataset& train_set, const dataset& test_set, const train_options& o,
-                   const std::function<void(const step_progress&)>& progress) {
+// The resume metadata of a checkpoint written by train(): its epoch and step.
+struct resume_point {
+  int epoch = 0;
+  std::int64_t step = 0;
+};
+
+// Checks a checkpoint's metadata before its tensors are read: an epoch (and a step, when it
+// has one) that parse as non-negative integers, and the model and optimizer of this run.
+resume_point read_resume_point(const std::map<std::string, std::string>& meta,
+                               const std::filesystem::path& path, const step_graph& sg,
+                               const train_options& o) {
+  resume_point r;
+  const auto epoch = meta.find("epoch");
+  if (epoch == meta.end()) {
+    throw parse_error(fmt::format("checkpoint '{}' has no \"epoch\" in its metadata: it was not "
+                                  "written by loom train",
+                                  path.string()),
+                      0);
+  }
+  const auto e = parse_number<std::uint32_t>(
+      epoch->second, fmt::format("the epoch in checkpoint '{}'", path.string()));
+  if (e > static_cast<std::uint32_t>(std::numeric_limits<int>::max())) {
+    throw parse_error(fmt::format("the epoch in checkpoint '{}': {} is out of range", path.string(),
+                                  epoch->second),
+                      0);
+  }
+  r.epoch = static_cast<int>(e);
+  if (const auto step = meta.find("step"); step != meta.end()) {
+    const auto v = parse_number<std::uint64_t>(
+        step->second, fmt::format("the step in checkpoint '{}'", path.string()));
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw parse_error(fmt::format("the step in checkpoint '{}': {} is out of range",
+                                    path.string(), step->second),
+                        0);
+    }
+    r.step = static_cast<std::int64_t>(v);
+  }
+  if (const auto it = meta.find("optimizer"); it != meta.end() && it->second != o.optimizer) {
+    throw invalid_argument(fmt::format(
+        "checkpoint '{}' was written by a run with the {} optimizer; this run uses {} (its "
+        "state would not fit)",
+        path.string(), it->second, o.optimizer));
+  }
+  if (const auto it = meta.find("model"); it != meta.end() && it->second != sg.model.summary) {
+    throw invalid_argument(fmt::format("checkpoint '{}' holds the model {}; this run builds {}",
+                                       path.string(), it->second, sg.model.summary));
+  }
+  return r;
+}
+
+// A step that did not go well: the message of the error that stops training.
+std::string nonfinite_step(int epoch, std::int64_t step, std::int64_t steps, double loss,
+                           bool found_inf, const train_options& o) {
+  std::string what =
+      std::isfinite(loss)
+          ? fmt::format("the gradients hold NaN or Inf (the loss is {:.6g})", loss)
+          : fmt::format("the loss is {}", std::isnan(loss) ? "nan" : (loss > 0 ? "inf" : "-inf"));
+  return fmt::format(
+      "epoch {}, step {} of {} (examples {} to {} of the epoch's shuffled order): {}; {}; "
+      "training stopped (lower the learning rate, check the data, or skip such steps: "
+      "train_options::skip_nonfinite_steps, loom train --skip-nonfinite-steps)",
+      epoch, step, steps, (step - 1) * o.batch, step * o.batch - 1, what,
+      found_inf ? "the fused update skipped the step"
+                : (o.fused ? "the update ran" : "the per-tensor updates ran"));
+}
+
+void check_options(const dataset& train_set, const dataset& test_set, const train_options& o) {
   if (o.batch < 1) throw invalid_argument(fmt::format("batch {} must be >= 1", o.batch));
   if (o.epochs < 0) throw invalid_argument(fmt::format("epochs {} must be >= 0", o.epochs));
+  if (!(std::isfinite(o.lr) && o.lr > 0)) {
+    throw invalid_argument(fmt::format("the learning rate {} must be a finite number > 0", o.lr));
+  }
+  if (o.threads < 0) throw invalid_argument(fmt::format("threads {} must be >= 0", o.threads));
+  if (o.max_steps_per_epoch < 0) {
+    throw invalid_argument(
+        fmt::format("max_steps_per_epoch {} must be >= 0", o.max_steps_per_epoch));
+  }
+  for (const std::int64_t h : o.hidden) {
+    if (h < 1) throw invalid_argument(fmt::format("a hidden layer of {} units; at least 1", h));
+  }
   if (train_set.size() < o.batch) {
     throw invalid_argument(fmt::format("the training set has {} examples, fewer than a batch of {}",
                                        train_set.size(), o.batch));
@@ -230,6 +328,38 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   if (o.resume && o.checkpoint_dir.empty()) {
     throw invalid_argument("resuming needs a checkpoint directory");
   }
+  if (o.skip_nonfinite_steps && !o.fused) {
+    throw invalid_argument(
+        "skipping steps with a non-finite loss needs the fused update (per-tensor updates "
+        "cannot undo a step)");
+  }
+  check_dataset(train_set, o.allow_nonfinite);
+  if (test_set.size() > 0) {
+    if (test_set.num_features != train_set.num_features) {
+      throw invalid_argument(
+          fmt::format("the test set has {} features an example, the training set {}",
+                      test_set.num_features, train_set.num_features));
+    }
+    if (test_set.num_classes > train_set.num_classes) {
+      throw invalid_argument(fmt::format("the test set has {} classes, the training set {}",
+                                         test_set.num_classes, train_set.num_classes));
+    }
+    check_dataset(test_set, o.allow_nonfinite);
+  }
+}
+
+}  // namespace
+
+std::filesystem::path checkpoint_file(const train_options& options) {
+  return options.checkpoint_dir / "checkpoint.safetensors";
+}
+
+train_report train(const dataset& train_set, const dataset& test_set, const train_options& o,
+                   const std::function<void(const step_progress&)>& progress) {
+  check_options(train_set, test_set, o);
+  // Where results go, before any work: a directory or file that cannot be written fails now.
+  if (!o.checkpoint_dir.empty()) create_output_directory(o.checkpoint_dir, "checkpoint directory");
+  if (!o.trace_path.empty()) check_output_file(o.trace_path, "trace file");
   graph g;
   step_graph sg = build_training_graph(g, train_set, o);
   train_report report;
@@ -242,15 +372,37 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   so.devices.cpu_memory_log = o.memory_log;
   so.passes = o.passes;
   session s(std::move(g), so);
-  report.passes = s.explain_passes({"x", "labels"}, {sg.loss, sg.accuracy}, sg.update_targets);
+  std::vector<std::string> fetches{sg.loss, sg.accuracy};
+  if (!sg.found_inf.empty()) fetches.push_back(sg.found_inf);
+  report.passes = s.explain_passes({"x", "labels"}, fetches, sg.update_targets);
 
-  const std::filesystem::path ckpt = o.checkpoint_dir / "checkpoint.safetensors";
+  const std::filesystem::path ckpt = checkpoint_file(o);
   int first_epoch = 1;
-  if (o.resume && std::filesystem::exists(ckpt)) {
-    const auto meta = checkpoint::restore_checkpoint(s, ckpt);
-    auto it = meta.find("epoch");
-    if (it != meta.end()) report.resumed_epoch = std::stoi(it->second);
-    first_epoch = report.resumed_epoch + 1;
+  std::int64_t global_step = 0;  // steps of every run so far, written to the checkpoint
+  if (o.resume) {
+    // Temporary files of a save that was killed: never part of a checkpoint.
+    (void)checkpoint::remove_stale_temporaries(ckpt);
+    std::error_code ec;
+    const bool present = std::filesystem::exists(ckpt, ec);
+    if (!present && o.require_checkpoint) {
+      throw not_found(fmt::format("nothing to resume from in '{}': no {}{}",
+                                  o.checkpoint_dir.string(), ckpt.filename().string(),
+                                  ec ? fmt::format(" ({})", ec.message()) : std::string()));
+    }
+    if (present) {
+      checkpoint::restore_options ro;
+      ro.allow_unknown = false;
+      ro.expected_state = optimizer_state(sg, o);
+      ro.refuse_nonfinite = !o.allow_nonfinite;
+      resume_point from;
+      ro.check_metadata = [&](const std::map<std::string, std::string>& meta) {
+        from = read_resume_point(meta, ckpt, sg, o);
+      };
+      (void)checkpoint::restore_checkpoint(s, ckpt, ro);
+      report.resumed_epoch = from.epoch;
+      global_step = from.step;
+      first_epoch = report.resumed_epoch + 1;
+    }
   }
 
   tensor x = memory::host_tensor(dtype::f32, {o.batch, train_set.num_features});
@@ -258,7 +410,11 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   const std::int64_t full_steps = train_set.size() / o.batch;
   const std::int64_t steps =
       o.max_steps_per_epoch > 0 ? std::min(full_steps, o.max_steps_per_epoch) : full_steps;
-  const std::vector<std::string> fetches{sg.loss, sg.accuracy};
+  // The step whose trace is written: the fifth, or the last when the run has fewer.
+  const std::int64_t planned_steps =
+      steps * std::max<std::int64_t>(0, std::int64_t{o.epochs} - first_epoch + 1);
+  const std::int64_t trace_step =
+      o.trace_path.empty() ? 0 : std::min<std::int64_t>(5, planned_steps);
   double traced_optimizer_ns = 0;
   std::int64_t traced_steps = 0;
   std::map<std::string, node_time> profile;  // sums until the end
@@ -277,7 +433,7 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     for (std::int64_t step = 0; step < steps; ++step) {
       fill_batch(train_set, order, step * o.batch, o.batch, x, labels);
       const bool trace_this = o.profile || (o.sample_optimizer_time && step % 10 == 0) ||
-                              (report.steps == 4 && !o.trace_path.empty());
+                              report.steps + 1 == trace_step;
       run_metadata meta;
       run_options ro;
       ro.trace = trace_this;
@@ -286,13 +442,20 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       // On a GPU the fetched scalars stay there: read them through host copies.
       const double loss = s.host_value(out[0]).data<float>()[0];
       const double acc = s.host_value(out[1]).data<float>()[0];
-      if (!std::isfinite(loss)) {
-        throw error(fmt::format("the loss became {} at epoch {} step {}: lower the learning rate",
-                                loss, epoch, step + 1));
-      }
-      loss_sum += loss;
-      acc_sum += acc;
+      const bool found_inf = out.size() > 2 && s.host_value(out[2]).data<bool>()[0];
       ++report.steps;
+      ++global_step;
+      const bool skipped = !std::isfinite(loss) || found_inf;
+      if (skipped) {
+        if (!o.skip_nonfinite_steps) {
+          throw error(nonfinite_step(epoch, step + 1, steps, loss, found_inf, o));
+        }
+        ++er.skipped_steps;
+        ++report.skipped_steps;
+      } else {
+        loss_sum += loss;
+        acc_sum += acc;
+      }
       if (trace_this) {
         for (const auto& n : meta.nodes) {
           // By op, not name: optimizer_fusion may have merged the per-tensor updates.
@@ -313,24 +476,29 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
           }
         }
         ++traced_steps;
-        if (report.steps == 5 && !o.trace_path.empty())
+        if (report.steps == trace_step) {
           meta.write_chrome_trace(o.trace_path.string());
+          report.trace_written = true;
+        }
       }
       if (progress) {
+        const auto counted = static_cast<double>(step + 1 - er.skipped_steps);
         step_progress p;
         p.epoch = epoch;
         p.epochs = o.epochs;
         p.step = step + 1;
         p.steps = steps;
         p.loss = loss;
-        p.accuracy = acc_sum / static_cast<double>(step + 1);
+        p.accuracy = counted > 0 ? acc_sum / counted : 0.0;
         p.samples_per_second = static_cast<double>((step + 1) * o.batch) / seconds_since(t0);
         progress(p);
       }
     }
     er.seconds = seconds_since(t0);
-    er.loss = steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0;
-    er.train_accuracy = steps > 0 ? acc_sum / static_cast<double>(steps) : 0.0;
+    const std::int64_t counted = steps - er.skipped_steps;
+    const double no_steps = counted == steps ? 0.0 : std::numeric_limits<double>::quiet_NaN();
+    er.loss = counted > 0 ? loss_sum / static_cast<double>(counted) : no_steps;
+    er.train_accuracy = counted > 0 ? acc_sum / static_cast<double>(counted) : no_steps;
     er.samples_per_second = static_cast<double>(steps * o.batch) / er.seconds;
     report.train_seconds += er.seconds;
     er.test_accuracy = std::numeric_limits<double>::quiet_NaN();
@@ -348,15 +516,16 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     }
     report.epochs.push_back(er);
     if (!o.checkpoint_dir.empty()) {
-      std::filesystem::create_directories(o.checkpoint_dir);
       checkpoint::save_checkpoint(s, ckpt,
                                   {{"format", "loom train"},
                                    {"epoch", std::to_string(epoch)},
+                                   {"step", std::to_string(global_step)},
                                    {"model", sg.model.summary},
                                    {"optimizer", o.optimizer}});
     }
   }
-  if (!report.epochs.empty()) report.test_accuracy = report.epochs.back().test_accuracy;
+  report.test_accuracy = report.epochs.empty() ? std::numeric_limits<double>::quiet_NaN()
+                                               : report.epochs.back().test_accuracy;
   const std::int64_t trained = report.steps * o.batch;
   report.samples_per_second =
       report.train_seconds > 0 ? static_cast<double>(trained) / report.train_seconds : 0.0;

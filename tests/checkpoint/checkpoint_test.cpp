@@ -7,14 +7,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/input.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
@@ -340,6 +343,119 @@ TEST(Checkpoint, FileErrorsPassThrough) {
   // Saving onto a directory fails and names it.
   fs::create_directory(dir / "taken");
   EXPECT_THROW(save_checkpoint(s, dir / "taken"), error);
+}
+
+// ---- restore_options: what a caller that knows its model asks for -------------------------
+
+// A checkpoint of `s` with `extra` tensors added.
+void write_with(session& s, const fs::path& path,
+                const std::vector<std::pair<std::string, tensor>>& extra,
+                const std::map<std::string, std::string>& metadata = {}) {
+  save_checkpoint(s, path, metadata);
+  auto file = checkpoint::load_safetensors(path);
+  for (const auto& e : extra) file.tensors.push_back(e);
+  checkpoint::save_safetensors(path, file.tensors, metadata);
+}
+
+tensor halves(dtype t, std::vector<std::uint16_t> bits) {
+  tensor out = memory::host_tensor(t, {static_cast<std::int64_t>(bits.size())});
+  std::memcpy(out.raw_data(), bits.data(), bits.size() * 2);
+  return out;
+}
+
+TEST(Checkpoint, UnknownTensorsAreRefusedWhenTheCallerKnowsItsModel) {
+  temp_dir dir;
+  session s(model());
+  run_steps(s, 1);
+  const fs::path path = dir / "extra.safetensors";
+  write_with(s, path,
+             {{"fc9/w", host_tensor<float>({3}, std::vector<float>{1, 2, 3})},
+              {"opt/w/m", host_tensor<float>({2, 3}, std::vector<float>(6, 1))}});
+  const snapshot before = take(s);
+  restore_options strict;
+  strict.allow_unknown = false;
+  expect_contains(restore_failure<invalid_argument>(s, path, strict),
+                  {path.string(),
+                   "tensors 'fc9/w' (float32[3]), 'opt/w/m' (float32[2, 3]) are no "
+                   "variable of the session",
+                   "no variable was changed"});
+  EXPECT_EQ(take(s), before);
+  EXPECT_EQ(s.variables().find("fc9/w"), nullptr);
+
+  // Declared state is known: with its dtype and shape it is restored, with another refused.
+  strict.expected_state = {{"fc9/w", {dtype::f32, {3}}}, {"opt/w/m", {dtype::f32, {2, 3}}}};
+  (void)restore_checkpoint(s, path, strict);
+  EXPECT_EQ(bytes_of(s.variables().find("fc9/w")->value),
+            bytes_of_values(std::vector<float>{1, 2, 3}));
+  session fresh(model());
+  strict.expected_state["opt/w/m"] = {dtype::f32, {3, 2}};
+  expect_contains(restore_failure<invalid_argument>(fresh, path, strict),
+                  {"state 'opt/w/m': the session expects float32[3, 2], the file holds "
+                   "float32[2, 3]",
+                   path.string()});
+  EXPECT_EQ(fresh.variables().find("fc9/w"), nullptr);
+  // By default such tensors become variables, as before.
+  session lenient(model());
+  (void)restore_checkpoint(lenient, path);
+  EXPECT_NE(lenient.variables().find("fc9/w"), nullptr);
+}
+
+TEST(Checkpoint, NonFiniteValuesAreRefusedWhenAsked) {
+  temp_dir dir;
+  session s(model());
+  run_steps(s, 1);
+  const snapshot before = take(s);
+  restore_options o;
+  o.refuse_nonfinite = true;
+  const struct {
+    std::string name;
+    tensor value;
+    std::string part;
+  } cases[] = {
+      {"w", host_tensor<float>({2, 3}, std::vector<float>{0, 1, 2, NAN, 4, 5}),
+       "tensor 'w' (float32[2, 3]) holds nan at element 3"},
+      {"s", host_tensor<double>({}, std::vector<double>{-INFINITY}),
+       "tensor 's' (float64[]) holds -inf at element 0"},
+      {"opt/h", halves(dtype::f16, {0x3C00, 0x7E00}), "holds nan at element 1"},
+      {"opt/g", halves(dtype::bf16, {0xFF80}), "holds -inf at element 0"},
+  };
+  for (const auto& c : cases) {
+    const fs::path path = dir / "nonfinite.safetensors";
+    if (c.name.starts_with("opt/")) {
+      write_with(s, path, {{c.name, c.value}});
+    } else {
+      write_altered(s, path, c.name, c.value);
+    }
+    expect_contains(restore_failure<invalid_argument>(s, path, o), {c.part, path.string()});
+    EXPECT_EQ(take(s), before) << c.name;
+    EXPECT_EQ(s.variables().find("opt/h"), nullptr);
+    // Not asked: restored as they are.
+    session other(model());
+    EXPECT_NO_THROW((void)restore_checkpoint(other, path)) << c.name;
+  }
+  // Integers are not checked; finite halves pass.
+  const fs::path fine = dir / "fine.safetensors";
+  write_with(s, fine, {{"opt/h", halves(dtype::f16, {0x3C00, 0x7BFF})}});
+  EXPECT_NO_THROW((void)restore_checkpoint(s, fine, o));
+}
+
+TEST(Checkpoint, CheckMetadataSeesTheMetadataBeforeAnythingChanges) {
+  temp_dir dir;
+  session s(model());
+  run_steps(s, 1);
+  const fs::path path = dir / "meta.safetensors";
+  save_checkpoint(s, path, {{"epoch", "x"}});
+  run_steps(s, 1);
+  const snapshot before = take(s);
+  std::map<std::string, std::string> seen;
+  restore_options o;
+  o.check_metadata = [&](const std::map<std::string, std::string>& meta) {
+    seen = meta;
+    (void)parse_number<int>(meta.at("epoch"), "the epoch");
+  };
+  expect_contains(restore_failure<parse_error>(s, path, o), {"the epoch: 'x' is not an integer"});
+  EXPECT_EQ(seen, (std::map<std::string, std::string>{{"epoch", "x"}}));
+  EXPECT_EQ(take(s), before);
 }
 
 }  // namespace

@@ -81,10 +81,10 @@ TEST(Csv, LoadsLabelsAndFeaturesAndNamesErrors) {
       EXPECT_EQ(e.line(), line) << e.what();
     }
   };
-  expect_error("1,2,3\n1,2\n", "1 features, but the first row has 2", 2);
-  expect_error("1,2,x\n", "field 3 ('x') is not a number", 1);
-  expect_error("-1,2\n", "not an integer", 1);
-  expect_error("1.5,2\n", "not an integer", 1);
+  expect_error("1,2,3\n1,2\n", "the row has 2 columns, but the first row (line 1) has 3", 2);
+  expect_error("1,2,x\n", "column 3 ('x') is not a number", 1);
+  expect_error("-1,2\n", "the label -1 is negative", 1);
+  expect_error("1.5,2\n", "the label 1.5 is not an integer", 1);
   expect_error("", "no data rows", 0);
   expect_error("3\n", "needs a label and at least one feature", 1);
   EXPECT_THROW((void)load_csv(dir / "missing.csv"), not_found);

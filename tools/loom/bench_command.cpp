@@ -33,8 +33,9 @@ void add_bench_command(CLI::App& app) {
   memory->add_flag("--quick", flags->quick, "Fewer repetitions and steps (a smoke run)");
   memory->add_option("--repetitions", flags->options.repetitions, "Timed repetitions per workload")
       ->check(CLI::Range(1, 1000));
-  memory->add_option("--seed", flags->options.seed, "Seed of the workloads");
-  memory->callback([flags] {
+  memory->add_option("--seed", flags->options.seed, "Seed of the workloads")
+      ->check(non_negative_integer());
+  memory->callback(guarded("bench memory", [flags] {
     bench::memory_bench_options o = flags->options;
     if (flags->quick) {
       o.repetitions = 3;
@@ -48,7 +49,7 @@ void add_bench_command(CLI::App& app) {
     } else {
       fmt::print("{}", bench::to_text(r));
     }
-  });
+  }));
 
   auto* runtime = bench->add_subcommand(
       "runtime",
@@ -71,7 +72,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   runtime->add_option("--only", rflags->only, "Run one part: the executor chain or the kernels")
       ->check(CLI::IsMember({"executor", "kernels"}));
-  runtime->callback([rflags] {
+  runtime->callback(guarded("bench runtime", [rflags] {
     bench::runtime_bench_options o = rflags->options;
     o.quick = rflags->quick;
     o.run_executor = rflags->only.empty() || rflags->only == "executor";
@@ -79,7 +80,7 @@ void add_bench_command(CLI::App& app) {
     if (o.quick) o.repetitions = std::min(o.repetitions, 3);
     const auto r = bench::run_runtime_bench(o);
     fmt::print("{}", rflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
-  });
+  }));
 
   auto* train = bench->add_subcommand(
       "train", "Training-step parts: Adam fused vs per-tensor, against the STREAM-triad floor");
@@ -98,10 +99,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   train->add_option("--only", tflags->options.only, "Run one part")
       ->check(CLI::IsMember(bench::train_bench_parts()));
-  train->callback([tflags] {
+  train->callback(guarded("bench train", [tflags] {
     const auto r = bench::run_train_bench(tflags->options);
     fmt::print("{}", tflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
-  });
+  }));
 
   auto* interop = bench->add_subcommand(
       "interop", "Zero-copy interop: DLPack round trips in C++, AoS <-> SoA against the floor");
@@ -121,10 +122,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   interop->add_option("--only", iflags->options.only, "Run one part")
       ->check(CLI::IsMember(bench::interop_bench_parts()));
-  interop->callback([iflags] {
+  interop->callback(guarded("bench interop", [iflags] {
     const auto r = bench::run_interop_bench(iflags->options);
     fmt::print("{}", iflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
-  });
+  }));
 
   auto* fusion = bench->add_subcommand(
       "fusion",
@@ -147,7 +148,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   fusion->add_option("--only", fflags->only, "Run one part")
       ->check(CLI::IsMember({"chain", "mlp", "layer_norm"}));
-  fusion->callback([fflags] {
+  fusion->callback(guarded("bench fusion", [fflags] {
     bench::fusion_bench_options o = fflags->options;
     if (!fflags->only.empty()) {
       o.run_chain = fflags->only == "chain";
@@ -156,7 +157,7 @@ void add_bench_command(CLI::App& app) {
     }
     const auto r = bench::run_fusion_bench(o);
     fmt::print("{}", fflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
-  });
+  }));
 
 #ifdef LOOM_HAVE_CUDA
   auto* gpu = bench->add_subcommand(
@@ -175,7 +176,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   gpu->add_option("--only", cflags->only, "Run one part")
       ->check(CLI::IsMember({"pool", "matmul", "fused_adam", "layer_norm"}));
-  gpu->callback([cflags] {
+  gpu->callback(guarded("bench cuda", [cflags] {
     const auto& o = cflags->options;
     auto wants = [&](const char* part) { return cflags->only.empty() || cflags->only == part; };
     nlohmann::json all = nlohmann::json::object();
@@ -200,7 +201,7 @@ void add_bench_command(CLI::App& app) {
     add("layer_norm", [&] { return bench::run_layer_norm_gpu_bench(o.repetitions); });
     fmt::print("{}", cflags->json ? all.dump(2) + "\n" : text);
     if (failed) exit_status() = 1;
-  });
+  }));
 #endif
 }
 

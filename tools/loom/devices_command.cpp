@@ -18,11 +18,11 @@ void add_devices_command(CLI::App& app) {
                   "Split the CPU into this many logical devices")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--threads", options->cpu_threads, "CPU threads in all (0: the machine's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--gpus", options->cuda_device_count, "GPUs to use (-1: every visible one)")
       ->check(CLI::Range(-1, 1024));
   cmd->add_flag("--json", *json, "Print JSON");
-  cmd->callback([options, json] {
+  cmd->callback(guarded("devices", [options, json] {
     const auto devices = device_factory_registry::global().create_devices(*options);
     if (*json) {
       nlohmann::json out = nlohmann::json::array();
@@ -47,7 +47,7 @@ void add_devices_command(CLI::App& app) {
                  a.description);
     }
     fmt::print("CUDA: {}\n", cuda::describe());
-  });
+  }));
 }
 
 }  // namespace loom::tools

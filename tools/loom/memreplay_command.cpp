@@ -183,10 +183,23 @@ void check_pool_options(const memreplay_flags& f) {
 
 void run_memreplay(const memreplay_flags& f) {
   check_pool_options(f);
-  const replay_target target(f);  // before reading the log: a bad configuration fails fast
+  // Before reading the log: a configuration the pool refuses is a usage error, now.
+  const replay_target target = [&f] {
+    try {
+      return replay_target(f);
+    } catch (const invalid_argument& e) {
+      throw CLI::ValidationError("--pool", e.what());
+    }
+  }();
   // And before any work: a report that cannot be written is an error now, not at the end.
   std::ofstream html;
-  if (!f.html.empty()) html = open_report(f.html);
+  if (!f.html.empty()) {
+    try {
+      html = open_report(f.html);
+    } catch (const error& e) {
+      throw CLI::ValidationError("--html", e.what());
+    }
+  }
   const auto parse_start = std::chrono::steady_clock::now();
   const memory::allocation_log log = memory::parse_allocation_log(std::filesystem::path(f.log));
   const std::chrono::duration<double, std::milli> parse_ms =
@@ -288,6 +301,7 @@ void add_memreplay_command(CLI::App& app) {
   cmd->add_flag("--json", f->json, "Print the report as JSON on stdout");
   cmd->add_option("--samples", f->samples,
                   "About how many evenly spaced samples of the pool's figures to take")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{100'000'000}))
       ->capture_default_str();
   cmd->add_flag("--dump", f->dump,
                 "Print the pool's regions and chunks as they were when the replay stopped "
@@ -295,7 +309,7 @@ void add_memreplay_command(CLI::App& app) {
   cmd->add_flag("--quiet", f->quiet, "No progress (a bar on a terminal, else a line every 5 s)");
   cmd->add_option("--html", f->html,
                   "Write a memory report here: one self-contained HTML page (docs/memory.md)");
-  cmd->callback([f] { run_memreplay(*f); });
+  cmd->callback(guarded("memreplay", [f] { run_memreplay(*f); }));
 }
 
 }  // namespace loom::tools

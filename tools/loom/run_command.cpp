@@ -2,9 +2,13 @@
 // and writes each fetch as a .npy file.
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <string_view>
 
 #include "commands.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/input.hpp"
 #include "loom/graph/serialization.hpp"
 #include "loom/memory/npy.hpp"
 #include "loom/passes/pass_manager.hpp"
@@ -29,6 +33,43 @@ struct run_args {
   int repeat = 1;
 };
 
+// A tensor name on the command line: "node" or "node:k", k a non-negative integer.
+CLI::Validator tensor_name() {
+  return {[](std::string& text) -> std::string {
+            const auto colon = text.rfind(':');
+            if (text.empty() || colon == 0) return fmt::format("'{}' names no node", text);
+            if (colon == std::string::npos) return {};
+            const std::string what = fmt::format("the output index of '{}'", text);
+            try {
+              const auto k =
+                  parse_number<std::int32_t>(std::string_view(text).substr(colon + 1), what);
+              if (k < 0)
+                return fmt::format("{}: {} is negative (expected node or node:k)", what, k);
+            } catch (const parse_error& e) {
+              return fmt::format("{} (expected node or node:k)", e.what());
+            }
+            return {};
+          },
+          "NODE[:K]", "tensor name"};
+}
+
+// A feed on the command line: name=FILE, FILE a file that can be read.
+CLI::Validator feed_spec() {
+  return {[](std::string& text) -> std::string {
+            const auto eq = text.find('=');
+            if (eq == std::string::npos || eq == 0 || eq + 1 == text.size()) {
+              return fmt::format("'{}': expected name=FILE.npy", text);
+            }
+            try {
+              (void)open_input_file(text.substr(eq + 1), ".npy file");
+            } catch (const error& e) {
+              return fmt::format("'{}': {}", text, e.what());
+            }
+            return {};
+          },
+          "NAME=FILE.npy", "feed"};
+}
+
 // "h:1" → "h_1.npy": a file name for a fetch.
 std::string file_name_for(const std::string& fetch) {
   std::string out;
@@ -41,10 +82,14 @@ std::string file_name_for(const std::string& fetch) {
 void add_run_command(CLI::App& app) {
   auto args = std::make_shared<run_args>();
   auto* cmd = app.add_subcommand("run", "Run a serialized graph (JSON) with .npy feeds");
-  cmd->add_option("graph", args->graph_path, "The graph, as written by graph_to_json")->required();
-  cmd->add_option("--feed", args->feeds, "name=FILE.npy (repeatable)");
-  cmd->add_option("--fetch", args->fetches, "A tensor to fetch, 'node' or 'node:k' (repeatable)");
-  cmd->add_option("--target", args->targets, "A node to run without fetching (repeatable)");
+  cmd->add_option("graph", args->graph_path, "The graph, as written by graph_to_json")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--feed", args->feeds, "name=FILE.npy (repeatable)")->check(feed_spec());
+  cmd->add_option("--fetch", args->fetches, "A tensor to fetch, 'node' or 'node:k' (repeatable)")
+      ->check(tensor_name());
+  cmd->add_option("--target", args->targets, "A node to run without fetching (repeatable)")
+      ->check(tensor_name());
   cmd->add_option("--output-dir,-o", args->output_dir, "Where the fetched .npy files go");
   cmd->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of the run here");
   cmd->add_flag("--explain-placement", args->explain, "Print each node's device and why");
@@ -60,23 +105,35 @@ void add_run_command(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--repeat", args->repeat, "Run this many times (the last run is written)")
       ->check(CLI::Range(1, 1000000));
-  cmd->callback([args] {
+  cmd->callback(guarded("run", [args] {
+    if (args->fetches.empty() && args->targets.empty()) {
+      usage_error("--fetch", "nothing to do: give at least one --fetch or --target");
+    }
+    // Where results go, before any work: a path that cannot be written is a usage error now.
+    if (!args->fetches.empty()) {
+      try {
+        create_output_directory(args->output_dir, "output directory");
+      } catch (const error& e) {
+        usage_error("--output-dir", e.what());
+      }
+    }
+    if (!args->trace_path.empty()) {
+      try {
+        check_output_file(args->trace_path, "trace file");
+      } catch (const error& e) {
+        usage_error("--trace", e.what());
+      }
+    }
     graph g = load_graph(args->graph_path);
     std::vector<feed> feeds;
     for (const auto& f : args->feeds) {
       const auto eq = f.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == f.size()) {
-        throw invalid_argument(fmt::format("--feed '{}': expected name=FILE.npy", f));
-      }
       const std::string path = f.substr(eq + 1);
       try {
         feeds.emplace_back(f.substr(0, eq), memory::read_npy(path));
       } catch (const parse_error& e) {
         throw parse_error(fmt::format("--feed {}: {}", f, e.what()), e.line());
       }
-    }
-    if (args->fetches.empty() && args->targets.empty()) {
-      throw invalid_argument("nothing to do: give at least one --fetch or --target");
     }
     session_options options;
     options.devices.virtual_cpu_devices = args->virtual_cpus;
@@ -105,7 +162,6 @@ void add_run_command(CLI::App& app) {
       out = s.run(feeds, args->fetches, args->targets, &md, ro);
     }
     for (tensor& t : out) t = s.host_value(t);  // .npy files hold host memory
-    std::filesystem::create_directories(args->output_dir);
     for (std::size_t i = 0; i < out.size(); ++i) {
       const auto path =
           (std::filesystem::path(args->output_dir) / file_name_for(args->fetches[i])).string();
@@ -116,7 +172,7 @@ void add_run_command(CLI::App& app) {
       md.write_chrome_trace(args->trace_path);
       fmt::print("trace: {} nodes -> {}\n", md.nodes.size(), args->trace_path);
     }
-  });
+  }));
 }
 
 }  // namespace loom::tools

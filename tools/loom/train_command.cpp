@@ -5,20 +5,23 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "commands.hpp"
+#include "loom/core/error.hpp"
+#include "loom/core/input.hpp"
+#include "loom/core/memory_stats.hpp"
+#include "loom/core/progress.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/memory/allocation_log.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
-#include "memory_report_files.hpp"
-#include "loom/core/memory_stats.hpp"
-#include "loom/core/progress.hpp"
 #include "loom/train/dataset.hpp"
 #include "loom/train/trainer.hpp"
+#include "memory_report_files.hpp"
 
 namespace loom::tools {
 namespace {
@@ -33,6 +36,8 @@ struct train_flags {
   bool explain_fusion = false;
   bool no_passes = false;
   std::string memory_report;  // --memory-report: the page (memory_report_files.hpp)
+  std::string resume;         // --resume: "" (no), "auto" or "require"
+  train::csv_options csv;     // --classes
 };
 
 // What a training run's allocation log is replayed against for its report: a pool made as
@@ -43,9 +48,10 @@ class train_pool {
   [[nodiscard]] memory::memory_resource& resource() const noexcept { return pool_; }
   [[nodiscard]] memory::bfc_pool* pool() const noexcept { return &pool_; }
   [[nodiscard]] std::string describe() const {
-    return fmt::format("cpu:0's pool (growing bfc_pool, growth step {}), replayed from the "
-                       "training run's allocation log",
-                       format_bytes(pool_.options().growth_step));
+    return fmt::format(
+        "cpu:0's pool (growing bfc_pool, growth step {}), replayed from the "
+        "training run's allocation log",
+        format_bytes(pool_.options().growth_step));
   }
 
  private:
@@ -59,7 +65,9 @@ void write_training_report(const std::filesystem::path& log_path, std::ofstream&
   memory::replay_options o;
   o.samples = report_samples;
   const memory::replay_report report = memory::replay(log, train_pool().resource(), o);
-  write_report(out, path, picture_of(log, report, [] { return train_pool(); }, title));
+  write_report(out, path,
+               picture_of(
+                   log, report, [] { return train_pool(); }, title));
 }
 
 // "epoch 1/3 [##########..........] 15360/20000  77%  15234 samples/s  ETA 0:01  loss 0.3521
@@ -96,6 +104,29 @@ void print_profile(const train::train_report& report) {
   }
 }
 
+// Removes a file when it goes out of scope (nothing when the path is empty).
+struct remove_on_exit {
+  explicit remove_on_exit(std::filesystem::path p) : path(std::move(p)) {}
+  std::filesystem::path path;
+  remove_on_exit(const remove_on_exit&) = delete;
+  remove_on_exit& operator=(const remove_on_exit&) = delete;
+  ~remove_on_exit() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove(path, ec);
+  }
+};
+
+// A path option's check, made before any work: a usage error naming the option when the
+// path cannot be used (Note [exit statuses] in commands.hpp).
+template <class Check>
+void check_path_option(const std::string& option, Check&& check) {
+  try {
+    check();
+  } catch (const error& e) {
+    usage_error(option, e.what());
+  }
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -104,14 +135,22 @@ void add_train_command(CLI::App& app) {
   auto f = std::make_shared<train_flags>();
   auto& o = f->options;
   cmd->add_option("--model", o.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
-  cmd->add_option("--data", f->data,
-                  "A CSV file of label,feature,... rows (default: the embedded digits dataset)");
+  auto* data =
+      cmd->add_option("--data", f->data,
+                      "A CSV file of label,feature,... rows (default: the embedded digits dataset)")
+          ->check(CLI::ExistingFile);
+  cmd->add_option("--classes", f->csv.classes,
+                  "The number of classes of --data: labels must be below it (default: the "
+                  "largest label + 1, at most 10000)")
+      ->check(CLI::Range(1, 1'000'000))
+      ->needs(data);
   cmd->add_option("--examples", f->examples, "Examples of the embedded dataset")
-      ->check(CLI::Range(std::int64_t{20}, std::int64_t{10'000'000}));
-  cmd->add_option("--epochs", o.epochs, "Epochs")->check(CLI::Range(0, 100000));
+      ->check(CLI::Range(std::int64_t{20}, std::int64_t{1'000'000}));
+  cmd->add_option("--epochs", o.epochs, "Epochs (with --resume: in all, counting those done)")
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--batch", o.batch, "Batch size")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
-  cmd->add_option("--lr", o.lr, "Learning rate")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", o.lr, "Learning rate")->check(finite_positive());
   cmd->add_option("--optimizer", o.optimizer, "adam, adamw or sgd (momentum 0.9)")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
   cmd->add_flag("--fused,!--no-fused", o.fused,
@@ -119,12 +158,23 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--devices", o.devices, "Virtual CPU devices to spread the layers over")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--threads", o.threads, "CPU threads in all (0: the machine's)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", o.seed, "Seed of the data, the initial weights and the shuffling");
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--seed", o.seed, "Seed of the data, the initial weights and the shuffling")
+      ->check(non_negative_integer());
   cmd->add_option("--trace", o.trace_path, "Write a Chrome trace of one training step here");
-  cmd->add_option("--checkpoint", o.checkpoint_dir,
-                  "Save variables and optimizer state here after every epoch");
-  cmd->add_flag("--resume", o.resume, "Continue from the checkpoint in --checkpoint");
+  auto* checkpoint = cmd->add_option("--checkpoint", o.checkpoint_dir,
+                                     "Save variables and optimizer state here after every epoch");
+  cmd->add_flag("--resume{auto}", f->resume,
+                "Continue from the checkpoint in --checkpoint; with none there, start from "
+                "scratch (--resume=require: fail instead, exit status 1)")
+      ->check(CLI::IsMember({"auto", "require"}))
+      ->needs(checkpoint);
+  cmd->add_flag("--allow-nonfinite", o.allow_nonfinite,
+                "Train on features (and resume from checkpoints) holding NaN or Inf; refused "
+                "by default, naming the row or the tensor");
+  cmd->add_flag("--skip-nonfinite-steps", o.skip_nonfinite_steps,
+                "Skip (and count) steps whose loss or gradients are NaN or Inf instead of "
+                "stopping; needs the fused update");
   cmd->add_flag("--quiet", f->quiet, "No progress (a bar on a terminal, else a line every 5 s)");
   cmd->add_flag("--explain-fusion", f->explain_fusion,
                 "Print what the graph passes rewrote and refused in the training step, and why");
@@ -134,19 +184,65 @@ void add_train_command(CLI::App& app) {
                   "(docs/memory.md)");
   cmd->add_flag("--profile", o.profile,
                 "Trace every step and print the nodes that take the most time per step");
-  cmd->callback([f] {
+  cmd->callback(guarded("train", [f] {
     auto& opts = f->options;
     opts.passes.enabled = !f->no_passes;
-    // The report's file first: one that cannot be written fails before any training.
+    opts.resume = !f->resume.empty();
+    opts.require_checkpoint = f->resume == "require";
+    if (opts.skip_nonfinite_steps && !opts.fused) {
+      usage_error("--skip-nonfinite-steps",
+                  "needs the fused update (per-tensor updates cannot undo a step): drop "
+                  "--no-fused");
+    }
+    // Nothing to resume from: with --resume=require an error before anything is made.
+    std::error_code ec;
+    const bool fresh = opts.resume && !std::filesystem::exists(train::checkpoint_file(opts), ec);
+    if (fresh && opts.require_checkpoint) {
+      throw not_found(fmt::format("nothing to resume from in '{}' (--resume=require): no {}",
+                                  opts.checkpoint_dir.string(),
+                                  train::checkpoint_file(opts).filename().string()));
+    }
+    // Where results go, before any work: a path that cannot be written is a usage error now.
+    if (!opts.checkpoint_dir.empty()) {
+      check_path_option("--checkpoint", [&] {
+        create_output_directory(opts.checkpoint_dir, "checkpoint directory");
+      });
+    }
+    if (!opts.trace_path.empty()) {
+      check_path_option("--trace", [&] { check_output_file(opts.trace_path, "trace file"); });
+    }
     std::ofstream report_file;
     if (!f->memory_report.empty()) {
-      report_file = open_report(f->memory_report);
-      opts.memory_log = std::filesystem::temp_directory_path() /
-                        fmt::format("loom-train-{}.alloc.csv", ::getpid());
+      check_path_option("--memory-report", [&] { report_file = open_report(f->memory_report); });
+      std::error_code tmp_ec;
+      const std::filesystem::path tmp = std::filesystem::temp_directory_path(tmp_ec);
+      if (tmp_ec) {
+        const char* env = std::getenv("TMPDIR");
+        usage_error("--memory-report",
+                    fmt::format("the allocation log goes to the temporary directory, which is "
+                                "not usable (TMPDIR='{}'): {}",
+                                env != nullptr ? env : "", tmp_ec.message()));
+      }
+      opts.memory_log = tmp / fmt::format("loom-train-{}.alloc.csv", ::getpid());
     }
-    train::dataset all =
-        f->data.empty() ? train::make_digits(f->examples, opts.seed) : train::load_csv(f->data);
+    if (fresh) {
+      fmt::print(stderr, "loom train: nothing to resume from in '{}': starting from scratch\n",
+                 opts.checkpoint_dir.string());
+    }
+    // The allocation log goes however the run ends.
+    const remove_on_exit log_file{opts.memory_log};
+    train::dataset all = f->data.empty() ? train::make_digits(f->examples, opts.seed)
+                                         : train::load_csv(f->data, f->csv);
     auto [train_set, test_set] = train::split(all, f->test_fraction, opts.seed);
+    if (opts.model == "cnn" && all.example_shape != shape{1, 28, 28}) {
+      usage_error("--model", fmt::format("cnn takes 1x28x28 images (784 features); {} has {} "
+                                         "features an example",
+                                         all.name, all.num_features));
+    }
+    if (train_set.size() < opts.batch) {
+      usage_error("--batch", fmt::format("{} is more than the {} training examples of {}",
+                                         opts.batch, train_set.size(), all.name));
+    }
     const bool tty = isatty(fileno(stderr)) != 0;
     fmt::print(
         "loom train: {} examples of {} ({} train, {} test, {} classes), model {}, "
@@ -164,37 +260,60 @@ void add_train_command(CLI::App& app) {
       write_training_report(opts.memory_log, report_file, f->memory_report,
                             fmt::format("loom train --model {} ({} epochs, batch {})", opts.model,
                                         opts.epochs, opts.batch));
-      std::filesystem::remove(opts.memory_log);
     }
     if (report.resumed_epoch > 0) fmt::print("resumed after epoch {}\n", report.resumed_epoch);
+    if (report.epochs.empty()) {
+      fmt::print(stderr,
+                 "loom train: nothing to train: the checkpoint is after epoch {} and --epochs "
+                 "is {}\n",
+                 report.resumed_epoch, opts.epochs);
+    }
+    // A figure that was not measured (no step counted, no test batch) shows as "-".
+    const auto percent = [](double v) {
+      return std::isfinite(v) ? fmt::format("{:6.2f}%", 100 * v) : std::string("     -");
+    };
     for (const auto& e : report.epochs) {
-      fmt::print(
-          "epoch {:>3}: loss {:.4f}  train acc {:6.2f}%  test acc {:6.2f}%  {:.0f} samples/s\n",
-          e.epoch, e.loss, 100 * e.train_accuracy, 100 * e.test_accuracy, e.samples_per_second);
+      fmt::print("epoch {:>3}: loss {}  train acc {}  test acc {}  {:.0f} samples/s{}\n", e.epoch,
+                 std::isfinite(e.loss) ? fmt::format("{:.4f}", e.loss) : std::string("     -"),
+                 percent(e.train_accuracy), percent(e.test_accuracy), e.samples_per_second,
+                 e.skipped_steps > 0 ? fmt::format("  ({} steps skipped)", e.skipped_steps)
+                                     : std::string());
     }
     fmt::print("\nsummary\n");
     fmt::print("  model              {} ({} parameters)\n", report.model_summary,
                report.parameters);
-    fmt::print("  test accuracy      {:.2f}%\n", 100 * report.test_accuracy);
+    if (std::isfinite(report.test_accuracy)) {
+      fmt::print("  test accuracy      {:.2f}%\n", 100 * report.test_accuracy);
+    } else {
+      fmt::print("  test accuracy      - ({})\n",
+                 report.epochs.empty() ? "no epoch ran" : "no test batch");
+    }
     fmt::print("  throughput         {:.0f} samples/s ({} steps in {:.2f} s)\n",
                report.samples_per_second, report.steps, report.train_seconds);
     fmt::print(
         "  optimizer steps    {:.3f} s ({:.1f}% of training, estimated from traced steps)\n",
         report.optimizer_seconds,
         report.train_seconds > 0 ? 100 * report.optimizer_seconds / report.train_seconds : 0.0);
+    if (opts.skip_nonfinite_steps) {
+      fmt::print("  skipped steps      {} (non-finite loss or gradients)\n", report.skipped_steps);
+    }
     fmt::print("  peak memory        {}\n", format_bytes(report.peak_bytes));
     fmt::print("  fragmentation      {:.3f}\n", report.fragmentation);
     if (!opts.checkpoint_dir.empty()) {
       fmt::print("  checkpoint         {}\n",
                  (opts.checkpoint_dir / "checkpoint.safetensors").string());
     }
-    if (!opts.trace_path.empty()) fmt::print("  trace              {}\n", opts.trace_path.string());
+    if (!opts.trace_path.empty()) {
+      fmt::print("  trace              {}\n", report.trace_written
+                                                  ? opts.trace_path.string()
+                                                  : std::string("none written (no step ran)"));
+    }
     if (!report.profile.empty()) print_profile(report);
     if (f->explain_fusion) {
       fmt::print("\ngraph passes (training step)\n");
       for (const auto& r : report.passes) fmt::print("  {}\n", passes::to_string(r));
     }
-  });
+  }));
 }
 
 }  // namespace loom::tools

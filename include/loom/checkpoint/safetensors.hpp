@@ -71,15 +71,25 @@ struct safetensors_file {
     const std::map<std::string, std::string>& metadata = {});
 
 /// Writes `tensors` and `metadata` to `path` as a safetensors file, atomically: the bytes
-/// go to `path` + ".tmp-<random>" in the same directory, which is flushed to disk (fsync),
-/// renamed over `path`, and the directory is flushed too. On any failure `path` keeps its
-/// old contents (or stays absent) and the temporary file is removed. The new file has the
-/// default permissions (0666 less the umask), not the old file's. Throws as to_safetensors
-/// before anything is written, and loom::error naming the path and the system's reason when
-/// a file operation fails.
+/// go to `path` + ".tmp-<16 hex digits>" in the same directory (locked while it is written),
+/// which is flushed to disk (fsync), renamed over `path`, and the directory is flushed too.
+/// On any failure `path` keeps its old contents (or stays absent) and the temporary file is
+/// removed; temporary files that earlier saves of `path` left when their process was killed
+/// are removed first (remove_stale_temporaries). The new file has the default permissions
+/// (0666 less the umask), not the old file's. Throws as to_safetensors before anything is
+/// written, and loom::error naming the path and the system's reason when a file operation
+/// fails.
 void save_safetensors(const std::filesystem::path& path,
                       const std::vector<std::pair<std::string, tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+/// Removes the temporary files of saves of `path` whose process died before the rename:
+/// files in `path`'s directory named exactly `path`'s name + ".tmp-" + 16 lowercase hex
+/// digits that no live save holds locked (Note [temporary file names] in
+/// src/checkpoint/safetensors.cpp). Nothing else is touched. Returns the files removed;
+/// best effort (a file that cannot be removed, or a directory that cannot be read, is left
+/// as it is), never throws but std::bad_alloc.
+std::vector<std::filesystem::path> remove_stale_temporaries(const std::filesystem::path& path);
 
 /// Reads the safetensors file at `path`. Throws loom::not_found when it does not exist,
 /// loom::invalid_argument when it is a directory or not a regular file (check_input_file),

@@ -39,6 +39,21 @@ void check_input_file(const std::filesystem::path& path, std::string_view what);
 /// folder): not_found when nothing is there, invalid_argument when it is a file.
 void require_input_directory(const std::filesystem::path& path, std::string_view what);
 
+/// Makes `path` a directory that loom can write into (a checkpoint or output directory),
+/// creating it and any missing parents; `what` names it in every message ("checkpoint
+/// directory", "--output-dir"). Throws invalid_argument when `path`, or the nearest of its
+/// parents that exists, is not a directory (naming which), and error with the system's
+/// reason when it cannot be created or a file cannot be created in it (a read-only file
+/// system, /proc, permissions). Call it before any work whose result goes there.
+void create_output_directory(const std::filesystem::path& path, std::string_view what);
+
+/// Checks, before any work, that a file can be written at `path` (a trace, a report): an
+/// existing file is opened for writing and left as it is; an absent one is created and
+/// removed again. Throws invalid_argument when `path` is a directory or its parent is not a
+/// directory, not_found when its directory does not exist, error with the system's reason
+/// otherwise.
+void check_output_file(const std::filesystem::path& path, std::string_view what);
+
 namespace detail {
 [[noreturn]] void throw_bad_number(std::string_view text, std::string_view what,
                                    std::string_view expected);

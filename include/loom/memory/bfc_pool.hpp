@@ -79,9 +79,11 @@ namespace loom::memory {
 /// Called by the pool to wait until all work queued on a stream so far has finished.
 /// Must be thread-safe and should not throw: an exception propagates out of allocate,
 /// trim and synchronize_streams, but terminates the program when the pool calls it from
-/// deallocate (only when it cannot record another stream for lack of memory) or from its
-/// destructor. The pool calls it without holding its lock (except in that out-of-memory
-/// case), so it may use the pool. CPU: unset (work on the default stream is always done).
+/// deallocate (only when it cannot record another stream for lack of memory); from the
+/// pool's destructor it is reported on stderr and the pool's regions are not returned (work
+/// may still use them). The pool calls it without holding its lock (except in that
+/// out-of-memory case), so it may use the pool. CPU: unset (work on the default stream is
+/// always done).
 using stream_synchronizer = std::function<void(stream)>;
 
 /// How a bfc_pool takes, carves and checks its memory.

@@ -41,10 +41,22 @@ struct train_options {
   /// When set, cpu:0's allocations are logged here (device_options::cpu_memory_log).
   std::filesystem::path memory_log;
   /// When set, the variables and optimizer state are saved here after every epoch
-  /// (checkpoint.safetensors, written atomically).
+  /// (checkpoint.safetensors, written atomically). The directory is made (and checked to
+  /// be writable) before any training work.
   std::filesystem::path checkpoint_dir;
-  /// Continue from checkpoint_dir's checkpoint (its epoch count and state).
+  /// Continue from checkpoint_dir's checkpoint (its epoch count and state); with none there,
+  /// start from scratch (train_report::resumed_epoch stays 0).
   bool resume = false;
+  /// With resume: no checkpoint to resume from is an error (loom::not_found).
+  bool require_checkpoint = false;
+  /// Train on features, and resume from values, that hold NaN or Inf (refused by default,
+  /// naming the row or the tensor).
+  bool allow_nonfinite = false;
+  /// A step whose loss is NaN or Inf, or whose gradients are (the fused update's found_inf),
+  /// stops training with an error naming the epoch, the step and the loss. true: such steps
+  /// are skipped instead (the fused update leaves every variable as it was; Adam's step
+  /// counter still advances) and counted (train_report::skipped_steps). Needs `fused`.
+  bool skip_nonfinite_steps = false;
   /// Stop each epoch after this many steps (0: the whole epoch); benchmarks use it.
   std::int64_t max_steps_per_epoch = 0;
   /// Skip the test-set evaluation (benchmarks).
@@ -71,9 +83,10 @@ struct step_progress {
 
 struct epoch_report {
   int epoch = 0;
-  double loss = 0;            // mean over the epoch's steps
-  double train_accuracy = 0;  // mean over the epoch's steps
-  double test_accuracy = 0;   // after the epoch (NaN when not evaluated)
+  double loss = 0;                 // mean over the epoch's steps that were not skipped
+  double train_accuracy = 0;       // mean over the epoch's steps that were not skipped
+  std::int64_t skipped_steps = 0;  // steps skipped for a non-finite loss or gradient
+  double test_accuracy = 0;        // after the epoch (NaN when not evaluated)
   double seconds = 0;
   double samples_per_second = 0;
 };
@@ -90,7 +103,11 @@ struct train_report {
   std::vector<epoch_report> epochs;
   std::string model_summary;
   std::int64_t parameters = 0;
+  /// Steps run, skipped ones included.
   std::int64_t steps = 0;
+  /// Steps skipped for a non-finite loss or gradient (train_options::skip_nonfinite_steps).
+  std::int64_t skipped_steps = 0;
+  /// The last epoch's test accuracy (NaN when no epoch ran or none was evaluated).
   double test_accuracy = 0;
   /// Training samples per second over all epochs (steps only, not evaluation).
   double samples_per_second = 0;
@@ -103,6 +120,8 @@ struct train_report {
   double fragmentation = 0;
   /// The epoch the run resumed after (0 when it started fresh).
   int resumed_epoch = 0;
+  /// Whether train_options::trace_path was written (a run of no steps writes none).
+  bool trace_written = false;
   /// With train_options::profile: every node's mean time per step, slowest first. Nodes on
   /// different threads overlap, so the times can sum to more than a step.
   std::vector<node_time> profile;
@@ -110,9 +129,22 @@ struct train_report {
   std::vector<passes::pass_record> passes;
 };
 
-/// Trains on `train_set`, evaluates on `test_set` after every epoch. Throws
-/// loom::invalid_argument for options that do not fit (an unknown model or optimizer, a CNN
-/// on non-image data, batch larger than the dataset, ...).
+/// Where train() keeps its checkpoint: checkpoint_dir / "checkpoint.safetensors".
+[[nodiscard]] std::filesystem::path checkpoint_file(const train_options& options);
+
+/// Trains on `train_set`, evaluates on `test_set` after every epoch. Before any work, throws
+/// loom::invalid_argument for options that do not fit (an unknown model or optimizer, a
+/// learning rate that is not finite and > 0, a CNN on non-image data, a batch larger than
+/// the dataset, skip_nonfinite_steps without the fused update, ...) and for datasets that
+/// do not (check_dataset: a label outside the classes, a NaN or Inf feature unless
+/// allow_nonfinite), and as create_output_directory / check_output_file for a checkpoint
+/// directory or trace file that cannot be written. Resuming throws loom::not_found when
+/// require_checkpoint and there is no checkpoint; as restore_checkpoint for one that does not
+/// fit the model (naming the tensor, both shapes and the file), holds a tensor the model
+/// does not know, or holds NaN or Inf (unless allow_nonfinite); loom::parse_error for
+/// metadata whose epoch or step is not a non-negative integer. While training, throws
+/// loom::error naming the epoch, the step and the loss when a step's loss or gradients are
+/// not finite (unless skip_nonfinite_steps).
 train_report train(const dataset& train_set, const dataset& test_set, const train_options& options,
                    const std::function<void(const step_progress&)>& progress = {});
 
