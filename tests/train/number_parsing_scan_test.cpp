@@ -22,17 +22,6 @@ fs::path repository() {
   return fs::path(LOOM_TEST_DATA_DIR).parent_path().parent_path();
 }
 
-// Uses known and left for their own change, each by file and the line's text (not its
-// number, so that an entry cannot hide a new use elsewhere in the file).
-struct known_use {
-  std::string file;
-  std::string line;
-};
-const std::vector<known_use> known_uses = {
-    // The Python bindings' output index of a tensor name ("node:k").
-    {"python/src/graph_bindings.cpp",
-     "const auto index = indexed ? std::stoi(name.substr(colon + 1)) : 0;"},
-};
 
 bool identifier_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -96,10 +85,7 @@ std::vector<std::string> unchecked_parses(const std::vector<std::string>& folder
       std::string line;
       for (std::size_t number = 1; std::getline(in, line); ++number) {
         if (!uses_unchecked_parser(line)) continue;
-        const bool known = std::any_of(known_uses.begin(), known_uses.end(), [&](const auto& k) {
-          return k.file == rel && k.line == trimmed(line);
-        });
-        if (!known) found.push_back(rel + ":" + std::to_string(number) + ": " + trimmed(line));
+        found.push_back(rel + ":" + std::to_string(number) + ": " + trimmed(line));
       }
     }
   }
