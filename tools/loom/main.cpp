@@ -1,5 +1,8 @@
 // loom: the command-line tool.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cmath>
@@ -10,7 +13,9 @@
 #include <filesystem>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <system_error>
+#include <vector>
 
 #include "commands.hpp"
 #include "loom/core/error.hpp"
@@ -148,6 +153,18 @@ int main(int argc, char** argv) {
       app.parse(argc, argv);
       status = exit_status();
     } catch (const CLI::Error& e) {
+      // A first word that names no subcommand: say so, with the ones there are (CLI11 says
+      // only that a subcommand is required).
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        names.push_back(sub->get_name());
+      }
+      if (argc > 1 && argv[1][0] != '-' &&
+          std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+        std::fprintf(stderr, "loom: unknown subcommand '%s' (loom has: %s; loom --help says more)\n",
+                     argv[1], fmt::format("{}", fmt::join(names, ", ")).c_str());
+        return exit_usage;
+      }
       // Help (--help) is a CLI::Success: status 0; every other CLI11 error is usage.
       status = app.exit(e) == 0 ? 0 : exit_usage;
     }

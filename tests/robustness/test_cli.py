@@ -86,7 +86,7 @@ def files(tmp_path):
 
 @pytest.mark.parametrize("args,status,part", [
     ([], 2, "A subcommand is required"),
-    (["fly"], 2, "A subcommand is required"),
+    (["fly"], 2, "unknown subcommand 'fly'"),
     (["train", "--bogus"], 2, "--bogus"),
     (["train", "--epochs", "-1"], 2, "--epochs"),
     (["train", "--epochs", "0"], 2, "--epochs"),
