@@ -4,6 +4,8 @@
 // midway removes its temporary file; a truncated or corrupt file is named with the offset at
 // fault; a checkpoint directory that cannot be made is an error naming it before any work.
 #include <gtest/gtest.h>
+
+#include "checkpoint/checkpoint_test_support.hpp"
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -31,40 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 using named = std::vector<std::pair<std::string, tensor>>;
 
-class temp_dir {
- public:
-  temp_dir() {
-    static int counter = 0;
-    path_ =
-        fs::temp_directory_path() / ("loom_checkpoint_files_test_" + std::to_string(::getpid()) +
-                                     "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  [[nodiscard]] std::vector<std::string> temporaries() const {
-    std::vector<std::string> out;
-    for (const auto& name : entries()) {
-      if (name.find(".tmp-") != std::string::npos) out.push_back(name);
-    }
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
+using loom::testing::temp_dir;
+using loom::testing::temporaries;
 
 // Version v of a checkpoint: `elements` floats, each v.
 named version(int v, std::int64_t elements) {
@@ -159,7 +129,7 @@ TEST(CheckpointFiles, ASaveKilledAtRandomMomentsNeverCostsTheCheckpointBeforeIt)
       "big.safetensors.tmp-notes", "other.safetensors.tmp-0123456789abcdef"};
   const auto stale = [&] {
     std::vector<std::string> out;
-    for (const auto& name : dir.temporaries()) {
+    for (const auto& name : temporaries(dir)) {
       if (std::find(bystanders.begin(), bystanders.end(), name) == bystanders.end()) {
         out.push_back(name);
       }

@@ -5,6 +5,8 @@
 #include "loom/checkpoint/checkpoint.hpp"
 
 #include <gtest/gtest.h>
+
+#include "checkpoint/checkpoint_test_support.hpp"
 #include <unistd.h>
 
 #include <cmath>
@@ -31,27 +33,7 @@ using checkpoint::restore_options;
 using checkpoint::save_checkpoint;
 using memory::host_tensor;
 
-class temp_dir {
- public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("loom_checkpoint_test_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  [[nodiscard]] fs::path operator/(const std::string& name) const { return path_ / name; }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using loom::testing::temp_dir;
 
 std::vector<std::byte> bytes_of(const tensor& t) {
   std::vector<std::byte> out(t.nbytes());

@@ -6,6 +6,8 @@
 #include "loom/checkpoint/safetensors.hpp"
 
 #include <gtest/gtest.h>
+
+#include "checkpoint/checkpoint_test_support.hpp"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -146,33 +148,8 @@ void expect_same(const safetensors_file& f, const named& want) {
 }
 
 // A directory of its own under the temporary directory, removed at the end.
-class temp_dir {
- public:
-  temp_dir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("loom_safetensors_test_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-
- private:
-  fs::path path_;
-};
+using loom::testing::temp_dir;
+using loom::testing::temporaries;
 
 // ---- round trips -------------------------------------------------------------------------
 
@@ -565,14 +542,6 @@ TEST(Safetensors, WriteRefusesWhatItCannotWrite) {
 }
 
 // ---- files -------------------------------------------------------------------------------
-
-std::vector<std::string> temporaries(const temp_dir& dir) {
-  std::vector<std::string> out;
-  for (const auto& name : dir.entries()) {
-    if (name.find(".tmp-") != std::string::npos) out.push_back(name);
-  }
-  return out;
-}
 
 TEST(Safetensors, SaveReplacesTheFileAndLeavesNoTemporaries) {
   temp_dir dir;
