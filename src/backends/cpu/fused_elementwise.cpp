@@ -10,7 +10,9 @@
 //   - each instruction runs one tight loop over the tile (the op inlined, so the loop
 //     vectorises as the unfused kernels' loops do) from its operands' arrays or constants
 //     into a tile buffer, or straight into an output's memory when the value is a result
-//     and the output is in the compute type;
+//     and the output is in the compute type; for float16 / bfloat16 a second loop rounds
+//     the tile to T, as the op's own kernel stores its value (Note [fused element-wise
+//     semantics]);
 //   - instructions whose operands are all constants (literals, one-element inputs) are
 //     computed once per call, with the same functions, and are constants themselves.
 // Tile buffers are assigned by a linear scan over the instructions, and a buffer is reused
@@ -39,6 +41,7 @@
 #include "elementwise_kernels.hpp"
 #include "elementwise_loop.hpp"
 #include "elementwise_math.hpp"
+#include "elementwise_ops.hpp"
 #include "loom/graph/fused_expr.hpp"
 
 namespace loom::cpu {
@@ -52,75 +55,47 @@ inline constexpr bool is_unary = static_cast<int>(Op) < static_cast<int>(ew_op::
 
 // ---- one element -----------------------------------------------------------------------------
 
-// Op applied to (a, b) in the compute type C (b unused by unary ops): exactly the functors of
-// elementwise_unary.cpp and elementwise_binary.cpp for floating-point types.
+// The functor of elementwise_ops.hpp that computes Op.
+template <ew_op Op>
+struct functor_of;
+#define LOOM_FUNCTOR_OF(op, f) \
+  template <>                  \
+  struct functor_of<ew_op::op> { \
+    using type = f;            \
+  };
+LOOM_FUNCTOR_OF(neg, neg_op)
+LOOM_FUNCTOR_OF(abs, abs_op)
+LOOM_FUNCTOR_OF(exp, exp_op)
+LOOM_FUNCTOR_OF(log, log_op)
+LOOM_FUNCTOR_OF(sqrt, sqrt_op)
+LOOM_FUNCTOR_OF(rsqrt, rsqrt_op)
+LOOM_FUNCTOR_OF(tanh, tanh_op)
+LOOM_FUNCTOR_OF(sigmoid, sigmoid_op)
+LOOM_FUNCTOR_OF(relu, relu_op)
+LOOM_FUNCTOR_OF(gelu, gelu_erf_op)
+LOOM_FUNCTOR_OF(gelu_tanh, gelu_tanh_op)
+LOOM_FUNCTOR_OF(erf, erf_op)
+LOOM_FUNCTOR_OF(square, square_op)
+LOOM_FUNCTOR_OF(reciprocal, reciprocal_op)
+LOOM_FUNCTOR_OF(add, add_op)
+LOOM_FUNCTOR_OF(sub, sub_op)
+LOOM_FUNCTOR_OF(mul, mul_op)
+LOOM_FUNCTOR_OF(div, div_op)
+LOOM_FUNCTOR_OF(pow, pow_op)
+LOOM_FUNCTOR_OF(maximum, maximum_op)
+LOOM_FUNCTOR_OF(minimum, minimum_op)
+LOOM_FUNCTOR_OF(relu_grad, relu_grad_op)
+#undef LOOM_FUNCTOR_OF
+
+// Op applied to (a, b) in the compute type C (b unused by unary ops): the very functor the
+// op's own kernel runs (elementwise_ops.hpp), so every value is bit for bit the unfused one.
 template <ew_op Op, class C>
 [[gnu::always_inline]] inline C eval(C a, [[maybe_unused]] C b) noexcept {
-  constexpr bool is_f32 = std::is_same_v<C, float>;
-  if constexpr (Op == ew_op::neg) {
-    return -a;
-  } else if constexpr (Op == ew_op::abs) {
-    return std::fabs(a);
-  } else if constexpr (Op == ew_op::exp) {
-    if constexpr (is_f32)
-      return fast_exp(a);
-    else
-      return std::exp(a);
-  } else if constexpr (Op == ew_op::log) {
-    return std::log(a);
-  } else if constexpr (Op == ew_op::sqrt) {
-    return std::sqrt(a);
-  } else if constexpr (Op == ew_op::rsqrt) {
-    return C{1} / std::sqrt(a);
-  } else if constexpr (Op == ew_op::tanh) {
-    if constexpr (is_f32)
-      return fast_tanh(a);
-    else
-      return std::tanh(a);
-  } else if constexpr (Op == ew_op::sigmoid) {
-    if constexpr (is_f32)
-      return fast_sigmoid(a);
-    else
-      return 1.0 / (1.0 + std::exp(-a));
-  } else if constexpr (Op == ew_op::relu) {
-    // NaN < 0 is false: NaN passes through.
-    return a < C{0} ? C{0} : a;
-  } else if constexpr (Op == ew_op::gelu) {
-    return C{0.5} * a * std::erfc(-a * std::numbers::sqrt2_v<C> / C{2});
-  } else if constexpr (Op == ew_op::gelu_tanh) {
-    constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
-    if constexpr (is_f32) {
-      const float u = static_cast<float>(k) * (a + 0.044715f * a * a * a);
-      return a * fast_sigmoid(2.0f * u);
-    } else {
-      const double u = k * (a + 0.044715 * a * a * a);
-      return a / (1.0 + std::exp(-2.0 * u));
-    }
-  } else if constexpr (Op == ew_op::erf) {
-    return std::erf(a);
-  } else if constexpr (Op == ew_op::square) {
-    return a * a;
-  } else if constexpr (Op == ew_op::reciprocal) {
-    return C{1} / a;
-  } else if constexpr (Op == ew_op::add) {
-    return a + b;
-  } else if constexpr (Op == ew_op::sub) {
-    return a - b;
-  } else if constexpr (Op == ew_op::mul) {
-    return a * b;
-  } else if constexpr (Op == ew_op::div) {
-    return a / b;
-  } else if constexpr (Op == ew_op::pow) {
-    return std::pow(a, b);
-  } else if constexpr (Op == ew_op::maximum) {
-    // NumPy's maximum / minimum: NaN on either side gives NaN.
-    return ((a > b) | (a != a)) ? a : b;
-  } else if constexpr (Op == ew_op::minimum) {
-    return ((a < b) | (a != a)) ? a : b;
+  using F = typename functor_of<Op>::type;
+  if constexpr (is_unary<Op>) {
+    return F{}(a);
   } else {
-    static_assert(Op == ew_op::relu_grad);
-    // relu_grad(dy, y): dy where y > 0, else 0.
-    return b > C{0} ? a : C{0};
+    return F{}(a, b);
   }
 }
 
@@ -366,8 +341,13 @@ template <class T, class C>
     }
     for (const step<C>& st : p.steps) {
       prefetch_slice();
-      st.fn(st.out.at(scratch, tile, begin), st.a.at(scratch, tile, begin),
-            st.b.at(scratch, tile, begin), st.sa, st.sb, n);
+      C* out = st.out.at(scratch, tile, begin);
+      st.fn(out, st.a.at(scratch, tile, begin), st.b.at(scratch, tile, begin), st.sa, st.sb, n);
+      if constexpr (!std::is_same_v<T, C>) {
+        // Every value rounded to T, as the unfused op stores it (Note [fused element-wise
+        // semantics]); a 16-bit value is always in a tile buffer, never in memory.
+        for (std::int64_t i = 0; i < n; ++i) out[i] = load(store<T>(out[i]));
+      }
     }
     for (const store_op<T, C>& so : p.stores) {
       T* d = so.out + begin;
@@ -584,9 +564,19 @@ void fused_elementwise_kernel::run(kernel_context& ctx) const {
   }
 
   // Instructions: fold those of constants; note each value's defining and last reader.
+  // A value of T in the compute type: a float16 / bfloat16 value rounded to T first.
+  auto as_t = [](C c) {
+    if constexpr (in_place_type) {
+      return c;
+    } else {
+      return load(store<T>(c));
+    }
+  };
   auto operand_constant = [&](const fused_operand& a, C& c) {
     if (a.is_literal()) {
-      c = static_cast<C>(a.literal);
+      // As expand() writes it: ops::scalar of T (a double rounded through float for the
+      // 16-bit types).
+      c = as_t(static_cast<C>(a.literal));
       return true;
     }
     const auto& v = val[static_cast<std::size_t>(a.value)];
@@ -609,6 +599,7 @@ void fused_elementwise_kernel::run(kernel_context& ctx) const {
     if (all_constant) {
       val[v].w = where::constant;
       loops_of<C>(in.op, isa).vv(&val[v].constant, &c[0], &c[1], c[0], c[1], 1);
+      val[v].constant = as_t(val[v].constant);
     } else {
       val[v].w = where::buffer;  // or an output's memory, decided below
     }
