@@ -218,6 +218,78 @@ void expect_all_same(const off_on& r, const std::vector<std::string>& fetches, t
   }
 }
 
+// ---- the unfused ops themselves: NumPy's and PyTorch's rules --------------------------------
+
+// np.maximum / np.minimum over float32 arrays: NaN if either operand is NaN, else the
+// larger / smaller; a tie (-0 against +0) gives the second operand (np.maximum(-0.0, 0.0)
+// is 0.0 and np.maximum(0.0, -0.0) is -0.0; NumPy's scalar path picks the other way, so
+// loom picks this one: Note [NaN rules]).
+double np_maximum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return nan;
+  return a > b ? a : b;
+}
+double np_minimum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return nan;
+  return a < b ? a : b;
+}
+// torch.relu: NaN stays NaN, -0.0 stays -0.0, -inf is 0.
+double torch_relu(double x) {
+  return x < 0.0 ? 0.0 : x;
+}
+
+// The unfused ops follow NumPy and PyTorch on special values (so a fused kernel that
+// matches them does too): maximum, minimum, relu, and the clamp spelled with them (np.clip
+// keeps NaN, as torch.clamp(NaN, 0, 6) does), run with the passes off and on, against the
+// rules written above, bitwise.
+TEST(PassDifferential, UnfusedAndFusedOpsFollowNumPyOnSpecialValues) {
+  for (const dtype t : float_types) {
+    SCOPED_TRACE(to_string(t));
+    const auto sp = specials(t);
+    std::vector<double> a;
+    std::vector<double> bv;
+    for (double u : sp) {
+      for (double v : sp) {
+        a.push_back(u);
+        bv.push_back(v);
+      }
+    }
+    const auto n = static_cast<std::int64_t>(a.size());
+    const tensor x = make(t, {n}, a);
+    const tensor y = make(t, {n}, bv);
+    // The inputs as t holds them.
+    std::vector<double> xa(a.size());
+    std::vector<double> ya(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      xa[i] = value_at(x, i);
+      ya[i] = value_at(y, i);
+    }
+    graph g;
+    graph_builder b(g);
+    auto px = ops::placeholder(b, "x", t, {n});
+    auto py = ops::placeholder(b, "y", t, {n});
+    ops::identity(ops::maximum(px, py), {.name = "max_xy"});
+    ops::identity(ops::minimum(px, py), {.name = "min_xy"});
+    ops::identity(ops::relu(px), {.name = "relu_x"});
+    ops::identity(ops::minimum(ops::maximum(px, ops::scalar(b, 0.0, t)), ops::scalar(b, 6.0, t)),
+                  {.name = "clip_x_0_6"});
+    const std::vector<std::string> fetches{"max_xy", "min_xy", "relu_x", "clip_x_0_6"};
+    const auto r = run_off_on(g, {{"x", x}, {"y", y}}, fetches);
+    EXPECT_GE(count_op(r.planned, "fused_elementwise"), 1u) << log_text(r.log);
+    std::vector<std::vector<double>> want(4, std::vector<double>(a.size()));
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      want[0][i] = np_maximum(xa[i], ya[i]);
+      want[1][i] = np_minimum(xa[i], ya[i]);
+      want[2][i] = torch_relu(xa[i]);
+      want[3][i] = np_minimum(np_maximum(xa[i], 0.0), 6.0);
+    }
+    for (std::size_t k = 0; k < fetches.size(); ++k) {
+      const tensor reference = make(t, {n}, want[k]);
+      expect_same(reference, r.off[k], bitwise, "unfused " + fetches[k], {x, y});
+      expect_same(reference, r.on[k], bitwise, "fused " + fetches[k], {x, y});
+    }
+  }
+}
+
 // ---- remove_identities, constant_folding, common_subexpressions ---------------------------
 
 TEST(PassDifferential, RemoveIdentitiesKeepsEveryBit) {
