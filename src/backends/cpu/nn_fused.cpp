@@ -77,44 +77,65 @@ void visit_activation(activation a, F&& f) {
   }
 }
 
-// out[p, s] = act(out[p, s] + bias[p % channels] + residual[p, s]) over `planes` planes of
-// `inner` elements (a matmul's product is planes of one element, a convolution's output
-// planes of OH * OW); bias and residual may be null. Each step is the unfused op's: the
-// add of bias_add and add, then the activation, every value rounded to T
-// (ew::load(ew::store<T>(v)): no change for float and double).
+// One run of `count` contiguous output elements: o = act(o + bias + residual), each step the
+// unfused op's (the add of bias_add and of add, then the activation), every value rounded
+// to T as those kernels store it (ew::round_to: nothing for float and double). The
+// bias is one value for the run (`bias_scalar`) or an array along it (`bias_row`).
+template <bool Bias, bool BiasRow, bool Residual, class T, class Act>
+[[gnu::always_inline]] inline void epilogue_run(T* o, const T* bias_row, ew::compute_t<T> bias_scalar,
+                                                const T* r, std::int64_t count, Act act) {
+  using C = ew::compute_t<T>;
+  for (std::int64_t s = 0; s < count; ++s) {
+    C v = ew::load(o[s]);
+    if constexpr (Bias) {
+      const C b = BiasRow ? ew::load(bias_row[s]) : bias_scalar;
+      v = ew::round_to<T>(v + b);
+    }
+    if constexpr (Residual) v = ew::round_to<T>(v + ew::load(r[s]));
+    o[s] = ew::store<T>(act(v));
+  }
+}
+
+// out = act(out + bias + residual) over an output whose channel dimension has `channels`
+// elements and `inner` elements after it: a matmul's product is rows of `channels`
+// (inner 1), the bias along each row; a convolution's output is planes of `inner` = OH *
+// OW, one bias value per plane. bias and residual may be null.
 template <class T, class Act>
 void epilogue_loop(kernel_context& ctx, T* out, const T* bias, const T* residual,
-                   std::int64_t planes, std::int64_t channels, std::int64_t inner, Act act) {
+                   std::int64_t count, std::int64_t channels, std::int64_t inner, Act act) {
   using C = ew::compute_t<T>;
-  const auto round = [](C v) { return ew::load(ew::store<T>(v)); };
-  const double cost = static_cast<double>(inner) * (std::is_same_v<Act, no_activation> ? 1.0 : 4.0);
-  ctx.parallel_for(planes, cost, [&](std::int64_t lo, std::int64_t hi) {
-    std::int64_t c = lo % channels;
-    for (std::int64_t p = lo; p < hi; ++p) {
-      T* o = out + p * inner;
-      const T* r = residual != nullptr ? residual + p * inner : nullptr;
-      if (bias != nullptr) {
-        const C b = ew::load(bias[c]);
-        if (r != nullptr) {
-          for (std::int64_t s = 0; s < inner; ++s) {
-            const C v = round(round(ew::load(o[s]) + b) + ew::load(r[s]));
-            o[s] = ew::store<T>(act(v));
-          }
-        } else {
-          for (std::int64_t s = 0; s < inner; ++s) {
-            o[s] = ew::store<T>(act(round(ew::load(o[s]) + b)));
-          }
-        }
-      } else if (r != nullptr) {
-        for (std::int64_t s = 0; s < inner; ++s) {
-          o[s] = ew::store<T>(act(round(ew::load(o[s]) + ew::load(r[s]))));
-        }
-      } else {
-        for (std::int64_t s = 0; s < inner; ++s) o[s] = ew::store<T>(act(ew::load(o[s])));
-      }
-      if (++c == channels) c = 0;
+  const double per_element = std::is_same_v<Act, no_activation> ? 1.0 : 4.0;
+  const auto run = [&]<bool Bias, bool Residual>() {
+    if (inner == 1) {
+      const std::int64_t rows = count / channels;
+      ctx.parallel_for(rows, per_element * static_cast<double>(channels),
+                       [&](std::int64_t lo, std::int64_t hi) {
+                         for (std::int64_t q = lo; q < hi; ++q) {
+                           epilogue_run<Bias, true, Residual>(
+                               out + q * channels, bias, C{},
+                               Residual ? residual + q * channels : nullptr, channels, act);
+                         }
+                       });
+      return;
     }
-  });
+    const std::int64_t planes = count / inner;
+    ctx.parallel_for(planes, per_element * static_cast<double>(inner),
+                     [&](std::int64_t lo, std::int64_t hi) {
+                       for (std::int64_t p = lo; p < hi; ++p) {
+                         const C b = Bias ? ew::load(bias[p % channels]) : C{};
+                         epilogue_run<Bias, false, Residual>(
+                             out + p * inner, static_cast<const T*>(nullptr), b,
+                             Residual ? residual + p * inner : nullptr, inner, act);
+                       }
+                     });
+  };
+  if (bias != nullptr) {
+    residual != nullptr ? run.template operator()<true, true>()
+                        : run.template operator()<true, false>();
+  } else {
+    residual != nullptr ? run.template operator()<false, true>()
+                        : run.template operator()<false, false>();
+  }
 }
 
 // The highest-priority CPU kernel of the plain op `op` for the fused node.
@@ -169,8 +190,8 @@ class fused_kernel : public op_kernel {
       using T = decltype(tag);
       visit_activation(act_, [&](auto act) {
         epilogue_loop<T>(ctx, out.data<T>(), has_bias_ ? bias.data<T>() : nullptr,
-                         has_residual_ ? residual.data<T>() : nullptr, out.num_elements() / inner,
-                         s[axis], inner, act);
+                         has_residual_ ? residual.data<T>() : nullptr, out.num_elements(), s[axis],
+                         inner, act);
       });
     };
     switch (type_) {
