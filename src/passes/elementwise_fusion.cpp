@@ -17,13 +17,14 @@
 //   - taking it makes no cycle: no path leaves it through a node outside the group and
 //     comes back into the group (which would make the fused node its own input).
 // Every producer that is a member but does not join is logged with the rule it broke.
-// Constants of one element (the scalars of `x * 2.0`) whose rank does not exceed the
-// group's become literals of the expression.
+// Finite constants of one element (the scalars of `x * 2.0`) whose rank does not exceed
+// the group's become literals of the expression; NaN and infinite ones stay inputs.
 //
 // A group of one op stays as it is: its own kernel is already one pass.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 #include <unordered_map>
 #include <variant>
@@ -172,7 +173,11 @@ class elementwise_fusion final : public graph_pass {
       }
       const tensor_type& t = ed.type_of(e);
       if (literals && t.shape && t.shape->num_elements() == 1 && t.shape->rank() <= group_rank) {
-        if (auto v = uniform_constant(ed, e, 1)) return fused_operand{.value = -1, .literal = *v};
+        // A literal is finite (fused_expr::validate): a NaN or infinite constant stays an
+        // input, read as a one-element tensor.
+        if (auto v = uniform_constant(ed, e, 1); v && std::isfinite(*v)) {
+          return fused_operand{.value = -1, .literal = *v};
+        }
       }
       return e;
     };

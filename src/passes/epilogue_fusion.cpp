@@ -1,6 +1,7 @@
 // epilogue_fusion: a matmul or conv2d and the element-wise ops after it (bias, residual,
-// activation) become one fused_matmul or fused_conv2d node, which the CPU runs as one
-// oneDNN primitive with post-ops (Note [fused epilogue] in src/backends/cpu/nn_fused.cpp).
+// activation) become one fused_matmul or fused_conv2d node, whose CPU kernel runs the plain
+// op's kernel and then the whole epilogue in one pass over its output, bit for bit as the
+// unfused ops (Note [fused epilogue] in src/backends/cpu/nn_fused.cpp).
 //
 // Matches a core, then any of these steps, in this order, at least one:
 //   core  = matmul(a, b) (any transposes, batched too) or conv2d(x, w) (any attributes)

@@ -26,7 +26,19 @@
 //     is the user's word), waiting for another node (a control input), or a signature
 //     target that is not the last value;
 //   - eps that broadcasts var to a larger shape, or is negative;
+//   - float16 and bfloat16 (Note [layer_norm in 16 bits]);
 //   - a dtype that no layer_norm kernel takes on the requested device type.
+//
+// Note [layer_norm in 16 bits]
+// A pass never changes an answer (docs/passes.md). layer_norm's kernels compute the mean
+// and variance of a float16 / bfloat16 row in float32 and round only y; the primitives
+// round the mean, each d, each square, the variance and rsqrt to the type, as their own
+// kernels store them. Beyond the roundings, float16's range decides results: a d past 256
+// squares to inf, the variance is inf, rsqrt is 0 and the unfused y is beta, where
+// layer_norm gives the normalised row. So 16-bit primitives stay as written (element-wise
+// fusion still takes their element-wise parts, rounding as they do); ops::layer_norm is
+// there for float32 statistics. float32 and float64 fuse: the kernel's statistics are
+// the same sums in another order (within the tolerances of docs/passes.md).
 // Where only the scale or the shift does not fit (gamma or beta of another shape, which
 // broadcasts and so is not layer_norm's gamma; y0 or y1 also read elsewhere; another device
 // request), the match stops before it, that step is logged as refused, and the rest fuses.
@@ -193,6 +205,14 @@ class layer_norm_fusion final : public graph_pass {
       }
     }
     const dtype t = ed.type_of(mt.x).type;
+    if (t == dtype::f16 || t == dtype::bf16) {
+      // Note [layer_norm in 16 bits]: the kernel would change the answer.
+      return fmt::format(
+          "x is {}: layer_norm keeps the statistics in float32, where the primitives round "
+          "each of them to {} (d * d overflows float16 above 256, which makes the variance "
+          "inf and y = beta), so the fused node would change the answer",
+          to_string(t), to_string(t));
+    }
     if (auto why = missing_kernel("layer_norm", {{"T", t}}, anchor.requested_device)) return why;
     return std::nullopt;
   }

@@ -14,7 +14,11 @@
 // One difference the rewrite makes: a label outside [0, C) gave a row of zeros, so a loss
 // of 0, in the one-hot form; softmax_cross_entropy fails the run naming the row and the
 // label (a loom::node_error), as TensorFlow's sparse op does. Valid labels give the same
-// losses up to rounding (the fused kernel does not round ls to T before the sum).
+// losses bit for bit, NaN included (Note [xent as its unfused form] in
+// src/backends/cpu/reduction_softmax.cpp): the kernel's loss is the first form's,
+// -(0 + y[label] + zeros); the other two forms sum -y[label] and +0s, which differ from it
+// only in a loss of exactly 0 (+0 there, -0 in the first), so for those the rewrite adds
+// +0 to the loss (an add that turns -0 into +0 and leaves every other value as it is).
 //
 // Refuses, logging the reason (and leaves the graph as written):
 //   - an interior value (ls, neg(ls), the product, the sum, or its negation before the
@@ -209,8 +213,26 @@ class softmax_xent_fusion final : public graph_pass {
                               .attrs = {},
                               .device = ed.at(mt.ls).requested_device,
                               .control_inputs = {}});
-    ed.replace_uses({loss, 0}, {x, 0});
-    ed.replace_node(loss, x);
+    endpoint result{x, 0};
+    if (ed.at(loss).op() == "reduce_sum") {
+      // reduce_sum(neg(...)) or reduce_sum(mul(oh, neg(ls))): a zero loss is +0 there.
+      const dtype t = ed.type_of({mt.ls, 0}).type;
+      const node_id zero = ed.add({.name = ed.g().unique_name(ed.at(x).name + "/zero"),
+                                   .op = "zeros",
+                                   .inputs = {},
+                                   .attrs = {{"dtype", t}, {"shape", shape{}}},
+                                   .device = ed.at(mt.ls).requested_device,
+                                   .control_inputs = {}});
+      result = {ed.add({.name = ed.g().unique_name(ed.at(x).name + "/plus_zero"),
+                        .op = "add",
+                        .inputs = {{x, 0}, {zero, 0}},
+                        .attrs = {},
+                        .device = ed.at(mt.ls).requested_device,
+                        .control_inputs = {}}),
+                0};
+    }
+    ed.replace_uses({loss, 0}, result);
+    ed.replace_node(loss, result.node);
     std::vector<node_id> removed = mt.chain;
     for (auto it = mt.chain.rbegin(); it != mt.chain.rend(); ++it) ed.erase(*it);
     if (!ed.is_pinned(mt.one_hot) && unused(ed, mt.one_hot)) {

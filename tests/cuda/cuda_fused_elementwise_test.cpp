@@ -1,10 +1,12 @@
 // The CUDA kernel of fused_elementwise: its code generation (fused_codegen.hpp) and index
 // layout, checked without a GPU -- every op and ~150 random expressions must compile with
 // NVRTC for sm_90 with no error and no warning, the source must hold the CPU kernel's
-// constants bit for bit, bad layouts are rejected -- and, on a GPU, the kernel against the
-// CPU kernel of the same node: bit for bit for the ops built from IEEE arithmetic (the
-// generated code is the CPU's math compiled without FMA contraction), within a few ulp for
-// those that call libm / libdevice (log, erf, erfc, pow, float64 exp and tanh).
+// constants bit for bit and loom::rules' NaN rules, 16-bit types round every value, bad
+// layouts are rejected -- and, on a GPU, the kernel against the CPU kernel of the same node:
+// bit for bit for the ops built from IEEE arithmetic (the generated code is the CPU's math
+// compiled without FMA contraction), within a few ulp for those that call libm / libdevice
+// (log, erf, erfc, pow, float64 exp and tanh); and fused groups against the unfused CUDA
+// kernels over special values, bit for bit.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "backends/elementwise_rules.hpp"
 #include "backends/cuda/fused_codegen.hpp"
 #include "backends/cuda/nvrtc_compiler.hpp"
 #include "cuda/cuda_test_support.hpp"
@@ -288,6 +291,42 @@ TEST(FusedCodegen, TheSourceHoldsTheCpuKernelsMath) {
             std::string::npos)
       << gt32;
   EXPECT_NE(gt32.find(hex(0.044715f)), std::string::npos) << gt32;
+}
+
+// The NaN rules are loom::rules' own (Note [NaN rules]): the program carries their source,
+// the very text the CPU and nvcc kernels compile, and calls them; no fmaxf / fminf (which
+// drop a NaN). float16 / bfloat16 round every value to the type, literals included, as
+// the unfused kernels store them.
+TEST(FusedCodegen, NanRulesAreSharedAndHalfTypesRoundEveryValue) {
+  const auto e = parse(
+      "maximum(%0, %1); minimum(%2, 0.1); relu(%3); relu_grad(%4, %0); maximum(-0, %5)", 2, {6});
+  for (const dtype t : float_types) {
+    SCOPED_TRACE(to_string(t));
+    const fused_layout l{t, {fused_input_kind::dense, fused_input_kind::dense}, 0};
+    const std::string src = cuda::generate_cuda_source(e, l, "k");
+    EXPECT_NE(src.find(rules::elementwise_rules_source), std::string::npos) << src;
+    for (const char* call : {"loom::rules::maximum(", "loom::rules::minimum(",
+                             "loom::rules::relu(", "loom::rules::relu_grad("}) {
+      EXPECT_NE(src.find(call), std::string::npos) << call << " in\n" << src;
+    }
+    EXPECT_EQ(src.find("fmax"), std::string::npos) << src;
+    EXPECT_EQ(src.find("fmin"), std::string::npos) << src;
+    const bool half_type = t == dtype::f16 || t == dtype::bf16;
+    std::size_t rounded = 0;
+    for (std::size_t at = src.find("loom_load(loom_store("); at != std::string::npos;
+         at = src.find("loom_load(loom_store(", at + 1)) {
+      ++rounded;
+    }
+    EXPECT_EQ(rounded, half_type ? e.instrs.size() : 0u) << src;
+    // 0.1 as the type holds it.
+    const float lit = t == dtype::f16    ? static_cast<float>(half(0.1f))
+                      : t == dtype::bf16 ? static_cast<float>(bfloat16(0.1f))
+                                         : 0.1f;
+    if (t != dtype::f64) {
+      EXPECT_NE(src.find(hex(lit)), std::string::npos) << src;
+    }
+    expect_compiles_cleanly(src, cuda::layout_key(l));
+  }
 }
 
 TEST(FusedCodegen, OnlyWhatTheResultsNeedIsGenerated) {
@@ -985,6 +1024,71 @@ TEST(FusedCudaKernel, ManyStridedInputsReadDenseCopies) {
     shape out;
     const auto in = many_strided_inputs(t, 40, 12, out);
     check(dv, sum_of_inputs(40), {40 + 38}, in, std::string(to_string(t)));
+  }
+}
+
+// On the GPU too a pass never changes an answer: a fused group gives what the unfused CUDA
+// kernels give, bit for bit, for the ops whose fused and unfused code are the same IEEE
+// operations and NaN rules (exp, tanh, sigmoid, gelu_tanh, erf, gelu, log, pow use the CPU's
+// polynomials fused and libdevice unfused: a few ulp apart, docs/passes.md), over every pair
+// of special values, in every type, as a session with the passes on and off runs them.
+TEST(FusedCudaKernel, FusedGroupsGiveTheUnfusedCudaKernelsBitsOnSpecialValues) {
+  LOOM_REQUIRE_GPU();
+  const std::vector<double> specials = {NAN, INFINITY, -INFINITY, 0.0,  -0.0, 1.0,  -1.0, 6.0,
+                                        0.5, -2.5,     1e-40,     -1e-40, 3e38, -3e38, 1e-7, 300.0};
+  std::vector<double> xs;
+  std::vector<double> ys;
+  for (double a : specials) {
+    for (double b : specials) {
+      xs.push_back(a);
+      ys.push_back(b);
+    }
+  }
+  const auto n = static_cast<std::int64_t>(xs.size());
+  const std::vector<std::string> exprs = {
+      "maximum(%0, %1); neg(%2)",          "minimum(%0, %1); neg(%2)",
+      "relu(%0); neg(%2)",                 "relu_grad(%0, %1); neg(%2)",
+      "maximum(%0, 0); minimum(%2, 6)",    "minimum(%0, 1); maximum(%2, -1)",
+      "mul(%0, 0.01); maximum(%0, %2)",    "add(%0, %1); sub(%2, %1); mul(%3, %0)",
+      "div(%0, %1); abs(%2); sqrt(%3)",    "square(%0); reciprocal(%2); rsqrt(%1); add(%3, %4)",
+      "mul(%0, %0); sub(%2, %2)",          "mul(%0, 1e-3); mul(%2, 1000)"};
+  for (const dtype t : float_types) {
+    const tensor x = make(t, {n}, xs);
+    const tensor y = make(t, {n}, ys);
+    for (const auto& text : exprs) {
+      SCOPED_TRACE(std::string(to_string(t)) + " " + text);
+      // The last instruction's value is the result.
+      const auto last = 1 + static_cast<std::int64_t>(std::count(text.begin(), text.end(), ';')) + 1;
+      const auto e = parse(text, 2, {last});
+      graph g;
+      graph_builder bld(g);
+      auto px = ops::placeholder(bld, "x", t, x.shape());
+      auto py = ops::placeholder(bld, "y", t, y.shape());
+      const auto outs = expand(e, {px, py}, {.name = "expr", .device = "cuda:0"});
+      ops::identity(outs.at(0), {.name = "out", .device = "cpu:0"});
+      auto run = [&](bool passes) {
+        session_options opts;
+        opts.passes.enabled = passes;
+        session s(g, opts);
+        if (passes) {
+          const graph& planned = s.planned_graph({"x", "y"}, {"out"});
+          EXPECT_EQ(std::count_if(planned.nodes().begin(), planned.nodes().end(),
+                                  [](const node& nd) { return nd.op() == "fused_elementwise"; }),
+                    1);
+        }
+        return values(s.run({{"x", x}, {"y", y}}, {"out"}).at(0));
+      };
+      const auto fused = run(true);
+      const auto unfused = run(false);
+      ASSERT_EQ(fused.size(), unfused.size());
+      int reported = 0;
+      for (std::size_t i = 0; i < fused.size(); ++i) {
+        if (!same_value(fused[i], unfused[i]) && reported++ < 5) {
+          ADD_FAILURE() << "element " << i << " (" << xs[i] << ", " << ys[i] << "): fused "
+                        << fused[i] << ", unfused " << unfused[i];
+        }
+      }
+    }
   }
 }
 

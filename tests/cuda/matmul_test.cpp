@@ -2,15 +2,17 @@
 // float64 reference written here (an explicit sum over K, then bias, residual and the
 // activation) and against the CPU kernel of the same node: transposes, batches with
 // broadcasting (one strided call and the grouped form), odd sizes, K = 0 and empty outputs,
-// non-contiguous inputs, every epilogue (cuBLASLt's own and the follow-up kernel's), the
-// residual written in place, every float dtype; bad input at run time. The registry test
-// runs without a GPU; the others skip there.
+// non-contiguous inputs, every epilogue, every float dtype; fused_matmul against the unfused
+// graph on the GPU, bit for bit, over NaN, infinities and signed zeros (Note [cuda matmul
+// epilogues]); bad input at run time. The registry test runs without a GPU; the others skip
+// there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numbers>
 #include <optional>
 #include <ostream>
@@ -270,7 +272,8 @@ struct built {
 };
 
 // One matmul or fused_matmul node "y" on `device` over fed inputs; the residual goes through
-// neg(neg(.)) so that the node holds the only reference to it (written in place).
+// neg(neg(.)) so that the node holds the only reference to it (which the kernel may not
+// write: the product is computed before the residual is read).
 built build(const case_spec& c, dtype t, const std::string& device, bool fused,
             std::uint64_t seed) {
   built out;
@@ -435,6 +438,75 @@ TEST(CudaFusedMatmul, LargeWithBiasRelu) {
   LOOM_REQUIRE_GPU();
   check_case({{256, 512}, {512, 384}, false, false, true, false, "relu"}, dtype::f32, true);
   check_case({{256, 512}, {512, 384}, false, false, true, true, "gelu_tanh"}, dtype::bf16, true);
+}
+
+// fused_matmul gives what matmul, bias_add, add and the activation give on the GPU, bit for
+// bit (Note [cuda matmul epilogues]): inputs with NaN and infinities in a and b, every
+// special value in the bias and spread over the residual (NaN, +-inf, -0, subnormals, the
+// largest magnitudes), a row of zeros in a (a core of zeros), every activation, every type.
+TEST(CudaFusedMatmul, SpecialValuesAsTheUnfusedGraphBitForBit) {
+  LOOM_REQUIRE_GPU();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const dtype t : float_types) {
+    const double huge = t == dtype::f16 ? 6e4 : t == dtype::f64 ? 1.7e308 : 3e38;
+    const double sub = t == dtype::f16 ? 1e-7 : t == dtype::f64 ? 1e-310 : 1e-40;
+    const std::vector<double> specials{nan, inf, -inf, 0.0, -0.0, sub, -sub, huge, -huge, 1.5};
+    const auto ns = static_cast<std::int64_t>(specials.size());
+    const std::int64_t m = 6, k = 9, n = ns + 3;
+    tensor a = random_tensor(t, {m, k}, 11);
+    tensor b = random_tensor(t, {k, n}, 12);
+    tensor bias = random_tensor(t, {n}, 13);
+    tensor r = random_tensor(t, {m, n}, 14);
+    put(a, 2, nan);
+    put(a, k + 4, inf);
+    for (std::int64_t j = 0; j < k; ++j) put(a, 2 * k + j, 0.0);
+    put(b, 3 * n + 1, -inf);
+    for (std::int64_t j = 0; j < ns; ++j) put(bias, j, specials[static_cast<std::size_t>(j)]);
+    for (std::int64_t i = 0; i < m * n; i += 5) {
+      put(r, i, specials[static_cast<std::size_t>(i / 5 % ns)]);
+    }
+    for (const char* act : {"none", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid"}) {
+      SCOPED_TRACE(std::string(to_string(t)) + " " + act);
+      graph g;
+      graph_builder gb(g);
+      const node_options on_gpu{.device = "cuda:0"};
+      auto pa = ops::placeholder(gb, "a", t, a.shape());
+      auto pb = ops::placeholder(gb, "b", t, b.shape());
+      auto pbias = ops::placeholder(gb, "bias", t, bias.shape());
+      auto pr = ops::placeholder(gb, "r", t, r.shape());
+      output y = ops::add(ops::bias_add(ops::matmul(pa, pb, false, false, on_gpu), pbias, "NHWC",
+                                        on_gpu),
+                          pr, on_gpu);
+      const std::string a_name(act);
+      if (a_name == "relu") y = ops::relu(y, on_gpu);
+      if (a_name == "gelu") y = ops::gelu(y, "none", on_gpu);
+      if (a_name == "gelu_tanh") y = ops::gelu(y, "tanh", on_gpu);
+      if (a_name == "tanh") y = ops::tanh(y, on_gpu);
+      if (a_name == "sigmoid") y = ops::sigmoid(y, on_gpu);
+      ops::identity(y, {.name = "y", .device = "cpu:0"});
+      const std::vector<feed> feeds{{"a", a}, {"b", b}, {"bias", bias}, {"r", r}};
+      session fused(g);
+      session_options off;
+      off.passes.enabled = false;
+      session unfused(g, off);
+      const graph& planned = fused.planned_graph({"a", "b", "bias", "r"}, {"y"});
+      EXPECT_EQ(std::count_if(planned.nodes().begin(), planned.nodes().end(),
+                              [](const node& nd) { return nd.op() == "fused_matmul"; }),
+                1);
+      const auto got = values_of(to_host(fused, fused.run(feeds, {"y"}).at(0)));
+      const auto want = values_of(to_host(unfused, unfused.run(feeds, {"y"}).at(0)));
+      ASSERT_EQ(got.size(), want.size());
+      int reported = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const bool same = std::isnan(want[i]) ? std::isnan(got[i])
+                                              : std::memcmp(&got[i], &want[i], sizeof(double)) == 0;
+        if (!same && reported++ < 8) {
+          ADD_FAILURE() << "element " << i << ": fused " << got[i] << ", unfused " << want[i];
+        }
+      }
+    }
+  }
 }
 
 // ---- without a GPU ---------------------------------------------------------------------------

@@ -580,6 +580,53 @@ TEST(CudaSoftmaxCrossEntropy, LabelsOutOfRangeGiveNanRowsOnTheGpu) {
   EXPECT_NEAR(loss[0], values(want[0])[0], 1e-5);
 }
 
+// The loss is the unfused form's, -sum(one_hot * log_softmax), NaN included (Note [xent as
+// its unfused form]): a -inf logit of another class, or the largest finite magnitudes of
+// both signs in one row, make one_hot's 0 meet a -inf log-softmax value, and the loss NaN,
+// as on the CPU; a -inf at the label is an infinite loss. Rows short enough for a warp and
+// long enough for a block.
+TEST(CudaSoftmaxCrossEntropy, SpecialLogitsGiveTheUnfusedFormsLossAsOnTheCpu) {
+  LOOM_REQUIRE_GPU();
+  for (const dtype t : floats) {
+    const double huge = t == dtype::f16 ? 6e4 : t == dtype::f64 ? 1.7e308 : 3e38;
+    for (const std::int64_t c : {std::int64_t{6}, std::int64_t{700}}) {
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      const double inf = std::numeric_limits<double>::infinity();
+      std::vector<std::vector<double>> rows;
+      std::vector<double> labels;
+      const auto base = values(random(t, {1, c}, 97, -3.0, 3.0));
+      auto add = [&](std::int64_t at, double v, double label) {
+        auto r = base;
+        if (at >= 0) r[static_cast<std::size_t>(at)] = v;
+        rows.push_back(r);
+        labels.push_back(label);
+      };
+      add(-1, 0, 1);         // ordinary
+      add(4, -inf, 1);       // -inf elsewhere: NaN
+      add(1, -inf, 1);       // -inf at the label: inf
+      add(4, nan, 1);        // NaN: NaN
+      add(4, inf, 1);        // inf: NaN
+      add(0, huge, 0);       // dominant: a loss of 0
+      rows.back()[5] = -huge;  // and x - max overflows: NaN
+      add(3, huge, 3);       // dominant at the label: 0
+      const auto n = static_cast<std::int64_t>(rows.size());
+      std::vector<double> lv;
+      for (const auto& r : rows) lv.insert(lv.end(), r.begin(), r.end());
+      const tensor logits = make(t, {n, c}, lv);
+      const tensor lab = make(dtype::i64, {n}, labels);
+      const op_node node = op_node::of("softmax_cross_entropy", {logits, lab});
+      const auto want = node.run(reference_cpu(), {logits, lab});
+      const auto got = node.run(test_gpu(), {to_gpu(logits), to_gpu(lab)});
+      const auto loss = values(want[0]);
+      EXPECT_TRUE(std::isnan(loss[1])) << to_string(t) << " " << c;
+      EXPECT_TRUE(std::isinf(loss[2])) << to_string(t) << " " << c;
+      EXPECT_TRUE(std::isnan(loss[5])) << to_string(t) << " " << c;
+      expect_same(to_host(got[0]), want[0], tol(t, 10.0),
+                  label("softmax_cross_entropy", t, {n, c}, "special logits"));
+    }
+  }
+}
+
 // ---- through a session --------------------------------------------------------------------------
 
 TEST(CudaReductionSession, AGraphPlacedOnTheGpuMatchesTheCpu) {

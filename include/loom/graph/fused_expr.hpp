@@ -15,9 +15,10 @@
 //
 // Semantics (Note [fused element-wise semantics], src/graph/ops/fused_ops.cpp): every value
 // is computed element-wise over the broadcast shape of all the inputs, in the compute type
-// (float for float16 / bfloat16), each op exactly as its own kernel computes it; only the
-// results are rounded to the element type. `expand` writes the same program as ordinary
-// nodes (the unfused form), which is also how the op's gradient is built.
+// (float for float16 / bfloat16), each op exactly as its own kernel computes it and rounded
+// to the element type as that kernel stores it, so the node gives bit for bit what `expand`
+// gives: the same program as ordinary nodes (the unfused form), which is also how the op's
+// gradient is built.
 #pragma once
 
 #include <array>

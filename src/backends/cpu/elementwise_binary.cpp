@@ -2,161 +2,20 @@
 // div, pow, maximum, minimum; the comparisons equal, not_equal, less, less_equal, greater,
 // greater_equal (bool results); logical_and, logical_or.
 //
-// As in elementwise_unary.cpp, each op is a functor on one pair of elements in the compute
-// type; binary_kernel<Op> dispatches on the dtype once per call (Note [element-wise
-// iteration]).
-#include <cmath>
-
+// As in elementwise_unary.cpp, each op is a functor of elementwise_ops.hpp on one pair of
+// elements in the compute type; binary_kernel<Op> dispatches on the dtype once per call
+// (Note [element-wise iteration]).
 #include "cpu_kernels.hpp"
 #include "elementwise_kernels.hpp"
 #include "elementwise_loop.hpp"
-#include "elementwise_math.hpp"
+#include "elementwise_ops.hpp"
 
 namespace loom::cpu {
 namespace {
 
 using namespace ew;
 
-template <class T>
-inline constexpr bool is_float = std::is_floating_point_v<T> || is_half_like<T>;
-template <class T>
-inline constexpr bool is_number = !std::is_same_v<T, bool>;
-
 constexpr double cheap = 0.5;
-
-struct add_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_add(a, b);
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct sub_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_sub(a, b);
-    } else {
-      return a - b;
-    }
-  }
-};
-
-struct mul_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_mul(a, b);
-    } else {
-      return a * b;
-    }
-  }
-};
-
-// Integer division truncates toward zero, as C's does. A zero divisor is caught before the
-// loop (div_kernel); the guards here only keep the loop free of undefined behaviour:
-// INT_MIN / -1 wraps to INT_MIN.
-struct div_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      if (b == 0) return C{0};
-      if constexpr (std::is_signed_v<C>) {
-        if (b == C{-1}) return wrap_neg(a);
-      }
-      return static_cast<C>(a / b);
-    } else {
-      return a / b;
-    }
-  }
-};
-
-struct pow_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    return std::pow(a, b);
-  }
-};
-
-// NumPy's maximum / minimum: NaN on either side gives NaN.
-struct maximum_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_floating_point_v<C>) {
-      return ((a > b) | (a != a)) ? a : b;
-    } else {
-      return a > b ? a : b;
-    }
-  }
-};
-
-struct minimum_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_floating_point_v<C>) {
-      return ((a < b) | (a != a)) ? a : b;
-    } else {
-      return a < b ? a : b;
-    }
-  }
-};
-
-#define LOOM_COMPARISON(name, expr, types)     \
-  struct name {                                \
-    template <class T>                         \
-    static constexpr bool supports = types;    \
-    static constexpr bool bool_out = true;     \
-    template <class C>                         \
-    bool operator()(C a, C b) const noexcept { \
-      return expr;                             \
-    }                                          \
-  };
-LOOM_COMPARISON(equal_op, a == b, true)
-LOOM_COMPARISON(not_equal_op, a != b, true)
-LOOM_COMPARISON(less_op, a < b, is_number<T>)
-LOOM_COMPARISON(less_equal_op, a <= b, is_number<T>)
-LOOM_COMPARISON(greater_op, a > b, is_number<T>)
-LOOM_COMPARISON(greater_equal_op, a >= b, is_number<T>)
-LOOM_COMPARISON(logical_and_op, (a & b) != 0, (std::is_same_v<T, bool>))
-LOOM_COMPARISON(logical_or_op, (a | b) != 0, (std::is_same_v<T, bool>))
-#undef LOOM_COMPARISON
-
-// relu's gradient from its output: dy where y > 0, else 0 (one pass, where the composed
-// form would be greater + where).
-struct relu_grad_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C dy, C y) const noexcept {
-    return y > C{0} ? dy : C{0};
-  }
-};
 
 template <class Op>
 class binary_kernel final : public op_kernel {

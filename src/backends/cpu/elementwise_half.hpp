@@ -61,4 +61,33 @@ inline bfloat16 float_to_bfloat16(float f) noexcept {
       static_cast<std::uint16_t>(select_bits((u & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded)));
 }
 
+/// half_to_float(float_to_half(f)) without leaving float, for every float f bit for bit
+/// (NaN included: the quiet NaN of f's sign), in about half the operations: what a fused
+/// kernel does after every op to keep each value as the unfused op stores it. Adding and
+/// subtracting m = 2^13 x (f's exponent, at least float16's smallest normal exponent)
+/// rounds f to the float16 quantum at its exponent (2^-24 below the normals), to nearest
+/// even, by the float addition itself.
+inline float round_to_half(float f) noexcept {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = u & 0x80000000u;
+  const std::uint32_t e = u & 0x7f800000u;
+  const std::uint32_t m_bits = (e < 0x38800000u ? 0x38800000u : e) + (13u << 23);
+  const float m = std::bit_cast<float>(m_bits | sign);
+  // x - x is +0: the sign goes back on (a value that rounds to zero keeps f's sign).
+  const std::uint32_t y = std::bit_cast<std::uint32_t>((f + m) - m) | sign;
+  const std::uint32_t a = u & 0x7fffffffu;
+  // 65520 and above round to inf (65504 is the largest float16); NaN becomes the quiet NaN.
+  std::uint32_t o = select_bits(a >= 0x477ff000u, sign | 0x7f800000u, y);
+  o = select_bits(a > 0x7f800000u, sign | 0x7fc00000u, o);
+  return std::bit_cast<float>(o);
+}
+
+/// bfloat16_to_float(float_to_bfloat16(f)) without the 16-bit round trip, bit for bit.
+inline float round_to_bfloat16(float f) noexcept {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const std::uint32_t quiet_nan = (u & 0xffff0000u) | 0x00400000u;
+  return std::bit_cast<float>(select_bits((u & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded));
+}
+
 }  // namespace loom::cpu::ew

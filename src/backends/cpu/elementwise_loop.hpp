@@ -66,6 +66,20 @@ inline T store(compute_t<T> v) noexcept {
   }
 }
 
+/// A computed value as T holds it, in the compute type: load(store<T>(v)) bit for bit,
+/// without the 16-bit round trip (round_to_half / round_to_bfloat16); v itself for the
+/// other types.
+template <class T>
+inline compute_t<T> round_to(compute_t<T> v) noexcept {
+  if constexpr (std::is_same_v<T, half>) {
+    return round_to_half(v);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    return round_to_bfloat16(v);
+  } else {
+    return v;
+  }
+}
+
 // ---- plans -----------------------------------------------------------------------------------
 
 /// How to walk N operands (operand 0: the dense output; 1..N-1: inputs) over an output

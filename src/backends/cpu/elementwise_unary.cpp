@@ -1,180 +1,24 @@
 // CPU kernels of the unary element-wise ops: neg, abs, exp, log, sqrt, rsqrt, tanh, sigmoid,
 // relu, gelu, erf, square, reciprocal, logical_not.
 //
-// Each op is a functor computing one element in its compute type (float for float16 and
-// bfloat16, see Note [element-wise iteration]); unary_kernel<Op> dispatches on the dtype
-// once per call and runs the functor over the tensor, in place when the input's buffer is
-// the node's alone.
-#include <cmath>
-#include <numbers>
-
+// Each op is a functor of elementwise_ops.hpp computing one element in its compute type
+// (float for float16 and bfloat16, see Note [element-wise iteration]); unary_kernel<Op>
+// dispatches on the dtype once per call and runs the functor over the tensor, in place when
+// the input's buffer is the node's alone.
 #include "cpu_kernels.hpp"
 #include "elementwise_kernels.hpp"
 #include "elementwise_loop.hpp"
-#include "elementwise_math.hpp"
+#include "elementwise_ops.hpp"
 
 namespace loom::cpu {
 namespace {
 
 using namespace ew;
 
-template <class T>
-inline constexpr bool is_float = std::is_floating_point_v<T> || is_half_like<T>;
-template <class T>
-inline constexpr bool is_signed_number = is_float<T> || is_signed_int<T>;
-
 // Approximate cost of one element in nanoseconds, for splitting work across threads.
 constexpr double cheap = 0.5;
 constexpr double transcendental = 4.0;
 constexpr double libm = 15.0;
-
-struct neg_op {
-  template <class T>
-  static constexpr bool supports = is_signed_number<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return wrap_neg(x);
-  }
-};
-
-struct abs_op {
-  template <class T>
-  static constexpr bool supports = is_signed_number<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return x < 0 ? wrap_neg(x) : x;
-    } else {
-      return std::fabs(x);
-    }
-  }
-};
-
-struct exp_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  float operator()(float x) const noexcept { return fast_exp(x); }
-  double operator()(double x) const noexcept { return std::exp(x); }
-};
-
-struct log_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return std::log(x);
-  }
-};
-
-struct sqrt_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return std::sqrt(x);
-  }
-};
-
-struct rsqrt_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return C{1} / std::sqrt(x);
-  }
-};
-
-struct tanh_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  float operator()(float x) const noexcept { return fast_tanh(x); }
-  double operator()(double x) const noexcept { return std::tanh(x); }
-};
-
-struct sigmoid_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  float operator()(float x) const noexcept { return fast_sigmoid(x); }
-  double operator()(double x) const noexcept { return 1.0 / (1.0 + std::exp(-x)); }
-};
-
-struct relu_op {
-  template <class T>
-  static constexpr bool supports = !std::is_same_v<T, bool>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    if constexpr (std::is_unsigned_v<C>) {
-      return x;
-    } else {
-      // NaN < 0 is false: NaN passes through.
-      return x < C{0} ? C{0} : x;
-    }
-  }
-};
-
-// x * Phi(x) = x/2 * erfc(-x / sqrt 2): erfc keeps the left tail accurate, where 1 + erf
-// would cancel.
-struct gelu_erf_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return C{0.5} * x * std::erfc(-x * std::numbers::sqrt2_v<C> / C{2});
-  }
-};
-
-// x/2 * (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), written as x * sigmoid(2u),
-// which does not cancel for negative x.
-struct gelu_tanh_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  static constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
-  float operator()(float x) const noexcept {
-    const float u = static_cast<float>(k) * (x + 0.044715f * x * x * x);
-    return x * fast_sigmoid(2.0f * u);
-  }
-  double operator()(double x) const noexcept {
-    const double u = k * (x + 0.044715 * x * x * x);
-    return x / (1.0 + std::exp(-2.0 * u));
-  }
-};
-
-struct erf_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return std::erf(x);
-  }
-};
-
-struct square_op {
-  template <class T>
-  static constexpr bool supports = is_signed_number<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_mul(x, x);
-    } else {
-      return x * x;
-    }
-  }
-};
-
-struct reciprocal_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return C{1} / x;
-  }
-};
-
-struct logical_not_op {
-  template <class T>
-  static constexpr bool supports = std::is_same_v<T, bool>;
-  bool operator()(bool x) const noexcept { return !x; }
-};
 
 // Runs `op` over input 0 for its dtype (T), or fails for a dtype the op does not take
 // (the registry's constraints keep such nodes away; a hand-made node could still ask).

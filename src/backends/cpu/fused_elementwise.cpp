@@ -10,7 +10,9 @@
 //   - each instruction runs one tight loop over the tile (the op inlined, so the loop
 //     vectorises as the unfused kernels' loops do) from its operands' arrays or constants
 //     into a tile buffer, or straight into an output's memory when the value is a result
-//     and the output is in the compute type;
+//     and the output is in the compute type; for float16 / bfloat16 the loop rounds each
+//     value to T, as the op's own kernel stores it (Note [fused element-wise semantics];
+//     round_to, without a 16-bit round trip; not for ops that select an operand);
 //   - instructions whose operands are all constants (literals, one-element inputs) are
 //     computed once per call, with the same functions, and are constants themselves.
 // Tile buffers are assigned by a linear scan over the instructions, and a buffer is reused
@@ -39,6 +41,7 @@
 #include "elementwise_kernels.hpp"
 #include "elementwise_loop.hpp"
 #include "elementwise_math.hpp"
+#include "elementwise_ops.hpp"
 #include "loom/graph/fused_expr.hpp"
 
 namespace loom::cpu {
@@ -52,75 +55,47 @@ inline constexpr bool is_unary = static_cast<int>(Op) < static_cast<int>(ew_op::
 
 // ---- one element -----------------------------------------------------------------------------
 
-// Op applied to (a, b) in the compute type C (b unused by unary ops): exactly the functors of
-// elementwise_unary.cpp and elementwise_binary.cpp for floating-point types.
+// The functor of elementwise_ops.hpp that computes Op.
+template <ew_op Op>
+struct functor_of;
+#define LOOM_FUNCTOR_OF(op, f) \
+  template <>                  \
+  struct functor_of<ew_op::op> { \
+    using type = f;            \
+  };
+LOOM_FUNCTOR_OF(neg, neg_op)
+LOOM_FUNCTOR_OF(abs, abs_op)
+LOOM_FUNCTOR_OF(exp, exp_op)
+LOOM_FUNCTOR_OF(log, log_op)
+LOOM_FUNCTOR_OF(sqrt, sqrt_op)
+LOOM_FUNCTOR_OF(rsqrt, rsqrt_op)
+LOOM_FUNCTOR_OF(tanh, tanh_op)
+LOOM_FUNCTOR_OF(sigmoid, sigmoid_op)
+LOOM_FUNCTOR_OF(relu, relu_op)
+LOOM_FUNCTOR_OF(gelu, gelu_erf_op)
+LOOM_FUNCTOR_OF(gelu_tanh, gelu_tanh_op)
+LOOM_FUNCTOR_OF(erf, erf_op)
+LOOM_FUNCTOR_OF(square, square_op)
+LOOM_FUNCTOR_OF(reciprocal, reciprocal_op)
+LOOM_FUNCTOR_OF(add, add_op)
+LOOM_FUNCTOR_OF(sub, sub_op)
+LOOM_FUNCTOR_OF(mul, mul_op)
+LOOM_FUNCTOR_OF(div, div_op)
+LOOM_FUNCTOR_OF(pow, pow_op)
+LOOM_FUNCTOR_OF(maximum, maximum_op)
+LOOM_FUNCTOR_OF(minimum, minimum_op)
+LOOM_FUNCTOR_OF(relu_grad, relu_grad_op)
+#undef LOOM_FUNCTOR_OF
+
+// Op applied to (a, b) in the compute type C (b unused by unary ops): the very functor the
+// op's own kernel runs (elementwise_ops.hpp), so every value is bit for bit the unfused one.
 template <ew_op Op, class C>
 [[gnu::always_inline]] inline C eval(C a, [[maybe_unused]] C b) noexcept {
-  constexpr bool is_f32 = std::is_same_v<C, float>;
-  if constexpr (Op == ew_op::neg) {
-    return -a;
-  } else if constexpr (Op == ew_op::abs) {
-    return std::fabs(a);
-  } else if constexpr (Op == ew_op::exp) {
-    if constexpr (is_f32)
-      return fast_exp(a);
-    else
-      return std::exp(a);
-  } else if constexpr (Op == ew_op::log) {
-    return std::log(a);
-  } else if constexpr (Op == ew_op::sqrt) {
-    return std::sqrt(a);
-  } else if constexpr (Op == ew_op::rsqrt) {
-    return C{1} / std::sqrt(a);
-  } else if constexpr (Op == ew_op::tanh) {
-    if constexpr (is_f32)
-      return fast_tanh(a);
-    else
-      return std::tanh(a);
-  } else if constexpr (Op == ew_op::sigmoid) {
-    if constexpr (is_f32)
-      return fast_sigmoid(a);
-    else
-      return 1.0 / (1.0 + std::exp(-a));
-  } else if constexpr (Op == ew_op::relu) {
-    // NaN < 0 is false: NaN passes through.
-    return a < C{0} ? C{0} : a;
-  } else if constexpr (Op == ew_op::gelu) {
-    return C{0.5} * a * std::erfc(-a * std::numbers::sqrt2_v<C> / C{2});
-  } else if constexpr (Op == ew_op::gelu_tanh) {
-    constexpr double k = 0.7978845608028654;  // sqrt(2 / pi)
-    if constexpr (is_f32) {
-      const float u = static_cast<float>(k) * (a + 0.044715f * a * a * a);
-      return a * fast_sigmoid(2.0f * u);
-    } else {
-      const double u = k * (a + 0.044715 * a * a * a);
-      return a / (1.0 + std::exp(-2.0 * u));
-    }
-  } else if constexpr (Op == ew_op::erf) {
-    return std::erf(a);
-  } else if constexpr (Op == ew_op::square) {
-    return a * a;
-  } else if constexpr (Op == ew_op::reciprocal) {
-    return C{1} / a;
-  } else if constexpr (Op == ew_op::add) {
-    return a + b;
-  } else if constexpr (Op == ew_op::sub) {
-    return a - b;
-  } else if constexpr (Op == ew_op::mul) {
-    return a * b;
-  } else if constexpr (Op == ew_op::div) {
-    return a / b;
-  } else if constexpr (Op == ew_op::pow) {
-    return std::pow(a, b);
-  } else if constexpr (Op == ew_op::maximum) {
-    // NumPy's maximum / minimum: NaN on either side gives NaN.
-    return ((a > b) | (a != a)) ? a : b;
-  } else if constexpr (Op == ew_op::minimum) {
-    return ((a < b) | (a != a)) ? a : b;
+  using F = typename functor_of<Op>::type;
+  if constexpr (is_unary<Op>) {
+    return F{}(a);
   } else {
-    static_assert(Op == ew_op::relu_grad);
-    // relu_grad(dy, y): dy where y > 0, else 0.
-    return b > C{0} ? a : C{0};
+    return F{}(a, b);
   }
 }
 
@@ -195,21 +170,40 @@ double cost_of(ew_op op, bool f32) {
 template <class C>
 using step_fn = void (*)(C* out, const C* a, const C* b, C sa, C sb, std::int64_t n);
 
-template <ew_op Op, class C>
-[[gnu::always_inline]] inline void loop_vv(C* out, const C* a, const C* b, std::int64_t n) {
-  if constexpr (is_unary<Op>) {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = eval<Op, C>(a[i], C{});
+// Ops whose value is one of their operands, its negation or a zero: from values of T they
+// give a value of T, which needs no rounding.
+template <ew_op Op>
+inline constexpr bool selects_in_t = Op == ew_op::neg || Op == ew_op::abs || Op == ew_op::relu ||
+                                     Op == ew_op::maximum || Op == ew_op::minimum ||
+                                     Op == ew_op::relu_grad;
+
+// Op's value as T holds it (Note [fused element-wise semantics]): a float16 / bfloat16 value
+// rounded to the type, as the op's own kernel stores it; float and double as computed.
+template <ew_op Op, class T>
+[[gnu::always_inline]] inline compute_t<T> value_of(compute_t<T> v) noexcept {
+  if constexpr (selects_in_t<Op>) {
+    return v;
   } else {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = eval<Op, C>(a[i], b[i]);
+    return round_to<T>(v);
   }
 }
-template <ew_op Op, class C>
-[[gnu::always_inline]] inline void loop_sv(C* out, C sa, const C* b, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = eval<Op, C>(sa, b[i]);
+
+// The loops of element type T, computing in C = compute_t<T>.
+template <ew_op Op, class T, class C = compute_t<T>>
+[[gnu::always_inline]] inline void loop_vv(C* out, const C* a, const C* b, std::int64_t n) {
+  if constexpr (is_unary<Op>) {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = value_of<Op, T>(eval<Op, C>(a[i], C{}));
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = value_of<Op, T>(eval<Op, C>(a[i], b[i]));
+  }
 }
-template <ew_op Op, class C>
+template <ew_op Op, class T, class C = compute_t<T>>
+[[gnu::always_inline]] inline void loop_sv(C* out, C sa, const C* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = value_of<Op, T>(eval<Op, C>(sa, b[i]));
+}
+template <ew_op Op, class T, class C = compute_t<T>>
 [[gnu::always_inline]] inline void loop_vs(C* out, const C* a, C sb, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = eval<Op, C>(a[i], sb);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = value_of<Op, T>(eval<Op, C>(a[i], sb));
 }
 
 // The three loops of every op: both operands arrays (the only one a unary op uses), a
@@ -386,17 +380,17 @@ template <class T, class C>
 // instantiated in wrappers that differ only in their target attribute.
 #define LOOM_FUSED_ISA(name, target_attr)                                                        \
   struct name {                                                                                  \
-    template <ew_op Op, class C>                                                                 \
+    template <ew_op Op, class T, class C = compute_t<T>>                                         \
     target_attr static void vv(C* out, const C* a, const C* b, C, C, std::int64_t n) {           \
-      loop_vv<Op, C>(out, a, b, n);                                                              \
+      loop_vv<Op, T>(out, a, b, n);                                                              \
     }                                                                                            \
-    template <ew_op Op, class C>                                                                 \
+    template <ew_op Op, class T, class C = compute_t<T>>                                         \
     target_attr static void sv(C* out, const C*, const C* b, C sa, C, std::int64_t n) {          \
-      loop_sv<Op, C>(out, sa, b, n);                                                             \
+      loop_sv<Op, T>(out, sa, b, n);                                                             \
     }                                                                                            \
-    template <ew_op Op, class C>                                                                 \
+    template <ew_op Op, class T, class C = compute_t<T>>                                         \
     target_attr static void vs(C* out, const C* a, const C*, C, C sb, std::int64_t n) {          \
-      loop_vs<Op, C>(out, a, sb, n);                                                             \
+      loop_vs<Op, T>(out, a, sb, n);                                                             \
     }                                                                                            \
     template <class T, class C>                                                                  \
     target_attr static void tiles(const tile_program<T, C>& p, std::int64_t tb, std::int64_t te, \
@@ -440,23 +434,24 @@ isa_level best_isa() noexcept {
   return level;
 }
 
-template <class Isa, class C, std::size_t... I>
-constexpr std::array<op_loops<C>, num_ew_ops> make_loops(std::index_sequence<I...>) {
-  return {{op_loops<C>{&Isa::template vv<static_cast<ew_op>(I), C>,
-                       &Isa::template sv<static_cast<ew_op>(I), C>,
-                       &Isa::template vs<static_cast<ew_op>(I), C>}...}};
+template <class Isa, class T, std::size_t... I>
+constexpr std::array<op_loops<compute_t<T>>, num_ew_ops> make_loops(std::index_sequence<I...>) {
+  return {{op_loops<compute_t<T>>{&Isa::template vv<static_cast<ew_op>(I), T>,
+                                  &Isa::template sv<static_cast<ew_op>(I), T>,
+                                  &Isa::template vs<static_cast<ew_op>(I), T>}...}};
 }
 
-template <class C>
-const op_loops<C>& loops_of(ew_op op, isa_level isa) {
+// The loops of `op` for element type T (each rounds its values to T).
+template <class T>
+const op_loops<compute_t<T>>& loops_of(ew_op op, isa_level isa) {
   constexpr auto all = std::make_index_sequence<num_ew_ops>{};
-  static constexpr auto baseline = make_loops<baseline_isa, C>(all);
+  static constexpr auto baseline = make_loops<baseline_isa, T>(all);
 #if LOOM_FUSED_HAS_AVX512
-  static constexpr auto avx512 = make_loops<avx512_isa, C>(all);
+  static constexpr auto avx512 = make_loops<avx512_isa, T>(all);
   if (isa == isa_level::avx512) return avx512[static_cast<std::size_t>(op)];
 #endif
 #if LOOM_FUSED_HAS_AVX2
-  static constexpr auto avx2 = make_loops<avx2_isa, C>(all);
+  static constexpr auto avx2 = make_loops<avx2_isa, T>(all);
   if (isa == isa_level::avx2) return avx2[static_cast<std::size_t>(op)];
 #endif
   (void)isa;
@@ -584,9 +579,13 @@ void fused_elementwise_kernel::run(kernel_context& ctx) const {
   }
 
   // Instructions: fold those of constants; note each value's defining and last reader.
+  // A value of T in the compute type: a float16 / bfloat16 value rounded to T first.
+  auto as_t = [](C c) { return round_to<T>(c); };
   auto operand_constant = [&](const fused_operand& a, C& c) {
     if (a.is_literal()) {
-      c = static_cast<C>(a.literal);
+      // As expand() writes it: ops::scalar of T (a double rounded through float for the
+      // 16-bit types).
+      c = as_t(static_cast<C>(a.literal));
       return true;
     }
     const auto& v = val[static_cast<std::size_t>(a.value)];
@@ -608,7 +607,7 @@ void fused_elementwise_kernel::run(kernel_context& ctx) const {
     val[v].def = k;
     if (all_constant) {
       val[v].w = where::constant;
-      loops_of<C>(in.op, isa).vv(&val[v].constant, &c[0], &c[1], c[0], c[1], 1);
+      loops_of<T>(in.op, isa).vv(&val[v].constant, &c[0], &c[1], c[0], c[1], 1);
     } else {
       val[v].w = where::buffer;  // or an output's memory, decided below
     }
@@ -703,7 +702,7 @@ void fused_elementwise_kernel::run(kernel_context& ctx) const {
     }
     if (val[v].w == where::buffer) val[v].ref.buf = take();
     st.out = val[v].ref;
-    const op_loops<C>& l = loops_of<C>(in.op, isa);
+    const op_loops<C>& l = loops_of<T>(in.op, isa);
     st.fn = st.a_const ? l.sv : st.b_const ? l.vs : l.vv;
     steps.push_back(st);
   }

@@ -319,7 +319,10 @@ template <bool Stream, class T, int L>
     // infinity itself.
     const double delta = std::isfinite(centre) ? s1 / dn : 0.0;
     const double mean = static_cast<double>(centre) + delta;
-    double var = (s2 - s1 * (s1 / dn)) / dn;
+    // An infinite Σd² is an infinite variance, as mean(square(d)) gives it (rstd 0, y =
+    // beta): the correction term, tiny beside Σd², can overflow with it (float64 values
+    // near the largest finite), and inf - inf would make the row NaN.
+    double var = std::isinf(s2) ? s2 : (s2 - s1 * (s1 / dn)) / dn;
     var = var < 0.0 ? 0.0 : var;  // rounding only; NaN stays NaN
     const double rstd = 1.0 / std::sqrt(var + a.eps);
     if constexpr (!widened) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "elementwise_math.hpp"
@@ -199,6 +200,17 @@ class softmax_kernel final : public op_kernel {
 
 // ---- softmax_cross_entropy --------------------------------------------------------------
 
+// Note [xent as its unfused form]
+// softmax_xent_fusion replaces -reduce_sum(one_hot(labels) * log_softmax(logits)) with this
+// op, and a pass never changes an answer, so the loss is computed as that form computes it,
+// to the bit: y = log_softmax's row, (x - m) - log(sum of exp(x - m)) with the same max,
+// the same blocked sum and the same rounding to T, and loss = -y[label] (the products with
+// one_hot's zeros add only zeros: -0 for a loss of exactly 0, as the form's negated sum
+// gives). One more rule comes from those zeros: 0 * -inf is NaN, so a row where y of any
+// other class is -inf (a logit of -inf, or x - m overflowing: 3e38 and -3e38 in one row;
+// in float16, y past -65504) has a NaN loss in the form, and here too, not the finite
+// loss the label's own term would give.
+
 template <class T, class L>
 void xent_into(kernel_context& ctx, const T* x, const L* labels, T* loss, T* backprop,
                std::int64_t rows, std::int64_t classes) {
@@ -220,6 +232,13 @@ void xent_into(kernel_context& ctx, const T* x, const L* labels, T* loss, T* bac
           const auto l = static_cast<std::int64_t>(labels[r]);
           const C m = row_max(xr, classes);
           const C at_label = load(xr[l]) - m;  // read before br (maybe xr's buffer) is written
+          // The smallest x - m of the other classes (Note [xent as its unfused form]); NaN
+          // is skipped, it reaches the loss through the sum anyway.
+          C lowest = std::numeric_limits<C>::infinity();
+          for (std::int64_t i = 0; i < classes; ++i) {
+            const C d = load(xr[i]) - m;
+            lowest = (i != l) & (d < lowest) ? d : lowest;
+          }
           C* ex = nullptr;
           if constexpr (std::is_same_v<T, C>) {
             ex = br;
@@ -232,7 +251,11 @@ void xent_into(kernel_context& ctx, const T* x, const L* labels, T* loss, T* bac
           const C at_label_p = ex[l] * inv;  // ex may be br: read before the loop scales it
           for (std::int64_t i = 0; i < classes; ++i) br[i] = store<T>(ex[i] * inv);
           br[l] = store<T>(at_label_p - C(1));
-          loss[r] = store<T>(static_cast<C>(std::log(sum)) - at_label);
+          const auto ls = static_cast<C>(std::log(sum));
+          const C lowest_y = load(store<T>(lowest - ls));  // as log_softmax stores it
+          loss[r] = lowest_y == -std::numeric_limits<C>::infinity()
+                        ? store<T>(std::numeric_limits<C>::quiet_NaN())
+                        : store<T>(-(at_label - ls));
         }
       });
 }

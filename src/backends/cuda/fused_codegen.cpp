@@ -8,7 +8,9 @@
 #include <cmath>
 #include <numbers>
 
+#include "backends/elementwise_rules.hpp"
 #include "loom/core/error.hpp"
+#include "loom/core/half.hpp"
 
 namespace loom::cuda {
 namespace {
@@ -123,7 +125,6 @@ std::string op_source(ew_op op, bool f32, const std::string& a, const std::strin
   // Constants in the compute type, as the CPU kernel's C{...} and numbers::sqrt2_v<C>.
   auto c = [&](double v) { return f32 ? float_literal(static_cast<float>(v)) : double_literal(v); };
   const std::string one = f32 ? "1.0f" : "1.0";
-  const std::string zero = f32 ? "0.0f" : "0.0";
   const char* sfx = f32 ? "f" : "";
   switch (op) {
     case ew_op::neg:
@@ -143,8 +144,8 @@ std::string op_source(ew_op op, bool f32, const std::string& a, const std::strin
     case ew_op::sigmoid:
       return f32 ? fmt::format("loom_sigmoid({})", a) : fmt::format("1.0 / (1.0 + exp(-{}))", a);
     case ew_op::relu:
-      // NaN < 0 is false: NaN passes through.
-      return fmt::format("{0} < {1} ? {1} : {0}", a, zero);
+      // Note [NaN rules]: the CPU's and nvcc kernels' own definition.
+      return fmt::format("loom::rules::relu({})", a);
     case ew_op::gelu:
       return fmt::format("{} * {} * erfc{}(-{} * {} / {})", c(0.5), a, sfx, a,
                          c(std::numbers::sqrt2), c(2.0));
@@ -174,13 +175,13 @@ std::string op_source(ew_op op, bool f32, const std::string& a, const std::strin
     case ew_op::pow:
       return fmt::format("pow{}({}, {})", sfx, a, b);
     case ew_op::maximum:
-      // NumPy's maximum / minimum: NaN on either side gives NaN.
-      return fmt::format("({0} > {1} || {0} != {0}) ? {0} : {1}", a, b);
+      // NumPy's maximum / minimum: NaN on either side gives NaN (Note [NaN rules]).
+      return fmt::format("loom::rules::maximum({}, {})", a, b);
     case ew_op::minimum:
-      return fmt::format("({0} < {1} || {0} != {0}) ? {0} : {1}", a, b);
+      return fmt::format("loom::rules::minimum({}, {})", a, b);
     case ew_op::relu_grad:
       // relu_grad(dy, y): dy where y > 0, else 0.
-      return fmt::format("{} > {} ? {} : {}", b, zero, a, zero);
+      return fmt::format("loom::rules::relu_grad({}, {})", a, b);
   }
   throw invalid_argument(
       fmt::format("fused_elementwise: no CUDA source for op {}", static_cast<int>(op)));
@@ -188,6 +189,25 @@ std::string op_source(ew_op op, bool f32, const std::string& a, const std::strin
 
 bool needs_exp(ew_op op) {
   return op == ew_op::exp || op == ew_op::tanh || op == ew_op::sigmoid || op == ew_op::gelu_tanh;
+}
+
+bool needs_rules(ew_op op) {
+  return op == ew_op::relu || op == ew_op::maximum || op == ew_op::minimum ||
+         op == ew_op::relu_grad;
+}
+
+// A literal as the element type t holds it, in the compute type: float16 / bfloat16 round
+// (through float, as ops::scalar of the type does, and the CPU kernel), the others as
+// the CPU kernel's static_cast.
+double literal_of(dtype t, double v) {
+  switch (t) {
+    case dtype::f16:
+      return static_cast<float>(half(static_cast<float>(v)));
+    case dtype::bf16:
+      return static_cast<float>(bfloat16(static_cast<float>(v)));
+    default:
+      return v;
+  }
 }
 
 }  // namespace
@@ -343,10 +363,12 @@ std::string generate_cuda_source(const fused_expr& e, const fused_layout& layout
 
   bool uses_exp = false;
   bool uses_tanh = false;
+  bool uses_rules = false;
   for (std::size_t k = 0; k < e.instrs.size(); ++k) {
     if (!live[static_cast<std::size_t>(e.num_inputs) + k]) continue;
     uses_exp = uses_exp || needs_exp(e.instrs[k].op);
     uses_tanh = uses_tanh || e.instrs[k].op == ew_op::tanh;
+    uses_rules = uses_rules || needs_rules(e.instrs[k].op);
   }
 
   std::string src;
@@ -363,6 +385,7 @@ std::string generate_cuda_source(const fused_expr& e, const fused_layout& layout
   if (t == dtype::bf16) src += bf16_helpers;
   if (f32 && (uses_exp || uses_tanh)) src += float_exp_helper;
   if (f32 && uses_tanh) src += float_tanh_helper;
+  if (uses_rules) src += rules::elementwise_rules_source;
   const auto rank = static_cast<std::size_t>(layout.rank);
   if (rank > 0) {
     line(fmt::format("struct loom_index {{ long long size[{}]; long long stride[{}][{}]; }};", rank,
@@ -422,7 +445,8 @@ std::string generate_cuda_source(const fused_expr& e, const fused_layout& layout
   // Instructions.
   auto operand = [&](const fused_operand& a) {
     if (!a.is_literal()) return fmt::format("v{}", a.value);
-    return f32 ? float_literal(static_cast<float>(a.literal)) : double_literal(a.literal);
+    const double lit = literal_of(t, a.literal);
+    return f32 ? float_literal(static_cast<float>(lit)) : double_literal(lit);
   };
   for (std::size_t k = 0; k < e.instrs.size(); ++k) {
     const std::size_t v = static_cast<std::size_t>(e.num_inputs) + k;
@@ -431,7 +455,11 @@ std::string generate_cuda_source(const fused_expr& e, const fused_layout& layout
     const std::string a = fmt::format("({})", operand(in.args[0]));
     const std::string b =
         info(in.op).arity == 2 ? fmt::format("({})", operand(in.args[1])) : std::string();
-    line(fmt::format("    const {} v{} = {};  // {}", ct, v, op_source(in.op, f32, a, b),
+    // float16 / bfloat16: every value rounded to the type, as the unfused kernel stores it
+    // (Note [fused element-wise semantics]).
+    const std::string value = op_source(in.op, f32, a, b);
+    line(fmt::format("    const {} v{} = {};  // {}", ct, v,
+                     half ? fmt::format("loom_load(loom_store({}))", value) : value,
                      info(in.op).name));
   }
   // Stores.

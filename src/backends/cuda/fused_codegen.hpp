@@ -9,8 +9,10 @@
 //     loop; any other (broadcast, transposed, offset views) at the offset its strides give
 //     for i's coordinates, computed once per element over the collapsed dims;
 //   - evaluates every live instruction in registers, in the compute type (float for
-//     float16 / bfloat16, as the CPU kernel), literals inlined exactly (hex floats);
-//   - stores every result, rounded to the element type.
+//     float16 / bfloat16, as the CPU kernel), literals inlined exactly (hex floats), and
+//     for float16 / bfloat16 rounds each value to the type, as the unfused kernels store
+//     it (Note [fused element-wise semantics]; literals are rounded to the type too);
+//   - stores every result.
 // Every load of element i happens before any store of element i, and no thread touches
 // another's elements, so an output may take the buffer of a dense input of S's shape
 // (Note [buffer forwarding]).
@@ -22,8 +24,14 @@
 // compiled with fp-contract=off), IEEE division and square root and no flush to zero: so
 // every op built from IEEE arithmetic gives the CPU's result bit for bit. log, erf, gelu's
 // erfc, pow, and the float64 transcendental functions are CUDA's libdevice functions
-// (within 1-4 ulp of glibc's, not bit-identical). The source uses no header: NVRTC's
-// built-in math functions and bit casts only.
+// (within 1-4 ulp of glibc's, not bit-identical). relu, maximum, minimum and relu_grad are
+// loom::rules' (Note [NaN rules] in src/backends/elementwise_rules.hpp), whose source the
+// program carries: the very text the CPU and nvcc kernels compile. The source includes no
+// header: NVRTC's built-in math functions and bit casts only.
+//
+// Against the unfused CUDA kernels (nvcc, libdevice expf / tanhf / erff, FMA contraction
+// on), a fused float32 exp, tanh, sigmoid or gelu_tanh differs by a few ulp: on CUDA the
+// fused kernel is bitwise the CPU's, not the unfused CUDA kernels' (docs/passes.md).
 #pragma once
 
 #include <cstdint>

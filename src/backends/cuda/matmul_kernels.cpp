@@ -1,5 +1,5 @@
 // matmul and fused_matmul on CUDA: one cublasLtMatmul per product (or per group of batches),
-// with the epilogue in cuBLASLt where it has one.
+// and for fused_matmul an element-wise epilogue kernel after it.
 //
 // Note [cuda matmul layout]
 // loom's tensors are row-major and cuBLASLt's matrices column-major. A row-major [m, n]
@@ -15,22 +15,22 @@
 // and bfloat16 in float32 with results rounded once.
 //
 // Note [cuda matmul epilogues]
-// fused_matmul's y = act(a @ b + bias + residual) maps onto cuBLASLt's
-// D = epilogue(alpha op(A) op(B) + beta C + bias): the residual is C with beta = 1 (written in
-// place when the node holds the only reference to it, Note [buffer forwarding]), the bias is
-// the epilogue's bias vector (one value per row of the column-major D, i.e. per column of
-// the output), and relu is its RELU transform. cuBLASLt's GELU epilogue is the tanh form but
-// computed less exactly than loom's CPU kernel (measured on an H200: 6e-5 relative in
-// float32, 2e-10 in float64), so gelu_tanh, like gelu (erf), tanh and sigmoid, runs in a
-// small element-wise kernel after the product (kernels/epilogue.cu), with the CPU's math. When the
-// heuristic finds no algorithm with an epilogue (float64 has few), the product runs with the
-// default epilogue and that kernel adds the bias too. K = 0 is zeros plus the epilogue, as
-// on CPU.
+// fused_matmul's y = act(a @ b + bias + residual) gives bit for bit what the unfused graph
+// gives on the GPU, NaN, infinities and signed zeros included (docs/passes.md, "Passes never
+// change an answer"): the product is the very cublasLtMatmul the plain matmul runs (the same
+// configuration, so the same algorithm from the heuristic, summing in the same order), and
+// one element-wise kernel after it (kernels/epilogue.cu) adds the bias, adds the residual
+// and applies the activation, each step as the unfused bias_add, add and activation kernels
+// compute and round it. cuBLASLt's own epilogues would save that kernel's pass but change
+// answers: its RELU is a max(x, 0) that may give 0 for NaN and +0 for -0 (relu keeps both,
+// Note [NaN rules]), its GELU is less exact than loom's (6e-5 relative in float32 on an
+// H200), its BIAS and the residual as C (beta = 1) add in another order and round float16
+// and bfloat16 once where the unfused ops round after each add. K = 0 is zeros plus the
+// epilogue, as on CPU.
 //
 // Plans (matmul descriptor settings, layouts and the heuristic's algorithm) are cached per
-// shape, batching, dtype, epilogue and pointer alignment in the kernel, under a mutex; the
-// matmul descriptor itself is made per call, since the bias pointer is one of its
-// attributes and concurrent runs of one kernel must not share it.
+// shape, batching, dtype and pointer alignment in the kernel, under a mutex; the matmul
+// descriptor itself is made per call (it is cheap, and concurrent runs share nothing).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -132,8 +132,6 @@ struct gemm_config {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t batch = 1;                                 // matrices per call
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between matrices
-  bool bias = false;                                      // the epilogue adds the bias
-  epilogue_activation act = epilogue_activation::none;    // relu or gelu_tanh, or none
   std::int64_t align_a = 256, align_b = 256, align_c = 256, align_d = 256;
 
   [[nodiscard]] std::vector<std::int64_t> key() const {
@@ -147,8 +145,6 @@ struct gemm_config {
             stride_a,
             stride_b,
             stride_c,
-            bias,
-            static_cast<std::int64_t>(act),
             align_a,
             align_b,
             align_c,
@@ -156,18 +152,12 @@ struct gemm_config {
   }
 };
 
-cublasLtEpilogue_t epilogue_of(bool bias, epilogue_activation act) {
-  if (act == epilogue_activation::relu)
-    return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-}
-
 bool is_double(dtype t) {
   return t == dtype::f64;
 }
 
-// The matmul descriptor of `c` with its bias pointer.
-desc_ptr make_desc(const gemm_config& c, const void* bias) {
+// The matmul descriptor of `c` (cuBLASLt's default epilogue: Note [cuda matmul epilogues]).
+desc_ptr make_desc(const gemm_config& c) {
   cublasLtMatmulDesc_t d = nullptr;
   const cublasComputeType_t compute = is_double(c.type) ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
   const cudaDataType_t scale = is_double(c.type) ? CUDA_R_64F : CUDA_R_32F;
@@ -178,14 +168,6 @@ desc_ptr make_desc(const gemm_config& c, const void* bias) {
   const cublasOperation_t op_b = c.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   set_desc(d, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   set_desc(d, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  const cublasLtEpilogue_t epi = epilogue_of(c.bias, c.act);
-  if (epi != CUBLASLT_EPILOGUE_DEFAULT) set_desc(d, CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
-  if (c.bias) {
-    set_desc(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    // One bias for every matrix of the batch.
-    const std::int64_t zero = 0;
-    set_desc(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, zero);
-  }
   return owned;
 }
 
@@ -234,7 +216,7 @@ std::shared_ptr<const gemm_plan> make_plan(const gemm_config& c, cuda_device& de
   set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c.align_c);
   set_align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c.align_d);
 
-  const desc_ptr desc = make_desc(c, nullptr);
+  const desc_ptr desc = make_desc(c);
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
@@ -245,20 +227,19 @@ std::shared_ptr<const gemm_plan> make_plan(const gemm_config& c, cuda_device& de
   return p;
 }
 
-// Runs one cublasLtMatmul of `c` under `plan` (C may be D, in place).
+// Runs one cublasLtMatmul of `c` under `plan`: D = A B (beta 0, C is D).
 void run_plan(kernel_context& ctx, cuda_device& dev, cudaStream_t stream, const gemm_config& c,
-              const gemm_plan& plan, const void* a, const void* b, const void* cmat, void* d,
-              const void* bias, bool accumulate) {
-  const desc_ptr desc = make_desc(c, bias);
+              const gemm_plan& plan, const void* a, const void* b, void* d) {
+  const desc_ptr desc = make_desc(c);
   const float alpha_f = 1.0f;
-  const float beta_f = accumulate ? 1.0f : 0.0f;
+  const float beta_f = 0.0f;
   const double alpha_d = 1.0;
-  const double beta_d = accumulate ? 1.0 : 0.0;
+  const double beta_d = 0.0;
   const void* alpha = is_double(c.type) ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = is_double(c.type) ? static_cast<const void*>(&beta_d) : &beta_f;
   const cublasStatus_t st =
       cublasLtMatmul(dev.cublas_lt(), desc.get(), alpha, b, plan.a.get(), a, plan.b.get(), beta,
-                     cmat, plan.cd.get(), d, plan.cd.get(), &plan.algo, dev.lt_workspace(),
+                     d, plan.cd.get(), d, plan.cd.get(), &plan.algo, dev.lt_workspace(),
                      dev.lt_workspace_bytes(), stream);
   if (st != CUBLAS_STATUS_SUCCESS) {
     ctx.fail("cublasLtMatmul failed: {} ({})", cublasGetStatusName(st), cublasGetStatusString(st));
@@ -375,111 +356,56 @@ class lt_matmul_kernel : public op_kernel {
         cpu::matmul_dims_of(ctx, ctx.input(0), ctx.input(1), transpose_a_, transpose_b_);
     check_epilogue_args(ctx, out_shape);
     launch_scope s(ctx);
-    const std::size_t residual = has_bias_ ? 3 : 2;
-    // The output: the residual's buffer when this node may write it (C = D), else new.
-    tensor* out = nullptr;
-    tensor residual_dense;
-    if (has_residual_) {
-      out = ctx.forward_input(residual, 0, out_shape);
-      if (out == nullptr) residual_dense = ctx.input_contiguous(residual);
-    }
-    if (out == nullptr) out = &ctx.allocate_output(0, out_shape);
-    if (out->num_elements() == 0) return;
+    // A new buffer: the product is the plain matmul's, the residual is read after it
+    // (Note [cuda matmul epilogues]).
+    tensor& out = ctx.allocate_output(0, out_shape);
+    if (out.num_elements() == 0) return;
     const std::int64_t n = out_shape[out_shape.rank() - 1];
-    const std::int64_t rows = out->num_elements() / n;
+    const std::int64_t rows = out.num_elements() / n;
     const tensor bias = has_bias_ ? ctx.input_contiguous(2) : tensor();
-    const void* residual_data = !has_residual_             ? nullptr
-                                : residual_dense.defined() ? residual_dense.raw_data()
-                                                           : out->raw_data();
+    const tensor residual = has_residual_ ? ctx.input_contiguous(has_bias_ ? 3 : 2) : tensor();
     if (k == 0) {
-      // The product is zeros (all-zero bits are +0 in every float type); then the whole
-      // epilogue. A forwarded residual already holds 0 + residual.
-      const bool forwarded = has_residual_ && !residual_dense.defined();
-      if (!forwarded) {
-        LOOM_CUDA_CHECK(cudaMemsetAsync(out->raw_data(), 0, out->nbytes(), s.stream));
-      }
-      launch_epilogue(ctx, s.stream, *out, bias, forwarded ? nullptr : residual_data, rows, n,
-                      act_);
-      return;
-    }
-    const tensor a = ctx.input_contiguous(0);
-    const tensor b = ctx.input_contiguous(1);
-    const std::int64_t m = out_shape[out_shape.rank() - 2];
-    const auto calls = plan_gemm_calls(a.shape(), b.shape(), out_shape, m * n);
-    const auto elem = static_cast<std::int64_t>(size_of(type_));
-    const auto* a0 = static_cast<const std::byte*>(a.raw_data());
-    const auto* b0 = static_cast<const std::byte*>(b.raw_data());
-    auto* d0 = static_cast<std::byte*>(out->raw_data());
-    const auto* c0 = static_cast<const std::byte*>(residual_data);
-
-    // The epilogue cuBLASLt can do (Note [cuda matmul epilogues]).
-    const bool lt_act = act_ == epilogue_activation::relu;
-    gemm_config base;
-    base.type = type_;
-    base.transpose_a = transpose_a_;
-    base.transpose_b = transpose_b_;
-    base.m = m;
-    base.n = n;
-    base.k = k;
-    base.bias = has_bias_;
-    base.act = lt_act ? act_ : epilogue_activation::none;
-    // Every call's plan first: the epilogue is cuBLASLt's for all of them or for none, so
-    // the follow-up kernel never applies a second bias or activation to some matrices.
-    struct planned {
-      gemm_config config;
-      std::shared_ptr<const gemm_plan> plan;
-      const void *a, *b, *c;
-      void* d;
-    };
-    std::vector<planned> runs;
-    runs.reserve(calls.size());
-    bool lt_epilogue = base.bias || base.act != epilogue_activation::none;
-    for (const gemm_call& call : calls) {
-      planned r{base,
-                nullptr,
-                a0 + call.a_offset * elem,
-                b0 + call.b_offset * elem,
-                nullptr,
-                d0 + call.c_offset * elem};
-      r.c = c0 != nullptr ? static_cast<const void*>(c0 + call.c_offset * elem) : r.d;
-      gemm_config& c = r.config;
-      c.batch = call.count;
-      c.stride_a = call.a_stride;
-      c.stride_b = call.b_stride;
-      c.stride_c = m * n;
-      c.align_a = alignment_of(r.a, c.batch > 1 ? c.stride_a * elem : 0);
-      c.align_b = alignment_of(r.b, c.batch > 1 ? c.stride_b * elem : 0);
-      c.align_d = alignment_of(r.d, c.batch > 1 ? c.stride_c * elem : 0);
-      c.align_c = alignment_of(r.c, c.batch > 1 ? c.stride_c * elem : 0);
-      r.plan = plan_for(c, s.dev);
-      if (r.plan == nullptr) lt_epilogue = false;
-      runs.push_back(std::move(r));
-    }
-    const bool follow_bias = has_bias_ && !lt_epilogue;
-    const bool follow_act = act_ != epilogue_activation::none && (!lt_act || !lt_epilogue);
-    for (planned& r : runs) {
-      gemm_config& c = r.config;
-      if (!lt_epilogue && (c.bias || c.act != epilogue_activation::none)) {
-        // No algorithm with the epilogue for some call: the default one for every call, and
-        // the kernel does the rest.
-        c.bias = false;
-        c.act = epilogue_activation::none;
-        r.plan = plan_for(c, s.dev);
-      }
-      if (r.plan == nullptr) {
-        ctx.fail("cuBLASLt has no algorithm for {} [{}, {}] x [{}, {}] ({} matrices){}",
-                 to_string(type_), m, k, k, n, c.batch,
-                 transpose_a_ || transpose_b_ ? " with transposes" : "");
+      // The product is zeros (all-zero bits are +0 in every float type).
+      LOOM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), s.stream));
+    } else {
+      const tensor a = ctx.input_contiguous(0);
+      const tensor b = ctx.input_contiguous(1);
+      const std::int64_t m = out_shape[out_shape.rank() - 2];
+      const auto calls = plan_gemm_calls(a.shape(), b.shape(), out_shape, m * n);
+      const auto elem = static_cast<std::int64_t>(size_of(type_));
+      const auto* a0 = static_cast<const std::byte*>(a.raw_data());
+      const auto* b0 = static_cast<const std::byte*>(b.raw_data());
+      auto* d0 = static_cast<std::byte*>(out.raw_data());
+      for (const gemm_call& call : calls) {
+        gemm_config c;
+        c.type = type_;
+        c.transpose_a = transpose_a_;
+        c.transpose_b = transpose_b_;
+        c.m = m;
+        c.n = n;
+        c.k = k;
+        c.batch = call.count;
+        c.stride_a = call.a_stride;
+        c.stride_b = call.b_stride;
+        c.stride_c = m * n;
+        const void* pa = a0 + call.a_offset * elem;
+        const void* pb = b0 + call.b_offset * elem;
+        void* pd = d0 + call.c_offset * elem;
+        c.align_a = alignment_of(pa, c.batch > 1 ? c.stride_a * elem : 0);
+        c.align_b = alignment_of(pb, c.batch > 1 ? c.stride_b * elem : 0);
+        c.align_d = alignment_of(pd, c.batch > 1 ? c.stride_c * elem : 0);
+        c.align_c = c.align_d;  // C is D
+        const auto plan = plan_for(c, s.dev);
+        if (plan == nullptr) {
+          ctx.fail("cuBLASLt has no algorithm for {} [{}, {}] x [{}, {}] ({} matrices){}",
+                   to_string(type_), m, k, k, n, c.batch,
+                   transpose_a_ || transpose_b_ ? " with transposes" : "");
+        }
+        run_plan(ctx, s.dev, s.stream, c, *plan, pa, pb, pd);
       }
     }
-    for (const planned& r : runs) {
-      run_plan(ctx, s.dev, s.stream, r.config, *r.plan, r.a, r.b, r.c, r.d,
-               r.config.bias ? bias.raw_data() : nullptr, has_residual_);
-    }
-    if (follow_bias || follow_act) {
-      launch_epilogue(ctx, s.stream, *out, follow_bias ? bias : tensor(), nullptr, rows, n,
-                      follow_act ? act_ : epilogue_activation::none);
-    }
+    launch_epilogue(ctx, s.stream, out, bias, residual.defined() ? residual.raw_data() : nullptr,
+                    rows, n, act_);
   }
 
  private:

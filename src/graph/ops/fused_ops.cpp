@@ -6,14 +6,16 @@
 // A fused_elementwise node with inputs x_0 .. x_(N-1) of one float type T computes its
 // expression over the broadcast shape S of all the inputs (NumPy's rules; an input no
 // instruction reads still takes part). Every value -- inputs, literals, instruction
-// results -- is an array of S in the compute type C (float for float16 / bfloat16, T
-// otherwise): inputs are loaded as the element-wise kernels load them, literals are
-// converted to C, and each instruction computes exactly what its op's own kernel computes
-// for one element (the same fast exp / tanh / sigmoid for float, the same NaN behaviour of
-// maximum, minimum and relu, relu_grad(dy, y) = y > 0 ? dy : 0, the same gelu formulas).
-// Only the results are rounded to T. So for float32 and float64 the fused node gives
-// bit for bit what the expanded nodes give; for float16 and bfloat16 it is more accurate
-// (the unfused chain rounds after every op, and its literals are rounded to T first).
+// results -- is an array of S of T's values, computed in the compute type C (float for
+// float16 / bfloat16, T otherwise): inputs are loaded as the element-wise kernels load
+// them, literals are converted to T as ops::scalar converts them, and each instruction
+// computes exactly what its op's own kernel computes for one element (the same fast exp /
+// tanh / sigmoid for float, the same NaN behaviour of maximum, minimum and relu,
+// relu_grad(dy, y) = y > 0 ? dy : 0, the same gelu formulas) and rounds it to T, as that
+// kernel stores it. So in every float type the fused node gives bit for bit what the
+// expanded nodes give, NaN, infinities and signed zeros included: a rewrite never changes
+// an answer. (Keeping float16 intermediates in float would be more accurate, but would
+// change answers: x * x overflows float16 above 256, and x - x is then NaN, not 0.)
 #include <fmt/format.h>
 
 #include "loom/graph/fused_expr.hpp"

@@ -1,6 +1,7 @@
 // The binary element-wise kernels, with NumPy broadcasting through the layout (Note [cuda
 // element-wise layout]): one functor per op with the semantics of the CPU kernel
 // (src/backends/cpu/elementwise_binary.cpp), one grid-stride kernel per (op, dtype).
+#include "backends/elementwise_rules.hpp"
 #include "elementwise.cuh"
 #include "elementwise_device.cuh"
 
@@ -112,7 +113,7 @@ struct maximum_f {
   template <class C>
   __device__ C operator()(C a, C b) const {
     if constexpr (std::is_floating_point_v<C>) {
-      return ((a > b) | (a != a)) ? a : b;
+      return loom::rules::maximum(a, b);  // Note [NaN rules]
     } else {
       return a > b ? a : b;
     }
@@ -128,7 +129,7 @@ struct minimum_f {
   template <class C>
   __device__ C operator()(C a, C b) const {
     if constexpr (std::is_floating_point_v<C>) {
-      return ((a < b) | (a != a)) ? a : b;
+      return loom::rules::minimum(a, b);  // Note [NaN rules]
     } else {
       return a < b ? a : b;
     }
@@ -166,7 +167,7 @@ struct relu_grad_f {
   static constexpr bool bool_out = false;
   template <class C>
   __device__ C operator()(C dy, C y) const {
-    return y > C{0} ? dy : C{0};
+    return loom::rules::relu_grad(dy, y);  // Note [NaN rules]
   }
 };
 

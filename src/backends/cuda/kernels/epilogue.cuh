@@ -1,6 +1,6 @@
-// The element-wise epilogue of fused_matmul on the GPU, for what cuBLASLt's own epilogues do
-// not cover: out = act(out + bias[column] + residual) over a dense row-major [rows, columns]
-// matrix (Note [cuda matmul epilogues] in matmul_kernels.cpp).
+// The element-wise epilogue of fused_matmul on the GPU: out = act(out + bias[column] +
+// residual) over a dense row-major [rows, columns] matrix, each step as the unfused op's
+// kernel computes and rounds it (Note [cuda matmul epilogues] in matmul_kernels.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,11 +13,12 @@ namespace loom::cuda::kernels {
 /// __nv_bfloat16).
 enum class epilogue_type : int { f32, f64, f16, bf16 };
 
-/// The activations of fused_matmul, as its CPU kernel computes them (nn_fused.cpp).
+/// The activations of fused_matmul: the unary kernels' own functors (elementwise_ops.cuh).
 enum class epilogue_activation : int { none, relu, gelu, gelu_tanh, tanh, sigmoid };
 
 /// out[r, c] = act(out[r, c] + bias[c] + residual[r, c]) for `rows` x `columns` elements,
-/// computed in float (double for f64) and rounded once; `bias` and `residual` may be null.
+/// computed in float (double for f64), each step's value rounded to the type as the
+/// unfused bias_add, add and activation round theirs; `bias` and `residual` may be null.
 /// Queued on `stream`; returns the launch status.
 cudaError_t matmul_epilogue(void* out, const void* bias, const void* residual, std::int64_t rows,
                             std::int64_t columns, epilogue_type type, epilogue_activation act,

@@ -54,7 +54,9 @@ __device__ __forceinline__ row_stats finish_row(C centre, sum2<C> d, double dn, 
   const auto s2 = static_cast<double>(d.b);
   // An infinite centre makes s1 NaN; the mean is then the infinity itself.
   const double delta = isfinite(static_cast<double>(centre)) ? s1 / dn : 0.0;
-  double var = (s2 - s1 * (s1 / dn)) / dn;
+  // An infinite Σd² is an infinite variance, as mean(square(d)) gives it (the CPU kernel's
+  // rule: the correction term can overflow with it, and inf - inf would make the row NaN).
+  double var = isinf(s2) ? s2 : (s2 - s1 * (s1 / dn)) / dn;
   var = var < 0.0 ? 0.0 : var;  // rounding only; NaN stays NaN
   return {delta, 1.0 / sqrt(var + eps)};
 }

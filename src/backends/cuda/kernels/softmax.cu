@@ -148,6 +148,15 @@ __global__ void __launch_bounds__(max_threads)
     // Every thread reads the label's logit before the team's next reduction, after which
     // backprop (maybe the logits' buffer) is written.
     const C at_label = bad ? nan : load(xr[l]) - m;
+    // The smallest x - m of the other classes, as -(the largest m - x), NaN skipped (Note
+    // [xent as its unfused form] in src/backends/cpu/reduction_softmax.cpp).
+    C neg_lowest = neg_inf<C>();
+    for (std::int64_t i = t.rank; i < classes; i += t.size) {
+      if (i == l) continue;
+      const C d = (cache != nullptr ? cache[i] : load(xr[i])) - m;
+      neg_lowest = max_ignore_nan{}(neg_lowest, -d);
+    }
+    neg_lowest = team_allreduce(t, neg_lowest, max_ignore_nan{}, neg_inf<C>(), scratch);
     C s = 0;
     for (std::int64_t i = t.rank; i < classes; i += t.size) {
       const C e = exp_c((cache != nullptr ? cache[i] : load(xr[i])) - m);
@@ -163,7 +172,11 @@ __global__ void __launch_bounds__(max_threads)
       br[i] = store<T>(bad ? nan : (i == l ? p - C(1) : p));
     }
     if (t.rank == 0) {
-      loss[r] = store<T>(bad ? nan : static_cast<C>(log(static_cast<double>(s))) - at_label);
+      // loss = -y[label] of log_softmax's row; NaN where one_hot's 0 meets a -inf y
+      // (Note [xent as its unfused form]).
+      const auto ls = static_cast<C>(log(static_cast<double>(s)));
+      const bool zero_times_inf = load(store<T>(-neg_lowest - ls)) == neg_inf<C>();
+      loss[r] = store<T>(bad || zero_times_inf ? nan : -(at_label - ls));
     }
   }
 }
