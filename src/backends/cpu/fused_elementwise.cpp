@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_isa.hpp"
 #include "elementwise_kernels.hpp"
 #include "elementwise_loop.hpp"
 #include "elementwise_math.hpp"
@@ -407,18 +408,15 @@ LOOM_FUSED_ISA(avx512_isa, LOOM_FUSED_AVX512)
 #endif
 #undef LOOM_FUSED_ISA
 
+// In cpu::isa_cap's order (max_cpu_isa() converts).
 enum class isa_level : std::uint8_t { baseline, avx2, avx512 };
+static_assert(static_cast<int>(isa_level::avx512) == static_cast<int>(cpu::isa_cap::avx512));
 
 // The widest instruction set this CPU runs.
 isa_level best_isa() noexcept {
   static const isa_level level = [] {
     // The cap of LOOM_MAX_CPU_ISA, for testing every variant (Note [fused instruction sets]).
-    isa_level cap = isa_level::avx512;
-    if (const char* env = std::getenv("LOOM_MAX_CPU_ISA")) {
-      const std::string_view v(env);
-      if (v == "baseline" || v == "sse2") cap = isa_level::baseline;
-      if (v == "avx2") cap = isa_level::avx2;
-    }
+    const auto cap = static_cast<isa_level>(cpu::max_cpu_isa());
 #if LOOM_FUSED_HAS_AVX512
     if (cap == isa_level::avx512 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_isa.hpp"
 #include "reduction_common.hpp"
 
 // The row loops pass 32-byte vectors only between always_inline functions, compiled into
@@ -585,8 +586,7 @@ bool use_avx2() noexcept {
 #if LOOM_LAYER_NORM_AVX2
   static const bool cpu_has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (!cpu_has) return false;
-  const char* cap = std::getenv("LOOM_MAX_CPU_ISA");
-  return cap == nullptr || (std::strcmp(cap, "baseline") != 0 && std::strcmp(cap, "sse2") != 0);
+  return cpu::max_cpu_isa() != cpu::isa_cap::baseline;
 #else
   return false;
 #endif
