@@ -159,8 +159,9 @@ CLI_CASES = [
 @pytest.mark.parametrize("name,argv,status,parts", CLI_CASES, ids=[c[0] for c in CLI_CASES])
 def test_cli(files, name, argv, status, parts):
     args = [a.format(**files) for a in argv]
+    # From the scratch folder: whatever a case writes (fetched .npy files) stays there.
     r = subprocess.run([TOOL, *args], capture_output=True, text=True, timeout=300,
-                       errors="replace")
+                       errors="replace", cwd=files["dir"])
     out = r.stdout + r.stderr
     assert r.returncode >= 0, f"killed by signal {-r.returncode}: {out[-2000:]}"
     assert "terminate called" not in out and "Aborted" not in out, out[-2000:]
@@ -252,20 +253,23 @@ def test_python(name, exc, parts, act):
 
 def test_kill_9_during_training_checkpoints_keeps_a_loadable_checkpoint(tmp_path):
     """`loom train --checkpoint` killed at random moments never leaves a checkpoint that does
-    not load: each restart resumes from the last complete save (or from scratch)."""
+    not load: each restart resumes from the last complete save (or from scratch), and the
+    temporary files of killed saves are gone after it."""
     ckpt = tmp_path / "ckpt"
     rng = np.random.default_rng(7)
     for attempt in range(6):
         p = subprocess.Popen([TOOL, "train", "--quiet", "--epochs", "50", "--examples", "400",
                               "--checkpoint", str(ckpt), "--resume"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
         time.sleep(float(rng.uniform(0.3, 1.5)))
         p.send_signal(signal.SIGKILL)
         p.communicate()
     r = subprocess.run([TOOL, "train", "--quiet", "--epochs", "1", "--examples", "400",
                         "--checkpoint", str(ckpt), "--resume"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    left = sorted(p.name for p in ckpt.iterdir())
+    assert left == ["checkpoint.safetensors"], left
 
 
 if __name__ == "__main__":
