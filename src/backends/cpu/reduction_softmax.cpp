@@ -237,7 +237,7 @@ void xent_into(kernel_context& ctx, const T* x, const L* labels, T* loss, T* bac
           C lowest = std::numeric_limits<C>::infinity();
           for (std::int64_t i = 0; i < classes; ++i) {
             const C d = load(xr[i]) - m;
-            lowest = (i != l) & (d < lowest) ? d : lowest;
+            lowest = ((i != l) & (d < lowest)) ? d : lowest;
           }
           C* ex = nullptr;
           if constexpr (std::is_same_v<T, C>) {
