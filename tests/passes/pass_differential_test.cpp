@@ -72,36 +72,8 @@ std::vector<double> mixed(dtype t, std::mt19937& rng, std::int64_t count) {
   return v;
 }
 
-/// A host tensor of float type t holding `v` (rounded to t through float for f16 / bf16).
-tensor make(dtype t, const shape& s, const std::vector<double>& v) {
-  EXPECT_EQ(static_cast<std::int64_t>(v.size()), s.num_elements());
-  tensor out = memory::host_tensor(t, s);
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    switch (t) {
-      case dtype::f32:
-        out.data<float>()[i] = static_cast<float>(v[i]);
-        break;
-      case dtype::f64:
-        out.data<double>()[i] = v[i];
-        break;
-      case dtype::f16:
-        out.data<half>()[i] = half(static_cast<float>(v[i]));
-        break;
-      case dtype::bf16:
-        out.data<bfloat16>()[i] = bfloat16(static_cast<float>(v[i]));
-        break;
-      case dtype::i32:
-        out.data<std::int32_t>()[i] = static_cast<std::int32_t>(v[i]);
-        break;
-      case dtype::i64:
-        out.data<std::int64_t>()[i] = static_cast<std::int64_t>(v[i]);
-        break;
-      default:
-        ADD_FAILURE() << "make: unsupported dtype " << to_string(t);
-    }
-  }
-  return out;
-}
+/// A host tensor of float type t holding `v` (make_tensor, pattern_test_support.hpp).
+tensor make(dtype t, const shape& s, const std::vector<double>& v) { return make_tensor(t, s, v); }
 
 // Element i of a dense host tensor of a float type, as a double, and its bits.
 double value_at(const tensor& x, std::size_t i) {

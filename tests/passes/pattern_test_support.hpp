@@ -21,8 +21,10 @@
 
 namespace loom::testing {
 
-/// A host tensor of `t` (f32, f64, i32 or i64) holding `v` converted from double.
+/// A host tensor of `t` (f32, f64, f16, bf16, i32 or i64) holding `v` converted from double
+/// (rounded to t through float for f16 / bf16).
 inline tensor make_tensor(dtype t, const shape& s, const std::vector<double>& v) {
+  EXPECT_EQ(static_cast<std::int64_t>(v.size()), s.num_elements());
   tensor out = memory::host_tensor(t, s);
   for (std::size_t i = 0; i < v.size(); ++i) {
     switch (t) {
@@ -31,6 +33,12 @@ inline tensor make_tensor(dtype t, const shape& s, const std::vector<double>& v)
         break;
       case dtype::f64:
         out.data<double>()[i] = v[i];
+        break;
+      case dtype::f16:
+        out.data<half>()[i] = half(static_cast<float>(v[i]));
+        break;
+      case dtype::bf16:
+        out.data<bfloat16>()[i] = bfloat16(static_cast<float>(v[i]));
         break;
       case dtype::i32:
         out.data<std::int32_t>()[i] = static_cast<std::int32_t>(v[i]);
