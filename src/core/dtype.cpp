@@ -24,6 +24,23 @@ const char* to_string(dtype t) noexcept {
   return "unknown";
 }
 
+const std::vector<dtype>& all_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
+                                    dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
+  return t;
+}
+
+const std::vector<dtype>& float_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  return t;
+}
+
+const std::vector<dtype>& numeric_types() {
+  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
+                                    dtype::i32, dtype::i64, dtype::i8,  dtype::u8};
+  return t;
+}
+
 dtype parse_dtype(std::string_view name) {
   static constexpr std::array<std::pair<std::string_view, dtype>, 18> names{{
       {"float32", dtype::f32}, {"f32", dtype::f32},   {"float64", dtype::f64},

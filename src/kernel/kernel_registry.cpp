@@ -48,8 +48,17 @@ void kernel_registry::add(kernel_def def) {
   if (def.op.empty() || !def.create) {
     throw invalid_argument("kernel_registry::add: a kernel needs an op and a factory");
   }
-  if (op_registry::global().find(def.op) == nullptr) {
+  const op_def* op = op_registry::global().find(def.op);
+  if (op == nullptr) {
     throw invalid_argument(fmt::format("kernel_registry::add: unknown op '{}'", def.op));
+  }
+  if (def.constraints.empty()) {
+    // The op definition's dtype rules, written there once.
+    for (const attr_def& a : op->attrs) {
+      if (a.type == attr_type::type && !a.allowed_types.empty()) {
+        def.constraints.emplace_back(a.name, a.allowed_types);
+      }
+    }
   }
   std::unique_lock lock(mutex_);
   auto& list = kernels_[def.op];

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "loom/core/half.hpp"
 
@@ -54,6 +55,12 @@ constexpr bool is_integer(dtype t) noexcept {
 /// NumPy's name: "float32", "float64", "float16", "bfloat16", "int32", "int64", "int8",
 /// "uint8", "bool".
 const char* to_string(dtype t) noexcept;
+
+/// The dtype sets op definitions and kernels name, written once: every dtype (in enum
+/// order), the floating ones, and the numeric ones (every dtype but bool).
+const std::vector<dtype>& all_types();
+const std::vector<dtype>& float_types();
+const std::vector<dtype>& numeric_types();
 
 /// Parses a NumPy name or a short form ("f32", "f64", "f16", "bf16", "i32", "i64", "i8", "u8").
 /// Throws loom::invalid_argument naming the text and the accepted names.

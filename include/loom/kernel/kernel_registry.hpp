@@ -23,7 +23,9 @@ namespace loom {
 struct kernel_def {
   std::string op;
   device_type device = device_type::cpu;
-  /// For each listed type attribute, the dtypes this kernel handles.
+  /// For each listed type attribute, the dtypes this kernel handles. Left empty, it is the
+  /// op definition's: kernel_registry::add copies each type attribute's allowed dtypes, so
+  /// a kernel that covers everything its op accepts names no dtype itself.
   std::vector<std::pair<std::string, std::vector<dtype>>> constraints;
   int priority = 0;
   /// Which implementation this is ("onednn", "reference", ...), for listings.
@@ -41,8 +43,9 @@ class kernel_registry {
   /// The process's registry, with loom's backends' kernels added on first use.
   static kernel_registry& global();
 
-  /// Adds a kernel. Throws loom::invalid_argument when it has no op, no factory, or an op
-  /// the op registry does not know.
+  /// Adds a kernel (with the op definition's dtype constraints when it lists none). Throws
+  /// loom::invalid_argument when it has no op, no factory, or an op the op registry does not
+  /// know.
   void add(kernel_def def);
   /// The best kernel for `n` on `type`, or nullptr.
   [[nodiscard]] const kernel_def* find(const node& n, device_type type) const;
@@ -69,7 +72,12 @@ inline std::vector<std::pair<std::string, std::vector<dtype>>> type_constraint(
   return {{std::move(attr), std::move(types)}};
 }
 
-/// A kernel_def whose factory constructs K from the kernel_construction.
+/// A kernel_def whose factory constructs K from the kernel_construction; with no
+/// constraints, it handles every dtype its op definition accepts.
+template <class K>
+kernel_def make_kernel_def(std::string op, device_type device, std::string label = "reference",
+                           int priority = 0);
+
 template <class K>
 kernel_def make_kernel_def(std::string op, device_type device,
                            std::vector<std::pair<std::string, std::vector<dtype>>> constraints,
@@ -84,6 +92,11 @@ kernel_def make_kernel_def(std::string op, device_type device,
     return std::make_unique<K>(c);
   };
   return d;
+}
+
+template <class K>
+kernel_def make_kernel_def(std::string op, device_type device, std::string label, int priority) {
+  return make_kernel_def<K>(std::move(op), device, {}, std::move(label), priority);
 }
 
 }  // namespace loom

@@ -441,9 +441,9 @@ class optimizer_kernel_of final : public optimizer_kernel {
 
 void register_optimizer_kernels(kernel_registry& r) {
   constexpr device_type cpu = device_type::cpu;
-  r.add(make_kernel_def<optimizer_kernel_of<algorithm::sgd, false>>("apply_sgd", cpu, {}));
-  r.add(make_kernel_def<optimizer_kernel_of<algorithm::adam, false>>("apply_adam", cpu, {}));
-  r.add(make_kernel_def<optimizer_kernel_of<algorithm::adamw, false>>("apply_adamw", cpu, {}));
+  r.add(make_kernel_def<optimizer_kernel_of<algorithm::sgd, false>>("apply_sgd", cpu));
+  r.add(make_kernel_def<optimizer_kernel_of<algorithm::adam, false>>("apply_adam", cpu));
+  r.add(make_kernel_def<optimizer_kernel_of<algorithm::adamw, false>>("apply_adamw", cpu));
   r.add(make_kernel_def<optimizer_kernel_of<algorithm::sgd, true>>("fused_sgd", cpu, {},
                                                                    "multi_tensor"));
   r.add(make_kernel_def<optimizer_kernel_of<algorithm::adam, true>>("fused_adam", cpu, {},

@@ -186,7 +186,7 @@ void register_state_kernels(kernel_registry& r) {
   r.add(make_kernel_def<update_kernel<update::add>>("assign_add", cpu, numeric));
   r.add(make_kernel_def<update_kernel<update::sub>>("assign_sub", cpu, numeric));
   r.add(make_kernel_def<identity_kernel>("identity", cpu, type_constraint(all_types())));
-  r.add(make_kernel_def<no_op_kernel>("no_op", cpu, {}));
+  r.add(make_kernel_def<no_op_kernel>("no_op", cpu));
 }
 
 void register_transfer_kernels(kernel_registry& r) {

@@ -40,19 +40,9 @@ inline arg_def typed_list(std::string name, std::string length_attr, std::string
   return arg_def{std::move(name), std::move(type), dtype::f32, std::move(length_attr)};
 }
 
-inline const std::vector<dtype>& float_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
-  return t;
-}
-inline const std::vector<dtype>& numeric_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
-                                    dtype::i32, dtype::i64, dtype::i8,  dtype::u8};
-  return t;
-}
-inline const std::vector<dtype>& all_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
-                                    dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-  return t;
-}
+// The dtype sets are core's (loom/core/dtype.hpp).
+using loom::all_types;
+using loom::float_types;
+using loom::numeric_types;
 
 }  // namespace loom::op_helpers
