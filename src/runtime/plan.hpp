@@ -1,10 +1,12 @@
-// The plan of one (feeds, fetches, targets) signature: the pruned nodes, placed and
-// partitioned, with their kernels. Immutable once built; shared by concurrent runs.
+// The plan of one (feeds, fetches, targets) signature: the pruned nodes, placed (placer.cpp)
+// and partitioned (partitioner.hpp), with their kernels. Immutable once built; shared by
+// concurrent runs.
 #pragma once
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +19,13 @@
 #include "loom/runtime/session.hpp"
 
 namespace loom::runtime {
+
+/// Hashes an endpoint, for maps keyed by the signature's endpoints.
+struct endpoint_hash {
+  std::size_t operator()(endpoint e) const noexcept {
+    return std::hash<std::int64_t>()((static_cast<std::int64_t>(e.node) << 20) ^ e.index);
+  }
+};
 
 /// One node of the plan: a graph node or a _send/_recv the partitioner added.
 struct exec_node {
