@@ -31,15 +31,17 @@ struct placed_graph {
 /// made), transfer_nodes, slot_count, slot_readers, feed_slots, fetch_slots and roots;
 /// leaves the rest of `p` alone (`p` holds no nodes before).
 ///
-/// - Plan nodes: the needed graph nodes in id order (so topologically), then the _send/_recv
-///   nodes in the order their edges are met.
+/// - Plan nodes: the needed graph nodes in id order, then the _send/_recv nodes in the order
+///   their edges are met.
 /// - Slots: feeds take the first ones, in signature order; then each plan node's outputs,
 ///   consecutive, in plan-node order.
 /// - Copies: an input whose producer is on another device (or a feed read on a device the
 ///   CPU cannot reach, from `in.host`) reads the slot of a _recv on its own device, fed by a
 ///   _send on the source device; one pair per (slot, destination device), however many
-///   nodes there read it. A _send is named "_send/<endpoint>_<destination index>" and a
-///   _recv "_recv/<...>", with attributes T and recv_device (send_device).
+///   nodes there read it. The pair is named "_send/<endpoint>_<k>" and "_recv/<endpoint>_<k>",
+///   k the destination device's index; both have attribute T (the dtype), the _send
+///   recv_device and the _recv send_device (the other device's name). Neither is a node of
+///   the graph (id -1; they live in p.transfer_nodes) and each has one input slot.
 /// - Edges: a node waits once per data input made by a plan node and once per control
 ///   input (control edges cross devices directly, through no copy); `consumers` lists each
 ///   wait on its producer. A slot's readers are the inputs that read it plus one per fetch.

@@ -167,12 +167,17 @@ void expect_invariants(const plan& p) {
   EXPECT_EQ(p.transfer_nodes.size(), 2 * copies.size());
 }
 
-TEST(Partitioner, CrossDeviceEdgeGetsOneSendRecvPair) {
-  tracked_cpu_device cpu0(0, 1);
-  tracked_cpu_device cpu1(1, 1);
+/// Two CPU devices and a graph with a placeholder x, fed in every signature below.
+class Partitioner : public ::testing::Test {
+ protected:
+  tracked_cpu_device cpu0{0, 1};
+  tracked_cpu_device cpu1{1, 1};
   graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
+  graph_builder b{g};
+  output x = ops::placeholder(b, "x", dtype::f32, {4});
+};
+
+TEST_F(Partitioner, CrossDeviceEdgeGetsOneSendRecvPair) {
   auto a = ops::identity(x, {.name = "a"});
   (void)ops::identity(a, {.name = "b"});
   const auto sig = signature_of(g, {"x"}, {"b"});
@@ -214,11 +219,7 @@ TEST(Partitioner, CrossDeviceEdgeGetsOneSendRecvPair) {
   EXPECT_EQ(p->roots, (std::vector<std::int32_t>{0}));
 }
 
-TEST(Partitioner, SameDeviceEdgesGetNoCopies) {
-  tracked_cpu_device cpu0(0, 1);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
+TEST_F(Partitioner, SameDeviceEdgesGetNoCopies) {
   auto a = ops::identity(x, {.name = "a"});
   (void)ops::add(a, a, {.name = "b"});
   const auto p = partition(g, signature_of(g, {"x"}, {"b", "a"}), place(g, {}, &cpu0));
@@ -232,12 +233,7 @@ TEST(Partitioner, SameDeviceEdgesGetNoCopies) {
   EXPECT_EQ(at(*p, "b").pending, 2);
 }
 
-TEST(Partitioner, FeedReadOnAnotherCpuDeviceIsReadInPlace) {
-  tracked_cpu_device cpu0(0, 1);
-  tracked_cpu_device cpu1(1, 1);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
+TEST_F(Partitioner, FeedReadOnAnotherCpuDeviceIsReadInPlace) {
   (void)ops::identity(x, {.name = "a"});
   const auto p =
       partition(g, signature_of(g, {"x"}, {"a"}), place(g, {{"a", &cpu1}}, &cpu0), &cpu0);
@@ -249,13 +245,8 @@ TEST(Partitioner, FeedReadOnAnotherCpuDeviceIsReadInPlace) {
   EXPECT_EQ(at(*p, "a").pending, 0);
 }
 
-TEST(Partitioner, FeedReadOnAGpuComesFromTheHostDevice) {
-  tracked_cpu_device cpu0(0, 1);
-  tracked_cpu_device cpu1(1, 1);
+TEST_F(Partitioner, FeedReadOnAGpuComesFromTheHostDevice) {
   fake_gpu_device gpu(0);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
   (void)ops::identity(x, {.name = "a"});
   (void)ops::identity(x, {.name = "b"});
   (void)ops::identity(x, {.name = "c"});
@@ -287,13 +278,8 @@ TEST(Partitioner, FeedReadOnAGpuComesFromTheHostDevice) {
   EXPECT_EQ(at(*bare, "a").input_slots, (std::vector<std::int32_t>{0}));
 }
 
-TEST(Partitioner, OneCopyPerSlotAndDestinationDevice) {
-  tracked_cpu_device cpu0(0, 1);
-  tracked_cpu_device cpu1(1, 1);
+TEST_F(Partitioner, OneCopyPerSlotAndDestinationDevice) {
   tracked_cpu_device cpu2(2, 1);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
   auto a = ops::identity(x, {.name = "a"});
   (void)ops::identity(a, {.name = "b"});
   (void)ops::identity(a, {.name = "c"});
@@ -320,12 +306,7 @@ TEST(Partitioner, OneCopyPerSlotAndDestinationDevice) {
   EXPECT_EQ(p->slot_readers[static_cast<std::size_t>(at(*p, "a").first_output)], 4);
 }
 
-TEST(Partitioner, ControlEdgesCrossDevicesWithoutCopies) {
-  tracked_cpu_device cpu0(0, 1);
-  tracked_cpu_device cpu1(1, 1);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
+TEST_F(Partitioner, ControlEdgesCrossDevicesWithoutCopies) {
   auto a = ops::identity(x, {.name = "a"});
   auto c = ops::identity(x, {.name = "c"});
   (void)ops::no_op(b, {a}, {.name = "after_a"});
@@ -356,13 +337,10 @@ TEST(Partitioner, ControlEdgesCrossDevicesWithoutCopies) {
   EXPECT_EQ(p->roots, (std::vector<std::int32_t>{ia}));
 }
 
-TEST(Partitioner, ColocatedNodesShareTheDeviceThePlacerChose) {
+TEST_F(Partitioner, ColocatedNodesShareTheDeviceThePlacerChose) {
   std::vector<std::unique_ptr<device>> devices;
   for (int i = 0; i < 3; ++i) devices.push_back(std::make_unique<tracked_cpu_device>(i, 1));
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
-  auto v = ops::variable(b, "v", host_tensor({3}, {0, 0, 0}));
+  auto v = ops::variable(b, "v", host_tensor({4}, {0, 0, 0, 0}));
   auto d = ops::identity(x, {.name = "d", .device = "/device:CPU:2"});
   (void)ops::assign_add(v, d, {.name = "update", .device = "/device:CPU:1"});
   (void)ops::identity(v, {.name = "read_v", .device = "/device:CPU:2"});
@@ -395,12 +373,7 @@ TEST(Partitioner, ColocatedNodesShareTheDeviceThePlacerChose) {
   EXPECT_EQ(on1, (std::vector<std::string>{"v", "update", "_recv/d_1", "_send/v_2"}));
 }
 
-TEST(Partitioner, GivenPlacementIsKeptAndEachCrossingCopied) {
-  tracked_cpu_device cpu0(0, 1);
-  tracked_cpu_device cpu1(1, 1);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {4});
+TEST_F(Partitioner, GivenPlacementIsKeptAndEachCrossingCopied) {
   auto halves = ops::split(x, 2);
   auto y = ops::add(halves[0], halves[1], {.name = "y"});
   auto z = ops::mul(y, halves[1], {.name = "z"});
@@ -427,13 +400,10 @@ TEST(Partitioner, GivenPlacementIsKeptAndEachCrossingCopied) {
                                                        at(*p, split_name).first_output + 1}));
 }
 
-TEST(Partitioner, PartitionedPlanRunsWithoutASession) {
+TEST_F(Partitioner, PartitionedPlanRunsWithoutASession) {
   testing::tracked_devices devs(2, 1);
   std::vector<std::unique_ptr<device>> devices = devs.registry.create_devices(device_options{});
   ASSERT_EQ(devices.size(), 2u);
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {3});
   auto a = ops::add(x, x, {.name = "a"});
   auto c = ops::mul(a, a, {.name = "c"});
   (void)ops::add(c, a, {.name = "d"});
@@ -447,15 +417,15 @@ TEST(Partitioner, PartitionedPlanRunsWithoutASession) {
   variable_store variables;
   std::atomic<bool> never{false};
   {
-    const auto out = runtime::execute_plan(*p, {host_tensor({3}, {1, 2, 3})}, variables,
+    const auto out = runtime::execute_plan(*p, {host_tensor({4}, {1, 2, 3, 4})}, variables,
                                            {&never, nullptr}, nullptr);
     ASSERT_EQ(out.size(), 2u);
     EXPECT_EQ(out[0].device(), (device_id{device_type::cpu, 0}));
     EXPECT_EQ(out[1].device(), (device_id{device_type::cpu, 1}));
     EXPECT_EQ(std::vector<float>(out[0].span<float>().begin(), out[0].span<float>().end()),
-              (std::vector<float>{6, 20, 42}));
+              (std::vector<float>{6, 20, 42, 72}));
     EXPECT_EQ(std::vector<float>(out[1].span<float>().begin(), out[1].span<float>().end()),
-              (std::vector<float>{4, 16, 36}));
+              (std::vector<float>{4, 16, 36, 64}));
   }
   EXPECT_EQ(devs.outstanding_count(), 0u);
 }
