@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "bench_stats.hpp"
-#include "loom/device/cuda.hpp"
+#include "loom/cuda/info.hpp"
 
 // The measurements need the CUDA headers and the backend's private device header; a build
 // without them reports the benchmarks as unavailable.
-#if defined(LOOM_HAVE_CUDA) && __has_include(<cublasLt.h>) && \
-    __has_include("backends/cuda/cuda_device.hpp")
+#if __has_include(<cublasLt.h>) && __has_include("backends/cuda/cuda_device.hpp")
 #define LOOM_GPU_BENCH 1
 #include <cublasLt.h>
 #include <cuda_runtime.h>

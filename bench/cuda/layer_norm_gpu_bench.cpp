@@ -9,23 +9,19 @@
 
 #include "bench_stats.hpp"
 #include "loom/core/error.hpp"
-#include "loom/device/cuda.hpp"
+#include "loom/cuda/info.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
 
-#if defined(LOOM_HAVE_CUDA)
 #include <cuda_runtime.h>
 
 // The launchers are plain C++ over device pointers (no loom headers behind them).
 #include "../../src/backends/cuda/kernels/layer_norm.cuh"
-#endif
 
 namespace loom::bench {
 namespace {
-
-#if defined(LOOM_HAVE_CUDA)
 
 constexpr int warmup = 10;
 
@@ -178,8 +174,6 @@ void measure_session(layer_norm_gpu_result& r, const std::vector<float>& x,
   r.session_forward_backward_ms = time_synced(r.repetitions, [&] { (void)sess.run({}, both); });
 }
 
-#endif
-
 }  // namespace
 
 layer_norm_gpu_result run_layer_norm_gpu_bench(int repetitions) {
@@ -189,7 +183,6 @@ layer_norm_gpu_result run_layer_norm_gpu_bench(int repetitions) {
     r.reason = cuda::availability();
     return r;
   }
-#if defined(LOOM_HAVE_CUDA)
   r.available = true;
   r.device = cuda::describe();
   const auto x = random_values(r.rows * r.cols, 1, -2.0f, 3.0f);
@@ -204,7 +197,6 @@ layer_norm_gpu_result run_layer_norm_gpu_bench(int repetitions) {
     r.session_forward_backward_ms = 0;
     r.session_error = e.what();
   }
-#endif
   return r;
 }
 

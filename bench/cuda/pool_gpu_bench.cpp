@@ -8,7 +8,7 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "bench_stats.hpp"
-#include "loom/device/cuda.hpp"
+#include "loom/cuda/info.hpp"
 
 namespace loom::bench {
 namespace {

@@ -1,5 +1,5 @@
 // loom._loom._cuda: what python/loom/cuda.py needs from C++ (the CUDA interop calls of
-// loom/interop/cuda_interop.hpp, which raise TypeError in builds without CUDA), and the two C
+// loom/cuda/interop.hpp, which raise TypeError in builds without CUDA), and the two C
 // functions PyTorch's CUDAPluggableAllocator loads from this extension.
 //
 // Note [torch allocator]
@@ -22,8 +22,8 @@
 #include <cstdint>
 
 #include "bindings.hpp"
-#include "loom/device/cuda.hpp"
-#include "loom/interop/cuda_interop.hpp"
+#include "loom/cuda/info.hpp"
+#include "loom/cuda/interop.hpp"
 #include "loom/memory/c_api.h"
 
 namespace {

@@ -30,7 +30,7 @@
 #include "bindings.hpp"
 #include "loom/core/device_id.hpp"
 #include "loom/core/error.hpp"
-#include "loom/interop/cuda_interop.hpp"
+#include "loom/cuda/interop.hpp"
 #include "loom/interop/dlpack.hpp"
 #include "loom/memory/device_resources.hpp"
 #include "loom/memory/npy.hpp"

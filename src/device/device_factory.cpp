@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "backends/builtin.hpp"
 #include "loom/core/error.hpp"
-#include "loom/device/cpu_device.hpp"
 
 namespace loom {
 
@@ -62,10 +62,7 @@ std::vector<std::unique_ptr<device>> device_factory_registry::create_devices(
 }
 
 void register_builtin_device_factories(device_factory_registry& registry) {
-  registry.register_factory(std::make_unique<cpu_device_factory>(), 0);
-#ifdef LOOM_HAVE_CUDA
-  register_cuda_device_factories(registry);
-#endif
+  backends::register_builtin(registry);
 }
 
 }  // namespace loom

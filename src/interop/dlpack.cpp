@@ -12,7 +12,7 @@
 
 #include "loom/core/dlpack_device.hpp"
 #include "loom/core/error.hpp"
-#include "loom/interop/cuda_interop.hpp"
+#include "loom/cuda/interop.hpp"
 #include "loom/memory/loans.hpp"
 
 namespace loom::interop {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "backends/builtin.hpp"
 #include "loom/graph/op_registry.hpp"
 
 namespace loom {
@@ -35,10 +36,7 @@ std::string kernel_def::describe() const {
 kernel_registry& kernel_registry::global() {
   static kernel_registry* registry = [] {
     auto* r = new kernel_registry;  // immortal, as the op registry
-    register_cpu_kernels(*r);
-#ifdef LOOM_HAVE_CUDA
-    register_cuda_kernels(*r);
-#endif
+    backends::register_builtin(*r);
     return r;
   }();
   return *registry;

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "loom/device/cuda.hpp"
+#include "loom/cuda/info.hpp"
 
 #define LOOM_REQUIRE_GPU()                                                       \
   do {                                                                           \

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "loom/cuda/info.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/memory/host_resource.hpp"
 
@@ -122,13 +123,13 @@ TEST(DeviceFactoryRegistry, GlobalHasTheCpuFactory) {
   device_factory_registry& global = device_factory_registry::global();
   EXPECT_EQ(&global, &device_factory_registry::global());
   ASSERT_NE(global.find(device_type::cpu), nullptr);
-#ifndef LOOM_HAVE_CUDA
-  EXPECT_NE(dynamic_cast<loom::cpu_device_factory*>(global.find(device_type::cpu)), nullptr);
-#else
-  // The CUDA backend's GPU-compatible CPU factory (priority 10) replaced it.
-  EXPECT_EQ(dynamic_cast<loom::cpu_device_factory*>(global.find(device_type::cpu)), nullptr);
-  EXPECT_NE(global.find(device_type::cuda), nullptr);
-#endif
+  if (!loom::cuda::is_built()) {
+    EXPECT_NE(dynamic_cast<loom::cpu_device_factory*>(global.find(device_type::cpu)), nullptr);
+  } else {
+    // The CUDA backend's GPU-compatible CPU factory (priority 10) replaced it.
+    EXPECT_EQ(dynamic_cast<loom::cpu_device_factory*>(global.find(device_type::cpu)), nullptr);
+    EXPECT_NE(global.find(device_type::cuda), nullptr);
+  }
   device_options options;
   options.cpu_threads = 1;
   const auto devices = global.create_devices(options);

@@ -15,8 +15,8 @@
 
 #include "cuda/cuda_test_support.hpp"
 #include "loom/core/error.hpp"
+#include "loom/cuda/interop.hpp"
 #include "loom/device/device_factory.hpp"
-#include "loom/interop/cuda_interop.hpp"
 #include "loom/interop/dlpack.hpp"
 #include "loom/memory/c_api.h"
 #include "loom/memory/device_resources.hpp"

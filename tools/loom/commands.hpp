@@ -33,6 +33,10 @@ void add_memreplay_command(CLI::App& app);
 /// `loom bench <suite>`: benchmarks against a peer measured in the same run.
 void add_bench_command(CLI::App& app);
 
+/// `loom bench cuda`: adds the GPU suite to `bench` in builds with the CUDA backend
+/// (bench_cuda_command.cpp); adds nothing in builds without it (bench_cuda_none.cpp).
+void add_bench_cuda_command(CLI::App& bench);
+
 /// `loom devices`: the devices a session creates.
 void add_devices_command(CLI::App& app);
 

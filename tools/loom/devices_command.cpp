@@ -5,7 +5,7 @@
 
 #include "commands.hpp"
 #include "loom/core/memory_stats.hpp"
-#include "loom/device/cuda.hpp"
+#include "loom/cuda/info.hpp"
 #include "loom/device/device_factory.hpp"
 
 namespace loom::tools {

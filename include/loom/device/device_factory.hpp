@@ -4,7 +4,8 @@
 // model). Factories are registered per device type with a priority; registering a factory
 // of higher priority for a type replaces the one there, as a plugin does, and a lower one is
 // ignored. loom's own backends register from one explicit place,
-// `register_builtin_device_factories` (no static initializers).
+// `register_builtin_device_factories`, which src/backends/builtin.cpp answers (no static
+// initializers).
 #pragma once
 
 #include <cstddef>
@@ -107,14 +108,9 @@ class device_factory_registry {
   std::vector<entry> entries_;
 };
 
-/// Registers loom's own factories (CPU; CUDA when built with it). Called by global().
+/// Registers loom's own factories: the CPU factory at priority 0 and, in builds with the CUDA
+/// backend, its GPU and GPU-compatible CPU factories at priority 10 (which replaces the CPU
+/// one). The built-in backends are listed in src/backends/builtin.cpp. Called by global().
 void register_builtin_device_factories(device_factory_registry& registry);
-
-#ifdef LOOM_HAVE_CUDA
-/// The CUDA backend's factories (src/backends/cuda/cuda_info.cpp): GPUs, one device per
-/// visible GPU, and a GPU-compatible CPU factory (pinned memory when a GPU is present), both
-/// at priority 10, above the CPU factory's 0.
-void register_cuda_device_factories(device_factory_registry& registry);
-#endif
 
 }  // namespace loom

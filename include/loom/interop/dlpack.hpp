@@ -24,7 +24,7 @@
 // (__dlpack__(stream=...)): before handing memory over, the producer makes the consumer's
 // stream wait for its own work on it (prepare_export here; the consumer side is the
 // caller's, which passes the stream it will use and records it in the import's buffer).
-// Streams are numbered as loom/interop/cuda_interop.hpp's Note [interop streams] says.
+// Streams are numbered as loom/cuda/interop.hpp's Note [interop streams] says.
 //
 // Loans: every export is recorded in loom::memory's loan book until its deleter runs, so a
 // tracking_adaptor's leak report names buffers a consumer never gave back.

@@ -5,7 +5,9 @@
 // float64}); lookup takes the highest-priority kernel whose constraints the node meets,
 // so a faster kernel registered at a higher priority (a plugin's, a fused one) wins. When
 // none matches, the error lists the kernels the op has. Each backend adds its kernels from
-// one explicit table (register_cpu_kernels); nothing registers from static initializers.
+// one explicit table (register_cpu_kernels in src/backends/cpu/cpu_kernels.cpp), and the
+// global registry takes the built-in backends' tables from src/backends/builtin.cpp on first
+// use; nothing registers from static initializers.
 #pragma once
 
 #include <functional>
@@ -59,12 +61,6 @@ class kernel_registry {
   mutable std::shared_mutex mutex_;
   std::unordered_map<std::string, std::vector<std::unique_ptr<kernel_def>>> kernels_;
 };
-
-/// Registers the CPU backend's kernels (src/backends/cpu/cpu_kernels.cpp).
-void register_cpu_kernels(kernel_registry& registry);
-/// Registers the CUDA backend's kernels (src/backends/cuda/cuda_kernels.cpp); only in builds
-/// with the backend (LOOM_HAVE_CUDA), and registered whether or not a GPU is present.
-void register_cuda_kernels(kernel_registry& registry);
 
 /// Shorthand for the constraint "T in {types...}".
 inline std::vector<std::pair<std::string, std::vector<dtype>>> type_constraint(

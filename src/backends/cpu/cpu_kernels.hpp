@@ -15,3 +15,11 @@ void register_array_kernels(kernel_registry& registry);        // reshape, trans
 void register_optimizer_kernels(kernel_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
 
 }  // namespace loom::cpu
+
+namespace loom {
+
+/// The CPU backend's kernel table (cpu_kernels.cpp): registers every family above. Called by
+/// backends::register_builtin (src/backends/builtin.cpp).
+void register_cpu_kernels(kernel_registry& registry);
+
+}  // namespace loom

@@ -14,7 +14,7 @@
 
 #include "cuda_check.hpp"
 #include "kernels/strided_copy.cuh"
-#include "loom/memory/cuda_resources.hpp"
+#include "loom/cuda/resources.hpp"
 #include "loom/memory/device_resources.hpp"
 #include "loom/memory/fallback_adaptor.hpp"
 #include "loom/memory/tensor_allocation.hpp"

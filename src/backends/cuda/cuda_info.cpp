@@ -1,12 +1,15 @@
-// loom/device/cuda.hpp for builds with the CUDA backend; the device factories it adds.
+// loom/cuda/info.hpp for builds with the CUDA backend; the device factories it adds
+// (cuda_info.hpp).
+#include "cuda_info.hpp"
+
 #include <fmt/format.h>
 
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_libraries.hpp"
+#include "loom/cuda/info.hpp"
+#include "loom/cuda/resources.hpp"
 #include "loom/device/cpu_device.hpp"
-#include "loom/device/cuda.hpp"
-#include "loom/memory/cuda_resources.hpp"
 
 namespace loom {
 namespace cuda {

@@ -18,3 +18,11 @@ void register_optimizer_kernels(kernel_registry& registry);    // optimizer_kern
 void register_fused_kernels(kernel_registry& registry);        // fused_elementwise.cpp
 
 }  // namespace loom::cuda
+
+namespace loom {
+
+/// The CUDA backend's kernel table (cuda_kernels.cpp): registers every family above, whether
+/// or not a GPU is present. Called by backends::register_builtin (src/backends/builtin.cpp).
+void register_cuda_kernels(kernel_registry& registry);
+
+}  // namespace loom

@@ -1,5 +1,5 @@
-// The CUDA upstream resources (loom/memory/cuda_resources.hpp).
-#include "loom/memory/cuda_resources.hpp"
+// The CUDA upstream resources (loom/cuda/resources.hpp).
+#include "loom/cuda/resources.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// loom/interop/cuda_interop.hpp for builds with the CUDA backend (Note [interop streams]).
+// loom/cuda/interop.hpp for builds with the CUDA backend (Note [interop streams]).
 #include <fmt/format.h>
 
 #include <array>
@@ -7,8 +7,8 @@
 
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
-#include "loom/device/cuda.hpp"
-#include "loom/interop/cuda_interop.hpp"
+#include "loom/cuda/info.hpp"
+#include "loom/cuda/interop.hpp"
 #include "loom/memory/device_resources.hpp"
 
 namespace loom::interop {

@@ -1,8 +1,10 @@
-// cuda_resources: the upstream memory resources of the CUDA backend.
+// cuda/resources: the upstream memory resources of the CUDA backend.
 //
 // Each is one thin class over one CUDA allocation call, as RMM's are; pools (bfc_pool) and
 // adaptors compose over them. None includes a CUDA header: a stream is loom::stream, whose
-// handle is the cudaStream_t. Only in builds with the CUDA backend (LOOM_HAVE_CUDA).
+// handle is the cudaStream_t. Only builds with the CUDA backend define these classes
+// (src/backends/cuda/cuda_resources.cpp): include this header only from code that CMake
+// compiles only in such builds (loom::cuda::is_built() says which build runs).
 //
 // - cuda_resource: device memory from cudaMalloc / cudaFree. cudaFree synchronises the
 //   whole device, which is why it sits under a pool.
@@ -17,8 +19,6 @@
 // loom::cuda_error (src/backends/cuda/cuda_check.hpp's message: the call, the CUDA error
 // name and text) for other failures, such as no driver or no device. Thread-safe.
 #pragma once
-
-#ifdef LOOM_HAVE_CUDA
 
 #include <cstddef>
 
@@ -107,5 +107,3 @@ class pinned_host_resource final : public memory_resource {
 };
 
 }  // namespace loom::memory
-
-#endif  // LOOM_HAVE_CUDA

@@ -1,9 +1,9 @@
-// cuda_interop: the CUDA calls that sharing GPU memory with other frameworks needs (the
+// cuda/interop: the CUDA calls that sharing GPU memory with other frameworks needs (the
 // DLPack stream handshake, the CUDA array interface, other libraries allocating from loom's
 // pools), behind an interface with no CUDA header in it.
 //
 // Builds with the CUDA backend implement these in src/backends/cuda/interop_cuda.cpp; builds
-// without it in src/interop/cuda_interop_stub.cpp, where every function but
+// without it in src/backends/no_cuda.cpp, where every function but
 // cuda_interop_available() throws loom::unsupported_error saying loom was built without
 // CUDA. With the backend but no driver or GPU they throw loom::cuda_error (CUDA's reason).
 //

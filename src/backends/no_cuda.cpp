@@ -1,14 +1,36 @@
-// loom/interop/cuda_interop.hpp for builds without the CUDA backend: nothing but
-// cuda_interop_available() works (the backend's src/backends/cuda/interop_cuda.cpp
-// implements them otherwise).
-#ifndef LOOM_HAVE_CUDA
-
+// The CUDA seams of builds without the CUDA backend (src/CMakeLists.txt compiles this file
+// only then; the backend's src/backends/cuda/cuda_info.cpp and interop_cuda.cpp are the ones
+// with it): loom/cuda/info.hpp answers that there is no GPU, and in loom/cuda/interop.hpp
+// nothing but cuda_interop_available() works.
 #include <fmt/format.h>
 
 #include "loom/core/error.hpp"
-#include "loom/interop/cuda_interop.hpp"
+#include "loom/cuda/info.hpp"
+#include "loom/cuda/interop.hpp"
 
-namespace loom::interop {
+namespace loom {
+namespace cuda {
+
+bool is_built() noexcept {
+  return false;
+}
+int device_count() noexcept {
+  return 0;
+}
+std::string availability() {
+  return "loom was built without CUDA";
+}
+std::string describe() {
+  return availability();
+}
+
+std::size_t trim(int /*ordinal*/) {
+  return 0;
+}
+
+}  // namespace cuda
+
+namespace interop {
 namespace {
 
 [[noreturn]] void no_cuda(const char* what) {
@@ -52,6 +74,5 @@ void cuda_serve_c_api(int) {
   no_cuda("cuda_serve_c_api");
 }
 
-}  // namespace loom::interop
-
-#endif  // LOOM_HAVE_CUDA
+}  // namespace interop
+}  // namespace loom

@@ -1,10 +1,14 @@
-// cuda: what the process can tell about CUDA, without including any CUDA header.
+// cuda/info: what the process can tell about CUDA, without including any CUDA header.
 //
-// loom's CUDA backend (src/backends/cuda) is built when the CUDA toolkit is found (CMake
-// option LOOM_CUDA; LOOM_HAVE_CUDA is then defined for everything that links loom). A build
-// with it behaves exactly as one without on a machine with no GPU or no driver: the CUDA
-// device factory makes no devices, placement uses the CPU, and the gpu-labelled tests skip
-// saying why (availability()). docs/cuda.md has the long form.
+// loom's public CUDA headers live together in loom/cuda/: this one (every build), interop.hpp
+// (every build; without the backend its functions throw) and resources.hpp (CUDA builds
+// only). loom's CUDA backend (src/backends/cuda) is built when the CUDA toolkit is found
+// (CMake option LOOM_CUDA); code outside the library asks is_built() rather than testing a
+// macro. A build with it behaves exactly as one without on a machine with no GPU or no
+// driver: the CUDA device factory makes no devices, placement uses the CPU, and the
+// gpu-labelled tests skip saying why (availability()). Builds with the backend implement
+// these functions in src/backends/cuda/cuda_info.cpp, builds without it in
+// src/backends/no_cuda.cpp. docs/cuda.md has the long form.
 #pragma once
 
 #include <cstddef>
