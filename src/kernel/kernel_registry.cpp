@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "kernel/common/neutral_kernels.hpp"
 #include "loom/graph/op_registry.hpp"
 
 namespace loom {
@@ -39,6 +40,7 @@ kernel_registry& kernel_registry::global() {
 #ifdef LOOM_HAVE_CUDA
     register_cuda_kernels(*r);
 #endif
+    common::register_device_neutral_kernels(*r);
     return r;
   }();
   return *registry;

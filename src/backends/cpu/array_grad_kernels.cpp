@@ -1,6 +1,9 @@
-// CPU kernels of the array ops that gradients build on: pad (the gradient of slice),
-// gather_grad (of gather) and broadcast_to (a stride-0 view, Note [array views] in
-// array_kernels.cpp). Registered from register_array_kernels (array_kernels.cpp).
+// CPU kernels of the array ops that gradients build on: pad (the gradient of slice) and
+// gather_grad (of gather); their shapes and checks are the op rules'
+// (loom/graph/ops/array_rules.hpp). broadcast_to, a stride-0 view (Note [array views] in
+// array_kernels.cpp), is one of the kernels every device shares
+// (src/kernel/common/neutral_kernels.cpp). Registered from register_array_kernels
+// (array_kernels.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -13,6 +16,8 @@
 #include "array_copy.hpp"
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
+#include "kernel/common/apply_rule.hpp"
+#include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cpu {
 
@@ -22,11 +27,8 @@ namespace {
 
 constexpr device_type cpu = device_type::cpu;
 using ints = std::vector<std::int64_t>;
-
-std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
-          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-}
+using common::apply_rule;
+using common::text_of;
 
 // The unsigned integer of T's size: pad moves bits, so one instantiation per size serves
 // every dtype.
@@ -57,17 +59,12 @@ class pad_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& in = ctx.input(0);
-    const std::size_t rank = in.rank();
-    if (paddings_.size() != 2 * rank) {
-      ctx.fail("paddings [{}] has {} entries for the rank-{} input {}: it needs 2 per dimension",
-               fmt::join(paddings_, ", "), paddings_.size(), rank, in.describe());
-    }
+    const shape s = apply_rule(
+        ctx, [&] { return array_rules::pad_shape(in.shape(), paddings_, text_of(in)); });
     if (std::all_of(paddings_.begin(), paddings_.end(), [](auto p) { return p == 0; })) {
       if (in.is_contiguous()) return ctx.set_output(0, in);
       return output_dense_copy(ctx, 0, in);
     }
-    shape s = in.shape();
-    for (std::size_t d = 0; d < rank; ++d) s[d] += paddings_[2 * d] + paddings_[2 * d + 1];
     tensor& out = ctx.allocate_output(0, s);
     if (out.num_elements() == 0) return;
     visit_dtype(in.type(), [&](auto ttag) {
@@ -166,37 +163,13 @@ class gather_grad_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor dy = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    shape ps = params_shape_;
-    const auto rank = static_cast<std::int64_t>(ps.rank());
-    if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis {} is outside [{}, {}) for params_shape {}", axis_, -rank, rank,
-               to_string(ps));
-    }
-    const auto ax = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
-    const std::size_t k = indices.rank();
-    // dy must be gather's output: ps[:ax] + indices.shape + ps[ax+1:].
-    const auto mismatch = [&] {
-      ctx.fail("dy {} is not gather's output for params_shape {}, indices {} and axis {}",
-               dy.describe(), to_string(params_shape_), indices.describe(), ax);
-    };
-    if (dy.rank() != ps.rank() - 1 + k) mismatch();
-    for (std::size_t d = 0; d < ps.rank(); ++d) {
-      if (d == ax) continue;
-      const std::int64_t have = dy.dim(d < ax ? d : d - 1 + k);
-      if (ps[d] < 0) ps[d] = have;
-      if (ps[d] != have) mismatch();
-    }
-    for (std::size_t j = 0; j < k; ++j) {
-      if (dy.dim(ax + j) != indices.dim(j)) mismatch();
-    }
-    if (ps[ax] < 0) {
-      ctx.fail("params_shape {} leaves the gathered dimension {} unknown", to_string(ps), ax);
-    }
-    std::int64_t outer = 1;
-    std::int64_t inner = 1;
-    for (std::size_t d = 0; d < ax; ++d) outer *= ps[d];
-    for (std::size_t d = ax + 1; d < ps.rank(); ++d) inner *= ps[d];
-    const std::int64_t n = ps[ax];
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::gather_grad_shape(params_shape_, axis_, dy.shape(), indices.shape(),
+                                            text_of(dy), text_of(indices));
+    });
+    const shape& ps = g.params;
+    const std::size_t ax = g.axis;
+    const std::int64_t n = g.n;
     tensor& out = ctx.allocate_output(0, ps);
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
@@ -219,7 +192,7 @@ class gather_grad_kernel final : public op_kernel {
         if constexpr (std::is_same_v<T, bool>) {
           ctx.fail("gather_grad has no kernel for bool");
         } else {
-          run<T, I>(ctx, dy.data<T>(), idx, out.data<T>(), outer, n, inner, count);
+          run<T, I>(ctx, dy.data<T>(), idx, out.data<T>(), g.outer, n, g.inner, count);
         }
       });
     });
@@ -285,47 +258,12 @@ class gather_grad_kernel final : public op_kernel {
   shape params_shape_;
 };
 
-// ---- broadcast_to -----------------------------------------------------------------------
-
-class broadcast_to_kernel final : public op_kernel {
- public:
-  explicit broadcast_to_kernel(const kernel_construction& c)
-      : op_kernel(c), target_(c.attr<shape>("shape")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    if (in.rank() > target_.rank()) {
-      ctx.fail("cannot broadcast {} to {}: the target has fewer dimensions", in.describe(),
-               to_string(target_));
-    }
-    const std::size_t lead = target_.rank() - in.rank();
-    shape strides = shape::filled(target_.rank(), 0);
-    for (std::size_t d = 0; d < in.rank(); ++d) {
-      const std::int64_t want = target_[lead + d];
-      if (in.dim(d) == want) {
-        strides[lead + d] = in.strides()[d];
-      } else if (in.dim(d) != 1) {
-        ctx.fail("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}", in.describe(),
-                 to_string(target_), d, in.dim(d), want);
-      }
-    }
-    ctx.set_output(0, tensor::strided(in.buf(), in.type(), target_, strides, in.offset()));
-  }
-
- private:
-  shape target_;
-};
-
 }  // namespace
 
 void register_array_grad_kernels(kernel_registry& r) {
   r.add(make_kernel_def<pad_kernel>("pad", cpu, type_constraint(all_types())));
-  r.add(make_kernel_def<gather_grad_kernel>("gather_grad", cpu,
-                                            {{"T",
-                                              {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
-                                               dtype::i32, dtype::i64, dtype::i8, dtype::u8}},
-                                             {"Tindices", {dtype::i32, dtype::i64}}}));
-  r.add(make_kernel_def<broadcast_to_kernel>("broadcast_to", cpu, type_constraint(all_types())));
+  // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
+  r.add(make_kernel_def<gather_grad_kernel>("gather_grad", cpu));
 }
 
 }  // namespace loom::cpu

@@ -1,4 +1,5 @@
-// CPU kernels of the indexing array ops: gather (NumPy take) and one_hot. Registered from
+// CPU kernels of the indexing array ops: gather (NumPy take) and one_hot; their shapes and
+// checks are the op rules' (loom/graph/ops/array_rules.hpp). Registered from
 // register_array_kernels (array_kernels.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +10,8 @@
 
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
+#include "kernel/common/apply_rule.hpp"
+#include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cpu {
 
@@ -17,11 +20,8 @@ void register_array_index_kernels(kernel_registry& registry);
 namespace {
 
 constexpr device_type cpu = device_type::cpu;
-
-std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
-          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-}
+using common::apply_rule;
+using common::text_of;
 
 // "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
 std::string position(const shape& s, std::int64_t flat) {
@@ -65,26 +65,12 @@ class gather_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor params = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    const auto rank = static_cast<std::int64_t>(params.rank());
-    if (rank == 0) ctx.fail("params must have rank >= 1, got {}", params.describe());
-    if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis {} is outside [{}, {}) for params {}", axis_, -rank, rank, params.describe());
-    }
-    const auto ax = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
-    shape out_shape;
-    std::int64_t outer = 1;
-    std::int64_t inner = 1;
-    for (std::size_t d = 0; d < ax; ++d) {
-      out_shape.push_back(params.dim(d));
-      outer *= params.dim(d);
-    }
-    for (auto d : indices.shape().dims()) out_shape.push_back(d);
-    for (std::size_t d = ax + 1; d < params.rank(); ++d) {
-      out_shape.push_back(params.dim(d));
-      inner *= params.dim(d);
-    }
-    const std::int64_t n = params.dim(ax);
-    tensor& out = ctx.allocate_output(0, out_shape);
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::gather_shape(params.shape(), indices.shape(), axis_, text_of(params));
+    });
+    const std::size_t ax = g.axis;
+    const std::int64_t n = g.n;
+    tensor& out = ctx.allocate_output(0, g.out);
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
       const I* idx = indices.data<I>();
@@ -100,7 +86,7 @@ class gather_kernel final : public op_kernel {
       visit_bits(size_of(params.type()), [&](auto btag) {
         using T = decltype(btag);
         run<T, I>(ctx, static_cast<const T*>(params.raw_data()), idx,
-                  static_cast<T*>(out.raw_data()), outer, n, inner, k);
+                  static_cast<T*>(out.raw_data()), g.outer, n, g.inner, k);
       });
     });
   }
@@ -151,27 +137,16 @@ class one_hot_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor indices = ctx.input_contiguous(0);
-    const auto rank = static_cast<std::int64_t>(indices.rank());
-    if (axis_ < -1 || axis_ > rank) {
-      ctx.fail("axis {} is outside [-1, {}] for indices {}", axis_, rank, indices.describe());
-    }
-    const auto at = static_cast<std::size_t>(axis_ == -1 ? rank : axis_);
-    shape out_shape;
-    std::int64_t prefix = 1;
-    std::int64_t suffix = 1;
-    for (std::size_t d = 0; d < indices.rank(); ++d) {
-      if (d == at) out_shape.push_back(depth_);
-      out_shape.push_back(indices.dim(d));
-      (d < at ? prefix : suffix) *= indices.dim(d);
-    }
-    if (at == indices.rank()) out_shape.push_back(depth_);
-    tensor& out = ctx.allocate_output(0, out_shape);
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::one_hot_shape(indices.shape(), depth_, axis_, text_of(indices));
+    });
+    tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
       visit_dtype(out.type(), [&](auto ttag) {
         using T = decltype(ttag);
-        run<T, I>(ctx, indices.data<I>(), out.data<T>(), prefix, suffix);
+        run<T, I>(ctx, indices.data<I>(), out.data<T>(), g.prefix, g.suffix);
       });
     });
   }
