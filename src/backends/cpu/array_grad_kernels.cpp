@@ -1,7 +1,7 @@
 // CPU kernels of the array ops that gradients build on: pad (the gradient of slice) and
 // gather_grad (of gather); their shapes and checks are the op rules'
 // (loom/graph/ops/array_rules.hpp). broadcast_to, a stride-0 view (Note [array views] in
-// array_kernels.cpp), is one of the kernels every device shares
+// src/kernel/common/array_views.hpp), is one of the kernels every device shares
 // (src/kernel/common/neutral_kernels.cpp). Registered from register_array_kernels
 // (array_kernels.cpp).
 #include <fmt/format.h>
@@ -17,6 +17,7 @@
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
 #include "kernel/common/apply_rule.hpp"
+#include "kernel/common/array_kernels.hpp"
 #include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cpu {
@@ -50,51 +51,41 @@ std::string position(const shape& s, std::int64_t flat) {
 
 // ---- pad --------------------------------------------------------------------------------
 
-class pad_kernel final : public op_kernel {
+// pad's CPU fill (src/kernel/common/array_kernels.hpp). One task per output row (the last
+// dimension): rows outside the input are the constant; the others are the constant, the
+// input's row, the constant. Every element is written once.
+class pad_fill {
  public:
-  explicit pad_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        paddings_(c.attr<ints>("paddings")),
-        constant_(c.attr<double>("constant_value")) {}
+  explicit pad_fill(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    const shape s = apply_rule(
-        ctx, [&] { return array_rules::pad_shape(in.shape(), paddings_, text_of(in)); });
-    if (std::all_of(paddings_.begin(), paddings_.end(), [](auto p) { return p == 0; })) {
-      if (in.is_contiguous()) return ctx.set_output(0, in);
-      return output_dense_copy(ctx, 0, in);
-    }
-    tensor& out = ctx.allocate_output(0, s);
+  void operator()(const tensor& in, const shape& s, const common::pad_attrs& a) const {
+    tensor& out = ctx_.allocate_output(0, s);
     if (out.num_elements() == 0) return;
     visit_dtype(in.type(), [&](auto ttag) {
       using T = decltype(ttag);
       using B = bits_t<T>;
       static_assert(sizeof(B) == sizeof(T));
-      const T value = ew::wrap_from_double<T>(constant_);
+      const T value = ew::wrap_from_double<T>(a.constant);
       B bits;
       std::memcpy(&bits, &value, sizeof(B));
-      run<B>(ctx, in, out, bits);
+      run<B>(in, out, bits, a.paddings);
     });
   }
 
  private:
-  // One task per output row (the last dimension): rows outside the input are the constant;
-  // the others are the constant, the input's row, the constant. Every element is written
-  // once.
   template <class B>
-  void run(const kernel_context& ctx, const tensor& in, tensor& out, B value) const {
+  void run(const tensor& in, tensor& out, B value, const ints& paddings) const {
     const std::size_t rank = out.rank();
     const std::int64_t len = out.dim(rank - 1);
     const std::int64_t in_len = in.dim(rank - 1);
-    const std::int64_t before = paddings_[2 * (rank - 1)];
+    const std::int64_t before = paddings[2 * (rank - 1)];
     const std::int64_t last_stride = in.strides()[rank - 1];
     const std::int64_t rows = out.num_elements() / len;
     const auto* src = in.num_elements() > 0 ? static_cast<const B*>(in.raw_data()) : nullptr;
     auto* dst = static_cast<B*>(out.raw_data());
     const double cost = static_cast<double>(len * static_cast<std::int64_t>(sizeof(B))) * 0.1 +
                         5.0 * static_cast<double>(rank);
-    ctx.parallel_for(rows, cost, [&](std::int64_t lo, std::int64_t hi) {
+    ctx_.parallel_for(rows, cost, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t r = lo; r < hi; ++r) {
         B* row = dst + r * len;
         // The input row this output row holds, if any.
@@ -102,7 +93,7 @@ class pad_kernel final : public op_kernel {
         std::int64_t at = 0;
         bool inside = in_len > 0;
         for (std::size_t d = rank - 1; d-- > 0;) {
-          const std::int64_t k = rest % out.dim(d) - paddings_[2 * d];
+          const std::int64_t k = rest % out.dim(d) - paddings[2 * d];
           rest /= out.dim(d);
           if (k < 0 || k >= in.dim(d)) inside = false;
           at += k * in.strides()[d];
@@ -123,8 +114,7 @@ class pad_kernel final : public op_kernel {
     });
   }
 
-  ints paddings_;
-  double constant_;
+  kernel_context& ctx_;
 };
 
 // ---- gather_grad ------------------------------------------------------------------------
@@ -261,7 +251,8 @@ class gather_grad_kernel final : public op_kernel {
 }  // namespace
 
 void register_array_grad_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<pad_kernel>("pad", cpu, type_constraint(all_types())));
+  r.add(make_kernel_def<common::pad_kernel<dense_copy, pad_fill>>("pad", cpu,
+                                                                  type_constraint(all_types())));
   // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
   r.add(make_kernel_def<gather_grad_kernel>("gather_grad", cpu));
 }

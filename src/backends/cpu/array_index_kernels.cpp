@@ -11,6 +11,7 @@
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
 #include "kernel/common/apply_rule.hpp"
+#include "kernel/common/array_kernels.hpp"
 #include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cpu {
@@ -126,43 +127,36 @@ class gather_kernel final : public op_kernel {
   std::int64_t axis_;
 };
 
-class one_hot_kernel final : public op_kernel {
+// one_hot's CPU fill (src/kernel/common/array_kernels.hpp):
+// out[p, d, s] = idx[p, s] == d ? on : off.
+class one_hot_fill {
  public:
-  explicit one_hot_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        depth_(c.attr<std::int64_t>("depth")),
-        axis_(c.attr<std::int64_t>("axis")),
-        on_(c.attr<double>("on_value")),
-        off_(c.attr<double>("off_value")) {}
+  explicit one_hot_fill(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
-    const tensor indices = ctx.input_contiguous(0);
-    const auto g = apply_rule(ctx, [&] {
-      return array_rules::one_hot_shape(indices.shape(), depth_, axis_, text_of(indices));
-    });
-    tensor& out = ctx.allocate_output(0, g.out);
+  void operator()(const array_rules::one_hot_geometry& g, const common::one_hot_attrs& a) const {
+    const tensor indices = ctx_.input_contiguous(0);
+    tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
       visit_dtype(out.type(), [&](auto ttag) {
         using T = decltype(ttag);
-        run<T, I>(ctx, indices.data<I>(), out.data<T>(), g.prefix, g.suffix);
+        run<T, I>(indices.data<I>(), out.data<T>(), g.prefix, g.suffix, a);
       });
     });
   }
 
  private:
-  // out[p, d, s] = idx[p, s] == d ? on : off.
   template <class T, class I>
-  void run(const kernel_context& ctx, const I* idx, T* out, std::int64_t prefix,
-           std::int64_t suffix) const {
-    const T on = ew::wrap_from_double<T>(on_);
-    const T off = ew::wrap_from_double<T>(off_);
-    const std::int64_t depth = depth_;
+  void run(const I* idx, T* out, std::int64_t prefix, std::int64_t suffix,
+           const common::one_hot_attrs& a) const {
+    const T on = ew::wrap_from_double<T>(a.on);
+    const T off = ew::wrap_from_double<T>(a.off);
+    const std::int64_t depth = a.depth;
     const std::int64_t block = depth * suffix;
     const double cost = static_cast<double>(block * static_cast<std::int64_t>(sizeof(T))) * 0.1 +
                         static_cast<double>(suffix) + 2.0;
-    ctx.parallel_for(prefix, cost, [&](std::int64_t begin, std::int64_t end) {
+    ctx_.parallel_for(prefix, cost, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t p = begin; p < end; ++p) {
         T* o = out + p * block;
         std::fill_n(o, block, off);
@@ -175,10 +169,7 @@ class one_hot_kernel final : public op_kernel {
     });
   }
 
-  std::int64_t depth_;
-  std::int64_t axis_;
-  double on_;
-  double off_;
+  kernel_context& ctx_;
 };
 
 }  // namespace
@@ -186,7 +177,7 @@ class one_hot_kernel final : public op_kernel {
 void register_array_index_kernels(kernel_registry& r) {
   r.add(make_kernel_def<gather_kernel>(
       "gather", cpu, {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
-  r.add(make_kernel_def<one_hot_kernel>(
+  r.add(make_kernel_def<common::one_hot_kernel<one_hot_fill>>(
       "one_hot", cpu, {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
 }
 

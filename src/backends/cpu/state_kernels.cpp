@@ -1,13 +1,14 @@
-// CPU kernels of the state ops: const, variable, assign, assign_add, assign_sub, and the
-// sending side of a transfer (_send). placeholder, _arg, identity, no_op and _recv are the
-// same on every device (src/kernel/common/neutral_kernels.cpp); the variable updates' checks
-// are shared with the CUDA backend (src/kernel/common/variable_updates.hpp).
+// CPU kernels of the state ops: const, assign, assign_add, assign_sub, and the sending side
+// of a transfer (_send); variable is the kernel every backend shares, and the updates' checks
+// are shared with the CUDA backend (src/kernel/common/variable_kernels.hpp). placeholder,
+// _arg, identity, no_op and _recv are the same on every device and registered once for each
+// (src/kernel/common/neutral_kernels.cpp).
 #include <cstring>
 #include <mutex>
 
 #include "cpu_kernels.hpp"
 #include "kernel/common/neutral_kernels.hpp"
-#include "kernel/common/variable_updates.hpp"
+#include "kernel/common/variable_kernels.hpp"
 #include "loom/kernel/variable_store.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
@@ -27,27 +28,6 @@ class const_kernel final : public op_kernel {
 
  private:
   tensor value_;
-};
-
-class variable_kernel final : public op_kernel {
- public:
-  explicit variable_kernel(const kernel_construction& c)
-      : op_kernel(c), initial_(c.attr<tensor>("initial_value")) {}
-  void compute(kernel_context& ctx) override {
-    auto& var = ctx.variables().get(ctx.node().name);
-    std::lock_guard lock(var.mutex);
-    if (!var.value.defined()) {
-      if (!initial_.defined()) {
-        ctx.fail("variable '{}' is read before it is assigned (it has no initial value)",
-                 ctx.node().name);
-      }
-      var.value = ctx.device().copy_from_host(initial_);
-    }
-    ctx.set_output(0, var.value);
-  }
-
- private:
-  tensor initial_;
 };
 
 enum class update { set, add, sub };
@@ -88,7 +68,8 @@ class update_kernel final : public op_kernel {
       copy_to_dense(value, var.value.raw_data());
     } else {
       if (!writable) {
-        tensor fresh = memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
+        tensor fresh =
+            memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
         var.value = std::move(fresh);
       }
       const tensor src = ctx.input_contiguous(value_input);
@@ -109,10 +90,10 @@ class update_kernel final : public op_kernel {
 void register_state_kernels(kernel_registry& r) {
   const auto any = type_constraint(all_types(), "dtype");
   r.add(make_kernel_def<const_kernel>("const", cpu, any));
-  r.add(make_kernel_def<variable_kernel>("variable", cpu, any));
+  r.add(make_kernel_def<common::variable_kernel<false>>("variable", cpu, any));
   r.add(make_kernel_def<update_kernel<update::set>>("assign", cpu, type_constraint(all_types())));
-  const auto numeric = type_constraint(
-      {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64});
+  const auto numeric =
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64});
   r.add(make_kernel_def<update_kernel<update::add>>("assign_add", cpu, numeric));
   r.add(make_kernel_def<update_kernel<update::sub>>("assign_sub", cpu, numeric));
 }

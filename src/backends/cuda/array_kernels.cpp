@@ -1,31 +1,33 @@
-// CUDA kernels of the array ops: reshape, transpose, concat, split, slice, pad, gather,
-// gather_grad and one_hot (the CPU's are in src/backends/cpu/array_kernels.cpp,
-// array_index_kernels.cpp and array_grad_kernels.cpp). The device code is in kernels/array.cu.
-// squeeze, expand_dims and broadcast_to are views every device shares
-// (src/kernel/common/neutral_kernels.cpp).
+// CUDA kernels of the array ops: concat, pad, gather, gather_grad and one_hot (the CPU's are
+// in src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp and array_grad_kernels.cpp),
+// and the family's registration. The device code is in kernels/array.cu. reshape, transpose,
+// split and slice are the kernels every backend shares over its dense copy
+// (src/kernel/common/array_kernels.hpp, with dense_copy below); squeeze, expand_dims and
+// broadcast_to are views registered once for every device (src/kernel/common/
+// neutral_kernels.cpp).
 //
-// Views are the CPU's (Note [array views] in src/backends/cpu/array_kernels.cpp, made by
-// src/kernel/common/array_views.hpp): reshape of a contiguous input, a transpose whose
-// permuted view is dense and split pieces that are contiguous blocks share the input's buffer
-// and launch nothing. Everything else is a strided copy on the compute stream (launch_copy:
-// both sides strided, so concat writes each input straight into its place in the output).
+// Views are the CPU's (Note [array views] in src/kernel/common/array_views.hpp): reshape of
+// a contiguous input, a transpose whose permuted view is dense and split pieces that are
+// contiguous blocks share the input's buffer and launch nothing. Everything else is a
+// strided copy on the compute stream (launch_copy: both sides strided, so concat writes each
+// input straight into its place in the output).
 //
 // Shapes, checks and messages are the op rules' (loom/graph/ops/array_rules.hpp), which the
 // CPU kernels call too. Each kernel applies them to the inputs' shapes before it touches CUDA
 // (launch_scope), so a bad node fails alike on both devices; checks of index values are not
 // made on the GPU (Note [cuda value checks] in elementwise_kernels.cpp).
-#include <algorithm>
+#include "kernel/common/array_kernels.hpp"
+
 #include <cstring>
-#include <optional>
 #include <utility>
 
 #include "backends/cpu/elementwise_math.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
-#include "kernels/array.cuh"
 #include "kernel/common/apply_rule.hpp"
 #include "kernel/common/array_views.hpp"
+#include "kernels/array.cuh"
 #include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cuda {
@@ -110,174 +112,61 @@ void copy_to(kernel_context& ctx, const launch_scope& scope, const tensor& src, 
   check_launch(ctx, "copy");
 }
 
-// Sets output i to a new dense tensor holding the elements of `view`.
-void output_dense_copy(kernel_context& ctx, const launch_scope& scope, std::size_t i,
-                       const tensor& view) {
-  tensor& out = ctx.allocate_output(i, view.shape());
-  copy_to(ctx, scope, view, out.raw_data(), out.strides());
-}
-
-// ---- shape ops -------------------------------------------------------------------------------
-
-class reshape_kernel final : public op_kernel {
+// The dense copy of the array kernels every backend shares (src/kernel/common/
+// array_kernels.hpp): made where a kernel is about to copy, it opens the launch scope there;
+// each call sets output i to a new dense tensor of shape `out` holding src's elements.
+class dense_copy {
  public:
-  explicit reshape_kernel(const kernel_construction& c)
-      : op_kernel(c), target_(c.attr<ints>("shape")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    const shape out = apply_rule(
-        ctx, [&] { return array_rules::reshape_shape(target_, in.num_elements(), text_of(in)); });
-    if (in.is_contiguous()) return ctx.set_output(0, in.reshaped(out));
-    launch_scope scope(ctx);
-    tensor& dense = ctx.allocate_output(0, out);
-    copy_to(ctx, scope, in, dense.raw_data(), contiguous_strides(in.shape()));
+  explicit dense_copy(kernel_context& ctx) : ctx_(ctx), scope_(ctx) {}
+  void operator()(std::size_t i, const tensor& src, const shape& out) {
+    tensor& dense = ctx_.allocate_output(i, out);
+    copy_to(ctx_, scope_, src, dense.raw_data(), contiguous_strides(src.shape()));
   }
 
  private:
-  ints target_;
+  kernel_context& ctx_;
+  launch_scope scope_;
 };
 
-class transpose_kernel final : public op_kernel {
+// ---- concat, pad: the device work of the shared kernels ------------------------------------
+
+// concat's join (src/kernel/common/array_kernels.hpp): each input straight into its place,
+// the output's strides from the input's first position along the axis.
+class concat_join {
  public:
-  explicit transpose_kernel(const kernel_construction& c)
-      : op_kernel(c), perm_(c.attr<ints>("perm")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    const ints perm =
-        apply_rule(ctx, [&] { return array_rules::transpose_perm(perm_, in.rank(), text_of(in)); });
-    const tensor view = common::transpose_view(in, perm);
-    if (view.is_contiguous()) return ctx.set_output(0, view);
-    launch_scope scope(ctx);
-    output_dense_copy(ctx, scope, 0, view);
-  }
-
- private:
-  ints perm_;
-};
-
-// ---- concat, split, slice, pad ---------------------------------------------------------------
-
-class concat_kernel final : public op_kernel {
- public:
-  explicit concat_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
-
-  void compute(kernel_context& ctx) override {
-    const std::size_t n = ctx.num_inputs();
-    const tensor& first = ctx.input(0);
-    std::vector<shape> shapes;
-    bool all_dense = true;
-    for (std::size_t i = 0; i < n; ++i) {
-      shapes.push_back(ctx.input(i).shape());
-      all_dense = all_dense && ctx.input(i).is_contiguous();
-    }
-    const auto [out_shape, ax] = apply_rule(ctx, [&] {
-      return array_rules::concat_shape(shapes, axis_,
-                                       [&](std::size_t i) { return ctx.input(i).describe(); });
-    });
-    if (n == 1 && all_dense) return ctx.set_output(0, first);
-    launch_scope scope(ctx);
-    tensor& out = ctx.allocate_output(0, out_shape);
+  explicit concat_join(kernel_context& ctx) : ctx_(ctx) {}
+  void operator()(const common::concat_plan& plan) {
+    launch_scope scope(ctx_);
+    tensor& out = ctx_.allocate_output(0, plan.out);
     if (out.num_elements() == 0) return;
-    // Each input straight into its place: the output's strides from the input's first
-    // position along the axis.
     const std::size_t elem = size_of(out.type());
-    const std::int64_t inner = out.strides()[ax];  // elements after the axis
+    const std::int64_t inner = out.strides()[plan.axis];  // elements after the axis
     auto* dst = static_cast<std::byte*>(out.raw_data());
     std::int64_t at = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const tensor& in = ctx.input(i);
-      copy_to(ctx, scope, in, dst + static_cast<std::size_t>(at * inner) * elem, out.strides());
-      at += in.dim(ax);
+    for (std::size_t i = 0; i < ctx_.num_inputs(); ++i) {
+      const tensor& in = ctx_.input(i);
+      copy_to(ctx_, scope, in, dst + static_cast<std::size_t>(at * inner) * elem, out.strides());
+      at += in.dim(plan.axis);
     }
   }
 
  private:
-  std::int64_t axis_;
+  kernel_context& ctx_;
 };
 
-class split_kernel final : public op_kernel {
+// pad's fill (src/kernel/common/array_kernels.hpp): launch_pad, for up to pad_max_dims
+// dimensions.
+class pad_fill {
  public:
-  explicit split_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        num_splits_(c.attr<std::int64_t>("num_splits")),
-        axis_(c.attr<std::int64_t>("axis")),
-        sizes_(c.attr<ints>("sizes")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    const auto [ax, pieces] = apply_rule(ctx, [&] {
-      const std::size_t axis = array_rules::split_axis(axis_, in.rank(), text_of(in));
-      return std::pair(axis, array_rules::split_sizes(in.dim(axis), axis, num_splits_, sizes_,
-                                                      text_of(in)));
-    });
-    std::optional<launch_scope> scope;  // made for the first piece that needs a copy
-    std::int64_t at = 0;
-    for (std::size_t k = 0; k < pieces.size(); ++k) {
-      const tensor view = common::piece_view(in, ax, at, pieces[k]);
-      at += pieces[k];
-      if (view.is_contiguous()) {
-        ctx.set_output(k, view);
-      } else {
-        if (!scope) scope.emplace(ctx);
-        output_dense_copy(ctx, *scope, k, view);
-      }
-    }
-  }
-
- private:
-  std::int64_t num_splits_;
-  std::int64_t axis_;
-  ints sizes_;
-};
-
-class slice_kernel final : public op_kernel {
- public:
-  explicit slice_kernel(const kernel_construction& c)
-      : op_kernel(c), begin_(c.attr<ints>("begin")), size_(c.attr<ints>("size")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    const shape s = apply_rule(
-        ctx, [&] { return array_rules::slice_shape(begin_, size_, in.shape(), text_of(in)); });
-    launch_scope scope(ctx);
-    if (s.num_elements() == 0) {
-      ctx.allocate_output(0, s);
-      return;
-    }
-    output_dense_copy(ctx, scope, 0, common::block_view(in, begin_, s));
-  }
-
- private:
-  ints begin_;
-  ints size_;
-};
-
-class pad_kernel final : public op_kernel {
- public:
-  explicit pad_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        paddings_(c.attr<ints>("paddings")),
-        constant_(c.attr<double>("constant_value")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
+  explicit pad_fill(kernel_context& ctx) : ctx_(ctx) {}
+  void operator()(const tensor& in, const shape& s, const common::pad_attrs& a) {
     const std::size_t rank = in.rank();
-    const shape s = apply_rule(
-        ctx, [&] { return array_rules::pad_shape(in.shape(), paddings_, text_of(in)); });
-    if (std::all_of(paddings_.begin(), paddings_.end(), [](auto p) { return p == 0; })) {
-      if (in.is_contiguous()) return ctx.set_output(0, in);
-      launch_scope scope(ctx);
-      return output_dense_copy(ctx, scope, 0, in);
-    }
     if (rank > static_cast<std::size_t>(kernels::pad_max_dims)) {
-      ctx.fail("the CUDA pad kernel takes at most {} dimensions; {} has {}", kernels::pad_max_dims,
-               in.describe(), rank);
+      ctx_.fail("the CUDA pad kernel takes at most {} dimensions; {} has {}", kernels::pad_max_dims,
+                in.describe(), rank);
     }
-    launch_scope scope(ctx);
-    tensor& out = ctx.allocate_output(0, s);
+    launch_scope scope(ctx_);
+    tensor& out = ctx_.allocate_output(0, s);
     if (out.num_elements() == 0) return;
     kernels::pad_layout l;
     l.rank = static_cast<int>(rank);
@@ -285,19 +174,18 @@ class pad_kernel final : public op_kernel {
     for (std::size_t d = 0; d < rank; ++d) {
       l.out_dims[d] = s[d];
       l.in_dims[d] = in.dim(d);
-      l.before[d] = paddings_[2 * d];
+      l.before[d] = a.paddings[2 * d];
       l.in_strides[d] = in.strides()[d];
     }
     if (!kernels::launch_pad(size_of(in.type()), in.raw_data(), out.raw_data(),
-                             element_bits(in.type(), constant_), l, scope.stream)) {
-      ctx.fail("pad does not take {}", to_string(in.type()));
+                             element_bits(in.type(), a.constant), l, scope.stream)) {
+      ctx_.fail("pad does not take {}", to_string(in.type()));
     }
-    check_launch(ctx, "pad");
+    check_launch(ctx_, "pad");
   }
 
  private:
-  ints paddings_;
-  double constant_;
+  kernel_context& ctx_;
 };
 
 // ---- gather, one_hot, gather_grad ------------------------------------------------------------
@@ -318,8 +206,8 @@ class gather_kernel final : public op_kernel {
     tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64,
-                                params.raw_data(), indices.raw_data(), out.raw_data(), g.outer,
-                                g.n, g.inner, indices.num_elements(), scope.stream)) {
+                                params.raw_data(), indices.raw_data(), out.raw_data(), g.outer, g.n,
+                                g.inner, indices.num_elements(), scope.stream)) {
       ctx.fail("gather does not take {}", to_string(params.type()));
     }
     check_launch(ctx, "gather");
@@ -329,37 +217,26 @@ class gather_kernel final : public op_kernel {
   std::int64_t axis_;
 };
 
-class one_hot_kernel final : public op_kernel {
+// one_hot's fill (src/kernel/common/array_kernels.hpp).
+class one_hot_fill {
  public:
-  explicit one_hot_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        depth_(c.attr<std::int64_t>("depth")),
-        axis_(c.attr<std::int64_t>("axis")),
-        on_(c.attr<double>("on_value")),
-        off_(c.attr<double>("off_value")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& idx = ctx.input(0);
-    const auto g = apply_rule(
-        ctx, [&] { return array_rules::one_hot_shape(idx.shape(), depth_, axis_, text_of(idx)); });
-    launch_scope scope(ctx);
-    const tensor indices = ctx.input_contiguous(0);
-    tensor& out = ctx.allocate_output(0, g.out);
+  explicit one_hot_fill(kernel_context& ctx) : ctx_(ctx) {}
+  void operator()(const array_rules::one_hot_geometry& g, const common::one_hot_attrs& a) {
+    launch_scope scope(ctx_);
+    const tensor indices = ctx_.input_contiguous(0);
+    tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     const dtype t = out.type();
     if (!kernels::launch_one_hot(size_of(t), indices.type() == dtype::i64, indices.raw_data(),
-                                 out.raw_data(), g.prefix, depth_, g.suffix, element_bits(t, on_),
-                                 element_bits(t, off_), scope.stream)) {
-      ctx.fail("one_hot does not make {}", to_string(t));
+                                 out.raw_data(), g.prefix, a.depth, g.suffix, element_bits(t, a.on),
+                                 element_bits(t, a.off), scope.stream)) {
+      ctx_.fail("one_hot does not make {}", to_string(t));
     }
-    check_launch(ctx, "one_hot");
+    check_launch(ctx_, "one_hot");
   }
 
  private:
-  std::int64_t depth_;
-  std::int64_t axis_;
-  double on_;
-  double off_;
+  kernel_context& ctx_;
 };
 
 class gather_grad_kernel final : public op_kernel {
@@ -406,16 +283,16 @@ class gather_grad_kernel final : public op_kernel {
 
 void register_array_kernels(kernel_registry& r) {
   const auto any = type_constraint(all_types());
-  r.add(cuda_def<reshape_kernel>("reshape", any));
-  r.add(cuda_def<transpose_kernel>("transpose", any));
-  r.add(cuda_def<concat_kernel>("concat", any));
-  r.add(cuda_def<split_kernel>("split", any));
-  r.add(cuda_def<slice_kernel>("slice", any));
-  r.add(cuda_def<pad_kernel>("pad", any));
+  r.add(cuda_def<common::reshape_kernel<dense_copy>>("reshape", any));
+  r.add(cuda_def<common::transpose_kernel<dense_copy>>("transpose", any));
+  r.add(cuda_def<common::concat_kernel<concat_join>>("concat", any));
+  r.add(cuda_def<common::split_kernel<dense_copy>>("split", any));
+  r.add(cuda_def<common::slice_kernel<dense_copy>>("slice", any));
+  r.add(cuda_def<common::pad_kernel<dense_copy, pad_fill>>("pad", any));
   r.add(cuda_def<gather_kernel>("gather",
                                 {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
-  r.add(cuda_def<one_hot_kernel>("one_hot",
-                                 {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
+  r.add(cuda_def<common::one_hot_kernel<one_hot_fill>>(
+      "one_hot", {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
   // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
   r.add(cuda_def<gather_grad_kernel>("gather_grad"));
 }

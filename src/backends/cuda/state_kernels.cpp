@@ -1,15 +1,16 @@
-// CUDA kernels of the state ops (const, variable, assign, assign_add, assign_sub) and the
-// sending side of a transfer (_send). Their semantics are the CPU kernels'
-// (src/backends/cpu/state_kernels.cpp), with the updates' checks shared
-// (src/kernel/common/variable_updates.hpp); values live in device memory and every copy is
+// CUDA kernels of the state ops (const, assign, assign_add, assign_sub) and the sending side
+// of a transfer (_send). Their semantics are the CPU kernels'
+// (src/backends/cpu/state_kernels.cpp); variable and the updates' checks are shared with it
+// (src/kernel/common/variable_kernels.hpp). Values live in device memory and every copy is
 // ordered on the device's streams (Note [cuda stream group]). placeholder, _arg, identity,
-// no_op and _recv are the same on every device (src/kernel/common/neutral_kernels.cpp).
+// no_op and _recv are the same on every device and registered once for each
+// (src/kernel/common/neutral_kernels.cpp).
 #include <fmt/format.h>
 
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
-#include "kernel/common/variable_updates.hpp"
+#include "kernel/common/variable_kernels.hpp"
 #include "kernels/update.cuh"
 #include "loom/kernel/variable_store.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -28,30 +29,6 @@ class const_kernel final : public op_kernel {
 
  private:
   tensor value_;
-};
-
-class variable_kernel final : public op_kernel {
- public:
-  explicit variable_kernel(const kernel_construction& c)
-      : op_kernel(c), initial_(c.attr<tensor>("initial_value")) {}
-  void compute(kernel_context& ctx) override {
-    auto& var = ctx.variables().get(ctx.node().name);
-    const std::lock_guard lock(var.mutex);
-    if (!var.value.defined()) {
-      if (!initial_.defined()) {
-        ctx.fail("variable '{}' is read before it is assigned (it has no initial value)",
-                 ctx.node().name);
-      }
-      var.value = ctx.device().copy_from_host(initial_);
-    } else if (var.value.device() != ctx.device().id()) {
-      // A value set elsewhere (a checkpoint restored on the host) moves here on first read.
-      var.value = ctx.device().copy_from_host(var.value);
-    }
-    ctx.set_output(0, var.value);
-  }
-
- private:
-  tensor initial_;
 };
 
 enum class update { set, add, sub };
@@ -139,7 +116,7 @@ class send_kernel final : public op_kernel {
 void register_state_kernels(kernel_registry& r) {
   const auto any = type_constraint(all_types(), "dtype");
   r.add(make_kernel_def<const_kernel>("const", gpu, any, "cuda"));
-  r.add(make_kernel_def<variable_kernel>("variable", gpu, any, "cuda"));
+  r.add(make_kernel_def<common::variable_kernel<true>>("variable", gpu, any, "cuda"));
   r.add(make_kernel_def<update_kernel<update::set>>("assign", gpu, type_constraint(all_types()),
                                                     "cuda"));
   const auto numeric =

@@ -251,8 +251,8 @@ void infer_squeeze(inference_context& c) {
 void infer_expand_dims(inference_context& c) {
   const auto& in = c.input(0);
   if (!in.shape) return c.set_output(0, in.type, std::nullopt);
-  const std::size_t at =
-      array_rules::expand_dims_position(c.attr<std::int64_t>("axis"), in.shape->rank(), text_of(in));
+  const std::size_t at = array_rules::expand_dims_position(c.attr<std::int64_t>("axis"),
+                                                           in.shape->rank(), text_of(in));
   shape out;
   for (std::size_t d = 0; d <= in.shape->rank(); ++d) {
     if (d == at) out.push_back(1);

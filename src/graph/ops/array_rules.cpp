@@ -31,8 +31,8 @@ shape reshape_shape(const ints& target, std::int64_t n, const text_fn& what) {
   }
   const bool ok = infer_at < 0 ? known == n : known != 0 && n % known == 0;
   if (!ok) {
-    throw invalid_argument(fmt::format("cannot reshape {} ({} elements) to [{}]", what(), n,
-                                       fmt::join(target, ", ")));
+    throw invalid_argument(
+        fmt::format("cannot reshape {} ({} elements) to [{}]", what(), n, fmt::join(target, ", ")));
   }
   if (infer_at >= 0) out[static_cast<std::size_t>(infer_at)] = n / known;
   return out;
@@ -46,8 +46,8 @@ std::vector<bool> squeezed_dims(const shape& s, const ints& axes, const text_fn&
   for (auto a : axes) {
     const std::size_t d = wrap_axis(a, s.rank(), what);
     if (s[d] != 1) {
-      throw invalid_argument(fmt::format("cannot squeeze dimension {} of {}: its size is {}, not 1",
-                                         d, what(), s[d]));
+      throw invalid_argument(
+          fmt::format("cannot squeeze dimension {} of {}: its size is {}, not 1", d, what(), s[d]));
     }
     drop[d] = true;
   }
@@ -92,8 +92,8 @@ concat_geometry concat_shape(const std::vector<shape>& inputs, std::int64_t axis
     for (std::size_t d = 0; fits && d < in.rank(); ++d) fits = d == g.axis || in[d] == first[d];
     if (!fits) {
       throw invalid_argument(
-          fmt::format("input {} is {} but input 0 is {}: only dimension {} may differ", i,
-                      what(i), what(0), g.axis));
+          fmt::format("input {} is {} but input 0 is {}: only dimension {} may differ", i, what(i),
+                      what(0), g.axis));
     }
     g.out[g.axis] += in[g.axis];
   }
@@ -176,8 +176,8 @@ gather_geometry gather_shape(const shape& params, const shape& indices, std::int
     throw invalid_argument(fmt::format("params must have rank >= 1, got {}", params_text()));
   }
   if (axis < -rank || axis >= rank) {
-    throw invalid_argument(fmt::format("axis {} is outside [{}, {}) for params {}", axis, -rank,
-                                       rank, params_text()));
+    throw invalid_argument(
+        fmt::format("axis {} is outside [{}, {}) for params {}", axis, -rank, rank, params_text()));
   }
   gather_geometry g;
   g.axis = static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
@@ -225,8 +225,8 @@ gather_grad_geometry gather_grad_shape(const shape& params_shape, std::int64_t a
     if (dy[ax + j] != indices[j]) mismatch();
   }
   if (ps[ax] < 0) {
-    throw invalid_argument(fmt::format("params_shape {} leaves the gathered dimension {} unknown",
-                                       to_string(ps), ax));
+    throw invalid_argument(
+        fmt::format("params_shape {} leaves the gathered dimension {} unknown", to_string(ps), ax));
   }
   for (std::size_t d = 0; d < ax; ++d) g.outer *= ps[d];
   for (std::size_t d = ax + 1; d < ps.rank(); ++d) g.inner *= ps[d];
@@ -238,8 +238,8 @@ one_hot_geometry one_hot_shape(const shape& indices, std::int64_t depth, std::in
                                const text_fn& indices_text) {
   const auto rank = static_cast<std::int64_t>(indices.rank());
   if (axis < -1 || axis > rank) {
-    throw invalid_argument(fmt::format("axis {} is outside [-1, {}] for indices {}", axis, rank,
-                                       indices_text()));
+    throw invalid_argument(
+        fmt::format("axis {} is outside [-1, {}] for indices {}", axis, rank, indices_text()));
   }
   const auto at = static_cast<std::size_t>(axis == -1 ? rank : axis);
   one_hot_geometry g;
@@ -261,8 +261,9 @@ void check_broadcast(const shape& in, const shape& target, const text_fn& what) 
   for (std::size_t d = 0; d < in.rank(); ++d) {
     const std::int64_t want = target[lead + d];
     if (in[d] >= 0 && in[d] != 1 && in[d] != want) {
-      throw invalid_argument(fmt::format("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}",
-                                         what(), to_string(target), d, in[d], want));
+      throw invalid_argument(
+          fmt::format("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}", what(),
+                      to_string(target), d, in[d], want));
     }
   }
 }

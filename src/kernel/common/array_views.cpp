@@ -1,5 +1,8 @@
-// The views of the array kernels (array_views.hpp).
+// The views of the array kernels, and concat's plan (array_views.hpp).
 #include "array_views.hpp"
+
+#include "apply_rule.hpp"
+#include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::common {
 
@@ -63,6 +66,24 @@ tensor broadcast_view(const tensor& in, const shape& target) {
     if (in.dim(d) == target[lead + d]) strides[lead + d] = in.strides()[d];
   }
   return tensor::strided(in.buf(), in.type(), target, strides, in.offset());
+}
+
+concat_plan plan_concat(const kernel_context& ctx, std::int64_t axis) {
+  const std::size_t n = ctx.num_inputs();
+  std::vector<shape> shapes;
+  shapes.reserve(n);
+  concat_plan p;
+  for (std::size_t i = 0; i < n; ++i) {
+    shapes.push_back(ctx.input(i).shape());
+    p.all_dense = p.all_dense && ctx.input(i).is_contiguous();
+  }
+  auto g = apply_rule(ctx, [&] {
+    return array_rules::concat_shape(shapes, axis,
+                                     [&](std::size_t i) { return ctx.input(i).describe(); });
+  });
+  p.out = std::move(g.out);
+  p.axis = g.axis;
+  return p;
 }
 
 }  // namespace loom::common

@@ -1,7 +1,7 @@
 // The kernels that are the same on every device, registered once for each device type:
 // placeholder and _arg (fed, never computed), identity, no_op, _recv (a copy through the
 // receiving device's own copy_from_host), and the pure views squeeze, expand_dims and
-// broadcast_to (Note [array views] in src/backends/cpu/array_kernels.cpp), which only
+// broadcast_to (Note [array views] in src/kernel/common/array_views.hpp), which only
 // change shape and strides and touch no data. Kernels that move data on a device (reshape
 // of a non-contiguous input, transpose, _send, the variable updates) stay with each backend.
 #pragma once

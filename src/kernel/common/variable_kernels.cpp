@@ -1,5 +1,5 @@
-// The checks every device's variable updates share (variable_updates.hpp).
-#include "variable_updates.hpp"
+// The checks every device's variable updates share (variable_kernels.hpp).
+#include "variable_kernels.hpp"
 
 #include "loom/graph/graph.hpp"
 
