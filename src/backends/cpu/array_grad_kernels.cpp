@@ -1,12 +1,10 @@
-// CPU kernels of the array ops that gradients build on: pad (the gradient of slice) and
-// gather_grad (of gather); their shapes and checks are the op rules'
-// (loom/graph/ops/array_rules.hpp). broadcast_to, a stride-0 view (Note [array views] in
+// The CPU's device work of the array ops that gradients build on, pad (the gradient of
+// slice) and gather_grad (of gather), whose kernels every backend shares
+// (src/kernel/common/array_kernels.hpp; shapes and checks are the op rules',
+// loom/graph/ops/array_rules.hpp). broadcast_to, a stride-0 view (Note [array views] in
 // src/kernel/common/array_views.hpp), is one of the kernels every device shares
 // (src/kernel/common/neutral_kernels.cpp). Registered from register_array_kernels
 // (array_kernels.cpp).
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,9 +12,9 @@
 #include <vector>
 
 #include "array_copy.hpp"
+#include "array_index.hpp"
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
-#include "kernel/common/apply_rule.hpp"
 #include "kernel/common/array_kernels.hpp"
 #include "loom/graph/ops/array_rules.hpp"
 
@@ -28,8 +26,6 @@ namespace {
 
 constexpr device_type cpu = device_type::cpu;
 using ints = std::vector<std::int64_t>;
-using common::apply_rule;
-using common::text_of;
 
 // The unsigned integer of T's size: pad moves bits, so one instantiation per size serves
 // every dtype.
@@ -38,16 +34,6 @@ using bits_t = std::conditional_t<
     sizeof(T) == 1, std::uint8_t,
     std::conditional_t<sizeof(T) == 2, std::uint16_t,
                        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
-
-// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
-std::string position(const shape& s, std::int64_t flat) {
-  std::vector<std::int64_t> idx(s.rank(), 0);
-  for (std::size_t k = s.rank(); k-- > 0;) {
-    idx[k] = flat % s[k];
-    flat /= s[k];
-  }
-  return fmt::format("[{}]", fmt::join(idx, ", "));
-}
 
 // ---- pad --------------------------------------------------------------------------------
 
@@ -143,20 +129,16 @@ T from_sum(sum_t<T> v) {
   }
 }
 
-class gather_grad_kernel final : public op_kernel {
+// gather_grad's CPU sum (src/kernel/common/array_kernels.hpp): every index checked, then
+// the rows summed in a fixed order.
+class gather_grad_sum {
  public:
-  explicit gather_grad_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        axis_(c.attr<std::int64_t>("axis")),
-        params_shape_(c.attr<shape>("params_shape")) {}
+  explicit gather_grad_sum(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
+  void operator()(const array_rules::gather_grad_geometry& g) const {
+    kernel_context& ctx = ctx_;
     const tensor dy = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    const auto g = apply_rule(ctx, [&] {
-      return array_rules::gather_grad_shape(params_shape_, axis_, dy.shape(), indices.shape(),
-                                            text_of(dy), text_of(indices));
-    });
     const shape& ps = g.params;
     const std::size_t ax = g.axis;
     const std::int64_t n = g.n;
@@ -189,14 +171,6 @@ class gather_grad_kernel final : public op_kernel {
   }
 
  private:
-  template <class F>
-  static void visit_index(dtype t, F&& f) {
-    if (t == dtype::i32)
-      f(std::int32_t{});
-    else
-      f(std::int64_t{});
-  }
-
   // out[o, r, :] = sum over the positions j with idx[j] == r, in increasing j, of
   // dy[o, j, :]. The positions are bucketed by destination first (a stable counting
   // sort), so each task owns whole output rows (or a block of columns of one): no two
@@ -244,8 +218,7 @@ class gather_grad_kernel final : public op_kernel {
     });
   }
 
-  std::int64_t axis_;
-  shape params_shape_;
+  kernel_context& ctx_;
 };
 
 }  // namespace
@@ -254,7 +227,7 @@ void register_array_grad_kernels(kernel_registry& r) {
   r.add(make_kernel_def<common::pad_kernel<dense_copy, pad_fill>>("pad", cpu,
                                                                   type_constraint(all_types())));
   // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
-  r.add(make_kernel_def<gather_grad_kernel>("gather_grad", cpu));
+  r.add(make_kernel_def<common::gather_grad_kernel<gather_grad_sum>>("gather_grad", cpu));
 }
 
 }  // namespace loom::cpu

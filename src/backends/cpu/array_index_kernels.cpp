@@ -1,16 +1,14 @@
-// CPU kernels of the indexing array ops: gather (NumPy take) and one_hot; their shapes and
-// checks are the op rules' (loom/graph/ops/array_rules.hpp). Registered from
-// register_array_kernels (array_kernels.cpp).
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
+// The CPU's device work of the indexing array ops, gather (NumPy take) and one_hot, whose
+// kernels every backend shares (src/kernel/common/array_kernels.hpp; shapes and checks are
+// the op rules', loom/graph/ops/array_rules.hpp). Registered from register_array_kernels
+// (array_kernels.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "array_index.hpp"
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
-#include "kernel/common/apply_rule.hpp"
 #include "kernel/common/array_kernels.hpp"
 #include "loom/graph/ops/array_rules.hpp"
 
@@ -21,27 +19,6 @@ void register_array_index_kernels(kernel_registry& registry);
 namespace {
 
 constexpr device_type cpu = device_type::cpu;
-using common::apply_rule;
-using common::text_of;
-
-// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
-std::string position(const shape& s, std::int64_t flat) {
-  std::vector<std::int64_t> idx(s.rank(), 0);
-  for (std::size_t k = s.rank(); k-- > 0;) {
-    idx[k] = flat % s[k];
-    flat /= s[k];
-  }
-  return fmt::format("[{}]", fmt::join(idx, ", "));
-}
-
-// Calls f(I{}) with I the C++ type of an index dtype (int32 or int64).
-template <class F>
-void visit_index(dtype t, F&& f) {
-  if (t == dtype::i32)
-    f(std::int32_t{});
-  else
-    f(std::int64_t{});
-}
 
 // Calls f(T{}) with T an unsigned integer of `bytes` bytes: gather moves bits.
 template <class F>
@@ -58,17 +35,16 @@ void visit_bits(std::size_t bytes, F&& f) {
   }
 }
 
-class gather_kernel final : public op_kernel {
+// gather's CPU take (src/kernel/common/array_kernels.hpp): every index checked, then rows
+// copied.
+class gather_take {
  public:
-  explicit gather_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+  explicit gather_take(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
+  void operator()(const array_rules::gather_geometry& g) const {
+    kernel_context& ctx = ctx_;
     const tensor params = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    const auto g = apply_rule(ctx, [&] {
-      return array_rules::gather_shape(params.shape(), indices.shape(), axis_, text_of(params));
-    });
     const std::size_t ax = g.axis;
     const std::int64_t n = g.n;
     tensor& out = ctx.allocate_output(0, g.out);
@@ -124,7 +100,7 @@ class gather_kernel final : public op_kernel {
     });
   }
 
-  std::int64_t axis_;
+  kernel_context& ctx_;
 };
 
 // one_hot's CPU fill (src/kernel/common/array_kernels.hpp):
@@ -175,7 +151,7 @@ class one_hot_fill {
 }  // namespace
 
 void register_array_index_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<gather_kernel>(
+  r.add(make_kernel_def<common::gather_kernel<gather_take>>(
       "gather", cpu, {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
   r.add(make_kernel_def<common::one_hot_kernel<one_hot_fill>>(
       "one_hot", cpu, {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));

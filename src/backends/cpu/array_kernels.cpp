@@ -1,14 +1,16 @@
-// CPU kernels of the array ops: concat here, and the registration of the family; gather and
-// one_hot in array_index_kernels.cpp; pad and gather_grad in array_grad_kernels.cpp.
-// reshape, transpose, split and slice are the kernels every backend shares over its dense
-// copy (src/kernel/common/array_kernels.hpp, with cpu::dense_copy); squeeze, expand_dims and
-// broadcast_to are views registered once for every device (src/kernel/common/
-// neutral_kernels.cpp). Shapes and checks are the op rules' (loom/graph/ops/array_rules.hpp);
-// the data movement is strided_copy (Note [strided copy] in array_copy.hpp). Views: Note
-// [array views] in src/kernel/common/array_views.hpp.
+// The CPU backend's array kernels: the kernels every backend shares
+// (src/kernel/common/array_kernels.hpp) over the CPU's device work, and the family's
+// registration. Here: the dense copy (cpu::dense_copy, array_copy.hpp) under reshape,
+// transpose, split and slice, and concat's join; gather's take and one_hot's fill are in
+// array_index_kernels.cpp, pad's fill and gather_grad's sum in array_grad_kernels.cpp (the
+// CUDA counterparts: src/backends/cuda/array_kernels.cpp). squeeze, expand_dims and
+// broadcast_to are views registered once for every device
+// (src/kernel/common/neutral_kernels.cpp). The data movement is strided_copy (Note [strided
+// copy] in array_copy.hpp); views: Note [array views] in src/kernel/common/array_views.hpp.
 //
-// Kernels check the shapes they get at run time (inference may have seen unknown
-// dimensions) through the op rules, and report mismatches with ctx.fail, naming the node.
+// The shared kernels check the shapes they get at run time (inference may have seen unknown
+// dimensions) through the op rules (loom/graph/ops/array_rules.hpp), and report mismatches
+// with ctx.fail, naming the node.
 #include "kernel/common/array_kernels.hpp"
 
 #include <cstring>

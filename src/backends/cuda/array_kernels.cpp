@@ -1,10 +1,11 @@
-// CUDA kernels of the array ops: concat, pad, gather, gather_grad and one_hot (the CPU's are
-// in src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp and array_grad_kernels.cpp),
-// and the family's registration. The device code is in kernels/array.cu. reshape, transpose,
-// split and slice are the kernels every backend shares over its dense copy
-// (src/kernel/common/array_kernels.hpp, with dense_copy below); squeeze, expand_dims and
-// broadcast_to are views registered once for every device (src/kernel/common/
-// neutral_kernels.cpp).
+// The CUDA backend's array kernels: the kernels every backend shares
+// (src/kernel/common/array_kernels.hpp: reshape, transpose, split, slice, concat, pad, gather,
+// gather_grad, one_hot) over the CUDA device work below (a dense copy, concat's join, the
+// fills of pad and one_hot, gather's take, gather_grad's sum), and the family's registration.
+// The CPU's counterparts are in src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp
+// and array_grad_kernels.cpp; the device code is in kernels/array.cu. squeeze, expand_dims and
+// broadcast_to are views registered once for every device
+// (src/kernel/common/neutral_kernels.cpp).
 //
 // Views are the CPU's (Note [array views] in src/kernel/common/array_views.hpp): reshape of
 // a contiguous input, a transpose whose permuted view is dense and split pieces that are
@@ -25,7 +26,6 @@
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
-#include "kernel/common/apply_rule.hpp"
 #include "kernel/common/array_views.hpp"
 #include "kernels/array.cuh"
 #include "loom/graph/ops/array_rules.hpp"
@@ -36,8 +36,6 @@ namespace {
 constexpr device_type gpu_type = device_type::cuda;
 using ints = std::vector<std::int64_t>;
 using constraints = std::vector<std::pair<std::string, std::vector<dtype>>>;
-using common::apply_rule;
-using common::text_of;
 
 template <class K>
 kernel_def cuda_def(std::string op, constraints c = {}) {
@@ -188,33 +186,28 @@ class pad_fill {
   kernel_context& ctx_;
 };
 
-// ---- gather, one_hot, gather_grad ------------------------------------------------------------
+// ---- gather, one_hot, gather_grad: the device work of the shared kernels -----------------
 
-class gather_kernel final : public op_kernel {
+// gather's take (src/kernel/common/array_kernels.hpp); indices out of range gather zeros.
+class gather_take {
  public:
-  explicit gather_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
-
-  void compute(kernel_context& ctx) override {
-    const auto g = apply_rule(ctx, [&] {
-      return array_rules::gather_shape(ctx.input(0).shape(), ctx.input(1).shape(), axis_,
-                                       text_of(ctx.input(0)));
-    });
-    launch_scope scope(ctx);
-    const tensor params = ctx.input_contiguous(0);
-    const tensor indices = ctx.input_contiguous(1);
-    tensor& out = ctx.allocate_output(0, g.out);
+  explicit gather_take(kernel_context& ctx) : ctx_(ctx) {}
+  void operator()(const array_rules::gather_geometry& g) {
+    launch_scope scope(ctx_);
+    const tensor params = ctx_.input_contiguous(0);
+    const tensor indices = ctx_.input_contiguous(1);
+    tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64,
                                 params.raw_data(), indices.raw_data(), out.raw_data(), g.outer, g.n,
                                 g.inner, indices.num_elements(), scope.stream)) {
-      ctx.fail("gather does not take {}", to_string(params.type()));
+      ctx_.fail("gather does not take {}", to_string(params.type()));
     }
-    check_launch(ctx, "gather");
+    check_launch(ctx_, "gather");
   }
 
  private:
-  std::int64_t axis_;
+  kernel_context& ctx_;
 };
 
 // one_hot's fill (src/kernel/common/array_kernels.hpp).
@@ -239,22 +232,14 @@ class one_hot_fill {
   kernel_context& ctx_;
 };
 
-class gather_grad_kernel final : public op_kernel {
+// gather_grad's sum (src/kernel/common/array_kernels.hpp); indices out of range add nothing.
+class gather_grad_sum {
  public:
-  explicit gather_grad_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        axis_(c.attr<std::int64_t>("axis")),
-        params_shape_(c.attr<shape>("params_shape")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& dy_in = ctx.input(0);
-    const tensor& idx_in = ctx.input(1);
-    const auto g = apply_rule(ctx, [&] {
-      return array_rules::gather_grad_shape(params_shape_, axis_, dy_in.shape(), idx_in.shape(),
-                                            text_of(dy_in), text_of(idx_in));
-    });
-    if (dy_in.type() == dtype::boolean) ctx.fail("gather_grad has no kernel for bool");
-    const std::int64_t count = idx_in.num_elements();
+  explicit gather_grad_sum(kernel_context& ctx) : ctx_(ctx) {}
+  void operator()(const array_rules::gather_grad_geometry& g) {
+    kernel_context& ctx = ctx_;
+    if (ctx.input(0).type() == dtype::boolean) ctx.fail("gather_grad has no kernel for bool");
+    const std::int64_t count = ctx.input(1).num_elements();
 
     launch_scope scope(ctx);
     tensor& out = ctx.allocate_output(0, g.params);
@@ -275,8 +260,7 @@ class gather_grad_kernel final : public op_kernel {
   }
 
  private:
-  std::int64_t axis_;
-  shape params_shape_;
+  kernel_context& ctx_;
 };
 
 }  // namespace
@@ -289,12 +273,12 @@ void register_array_kernels(kernel_registry& r) {
   r.add(cuda_def<common::split_kernel<dense_copy>>("split", any));
   r.add(cuda_def<common::slice_kernel<dense_copy>>("slice", any));
   r.add(cuda_def<common::pad_kernel<dense_copy, pad_fill>>("pad", any));
-  r.add(cuda_def<gather_kernel>("gather",
-                                {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
+  r.add(cuda_def<common::gather_kernel<gather_take>>(
+      "gather", {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
   r.add(cuda_def<common::one_hot_kernel<one_hot_fill>>(
       "one_hot", {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
   // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
-  r.add(cuda_def<gather_grad_kernel>("gather_grad"));
+  r.add(cuda_def<common::gather_grad_kernel<gather_grad_sum>>("gather_grad"));
 }
 
 }  // namespace loom::cuda

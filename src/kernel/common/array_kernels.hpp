@@ -1,6 +1,6 @@
 // The array kernels written once over a backend's device work: reshape, transpose, split,
-// slice, concat, pad and one_hot. Each reads its attributes once, applies its op rule
-// (loom/graph/ops/array_rules.hpp) to the inputs, returns a view where the result is one
+// slice, concat, pad, gather, gather_grad and one_hot. Each reads its attributes once, applies its
+// op rule (loom/graph/ops/array_rules.hpp) to the inputs, returns a view where the result is one
 // (Note [array views] in src/kernel/common/array_views.hpp), and leaves the data movement to
 // the backend's policy classes, each made from the kernel_context where the kernel is about
 // to touch the device (the CUDA ones open their launch_scope there):
@@ -10,7 +10,12 @@
 //   Join:  void operator()(const concat_plan& plan) sets output 0 to the inputs joined;
 //   Fill (pad):     void operator()(const tensor& in, const shape& out, const pad_attrs& a);
 //   Fill (one_hot): void operator()(const array_rules::one_hot_geometry& g,
-//                                   const one_hot_attrs& a).
+//                                   const one_hot_attrs& a);
+//   Take (gather): void operator()(const array_rules::gather_geometry& g);
+//   Sum (gather_grad): void operator()(const array_rules::gather_grad_geometry& g).
+// The policies read the inputs from the context (input_contiguous where they need dense
+// data) and check index values where their device does (the CPU; not the GPU: Note [cuda
+// value checks] in src/backends/cuda/elementwise_kernels.cpp).
 #pragma once
 
 #include <algorithm>
@@ -208,6 +213,51 @@ class one_hot_kernel final : public op_kernel {
 
  private:
   one_hot_attrs attrs_;
+};
+
+/// gather: the geometry from the op rule, then the backend's Take.
+template <class Take>
+class gather_kernel final : public op_kernel {
+ public:
+  explicit gather_kernel(const kernel_construction& c)
+      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& params = ctx.input(0);
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::gather_shape(params.shape(), ctx.input(1).shape(), axis_,
+                                       text_of(params));
+    });
+    Take{ctx}(g);
+  }
+
+ private:
+  std::int64_t axis_;
+};
+
+/// gather_grad: the geometry from the op rule (params_shape completed from dy), then the
+/// backend's Sum.
+template <class Sum>
+class gather_grad_kernel final : public op_kernel {
+ public:
+  explicit gather_grad_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        axis_(c.attr<std::int64_t>("axis")),
+        params_shape_(c.attr<shape>("params_shape")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& dy = ctx.input(0);
+    const tensor& indices = ctx.input(1);
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::gather_grad_shape(params_shape_, axis_, dy.shape(), indices.shape(),
+                                            text_of(dy), text_of(indices));
+    });
+    Sum{ctx}(g);
+  }
+
+ private:
+  std::int64_t axis_;
+  shape params_shape_;
 };
 
 }  // namespace loom::common
