@@ -135,11 +135,11 @@ class gather_grad_sum {
  public:
   explicit gather_grad_sum(kernel_context& ctx) : ctx_(ctx) {}
 
-  void operator()(const array_rules::gather_grad_geometry& g) const {
+  void operator()(const array_rules::gather_geometry& g) const {
     kernel_context& ctx = ctx_;
     const tensor dy = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    const shape& ps = g.params;
+    const shape& ps = g.out;
     const std::size_t ax = g.axis;
     const std::int64_t n = g.n;
     tensor& out = ctx.allocate_output(0, ps);

@@ -236,13 +236,13 @@ class one_hot_fill {
 class gather_grad_sum {
  public:
   explicit gather_grad_sum(kernel_context& ctx) : ctx_(ctx) {}
-  void operator()(const array_rules::gather_grad_geometry& g) {
+  void operator()(const array_rules::gather_geometry& g) {
     kernel_context& ctx = ctx_;
     if (ctx.input(0).type() == dtype::boolean) ctx.fail("gather_grad has no kernel for bool");
     const std::int64_t count = ctx.input(1).num_elements();
 
     launch_scope scope(ctx);
-    tensor& out = ctx.allocate_output(0, g.params);
+    tensor& out = ctx.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     if (count == 0) {  // nothing was gathered: zeros
       LOOM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), scope.stream));

@@ -194,11 +194,11 @@ gather_geometry gather_shape(const shape& params, const shape& indices, std::int
   return g;
 }
 
-gather_grad_geometry gather_grad_shape(const shape& params_shape, std::int64_t axis,
-                                       const shape& dy, const shape& indices,
-                                       const text_fn& dy_text, const text_fn& indices_text) {
-  gather_grad_geometry g;
-  shape& ps = g.params;
+gather_geometry gather_grad_shape(const shape& params_shape, std::int64_t axis, const shape& dy,
+                                  const shape& indices, const text_fn& dy_text,
+                                  const text_fn& indices_text) {
+  gather_geometry g;
+  shape& ps = g.out;
   ps = params_shape;
   const auto rank = static_cast<std::int64_t>(ps.rank());
   if (axis < -rank || axis >= rank) {

@@ -12,7 +12,7 @@
 //   Fill (one_hot): void operator()(const array_rules::one_hot_geometry& g,
 //                                   const one_hot_attrs& a);
 //   Take (gather): void operator()(const array_rules::gather_geometry& g);
-//   Sum (gather_grad): void operator()(const array_rules::gather_grad_geometry& g).
+//   Sum (gather_grad): void operator()(const array_rules::gather_geometry& g).
 // The policies read the inputs from the context (input_contiguous where they need dense
 // data) and check index values where their device does (the CPU; not the GPU: Note [cuda
 // value checks] in src/backends/cuda/elementwise_kernels.cpp).

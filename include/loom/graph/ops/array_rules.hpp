@@ -78,34 +78,27 @@ struct concat_geometry {
 /// dimensions stay unknown. Throws unless there are 2 paddings per dimension.
 [[nodiscard]] shape pad_shape(const shape& in, const ints& paddings, const text_fn& what);
 
-/// gather of `indices` along `axis` of `params` (all known): out = params[:axis] + indices +
-/// params[axis+1:], read as [outer, n, inner] of params and [outer, count, inner] of out.
+/// gather of indices along `axis` of params, and its gradient: params read as [outer, n,
+/// inner] and gather's output as [outer, count, inner] (count: the number of indices).
 struct gather_geometry {
-  shape out;
+  shape out;  // gather: params[:axis] + indices + params[axis+1:]; gather_grad: params
   std::size_t axis = 0;
   std::int64_t outer = 1;
   std::int64_t n = 0;
   std::int64_t inner = 1;
 };
+/// gather of `indices` along `axis` of `params` (all known).
 /// Throws when params is a scalar or the axis is out of range ("... for params X").
 [[nodiscard]] gather_geometry gather_shape(const shape& params, const shape& indices,
                                            std::int64_t axis, const text_fn& params_text);
 
-/// gather_grad: params_shape with the dimensions it leaves unknown taken from dy, the axis, and
-/// params read as [outer, n, inner].
-struct gather_grad_geometry {
-  shape params;
-  std::size_t axis = 0;
-  std::int64_t outer = 1;
-  std::int64_t n = 0;
-  std::int64_t inner = 1;
-};
+/// gather_grad: out is params_shape with the dimensions it leaves unknown taken from dy.
 /// Throws when the axis is out of range, dy is not gather's output for params_shape and
 /// indices, or the gathered dimension stays unknown.
-[[nodiscard]] gather_grad_geometry gather_grad_shape(const shape& params_shape, std::int64_t axis,
-                                                     const shape& dy, const shape& indices,
-                                                     const text_fn& dy_text,
-                                                     const text_fn& indices_text);
+[[nodiscard]] gather_geometry gather_grad_shape(const shape& params_shape, std::int64_t axis,
+                                                const shape& dy, const shape& indices,
+                                                const text_fn& dy_text,
+                                                const text_fn& indices_text);
 
 /// one_hot of `indices` with `depth` classes at `axis` (-1: last): the output shape, and
 /// indices read as [prefix, suffix] around the new dimension.
