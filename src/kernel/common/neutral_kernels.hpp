@@ -2,8 +2,10 @@
 // placeholder and _arg (fed, never computed), identity, no_op, _recv (a copy through the
 // receiving device's own copy_from_host), and the pure views squeeze, expand_dims and
 // broadcast_to (Note [array views] in src/kernel/common/array_views.hpp), which only
-// change shape and strides and touch no data. Kernels that move data on a device (reshape
-// of a non-contiguous input, transpose, _send, the variable updates) stay with each backend.
+// change shape and strides and touch no data. Kernels that move data on a device keep a
+// part per backend: reshape (of a non-contiguous input), transpose and the other array
+// kernels are shared over each backend's copy (array_kernels.hpp); const, _send and the
+// variable updates stay with each backend.
 #pragma once
 
 #include "loom/kernel/kernel_registry.hpp"
