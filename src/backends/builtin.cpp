@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backends/cpu/cpu_kernels.hpp"
+#include "kernel/common/neutral_kernels.hpp"
 #include "loom/device/cpu_device.hpp"
 #include "loom/device/device_factory.hpp"
 #include "loom/kernel/kernel_registry.hpp"
@@ -22,6 +23,8 @@ void register_builtin(kernel_registry& registry) {
 #ifdef LOOM_HAVE_CUDA
   register_cuda_kernels(registry);
 #endif
+  // Kernels that are the same on every device (placeholder, identity, views, ...): once.
+  common::register_device_neutral_kernels(registry);
 }
 
 void register_builtin(device_factory_registry& registry) {

@@ -33,7 +33,8 @@ tensor indices(dtype t, const shape& s, const std::vector<double>& v) {
 // ---- without a GPU ---------------------------------------------------------------------------
 
 // Every op the CPU array family registers (array_kernels.cpp, array_index_kernels.cpp,
-// array_grad_kernels.cpp).
+// array_grad_kernels.cpp, and the views every device shares in
+// src/kernel/common/neutral_kernels.cpp).
 const std::vector<std::string> family_ops{"reshape", "squeeze", "expand_dims", "transpose",
                                           "concat",  "split",   "slice",       "pad",
                                           "gather",  "one_hot", "gather_grad", "broadcast_to"};

@@ -304,9 +304,9 @@ void copy_dense(const kernel_context& ctx, const tensor& src, void* dst) {
                contiguous_strides(src.shape()));
 }
 
-void output_dense_copy(kernel_context& ctx, std::size_t i, const tensor& view) {
-  tensor& out = ctx.allocate_output(i, view.type(), view.shape());
-  copy_dense(ctx, view, out.raw_data());
+void dense_copy::operator()(std::size_t i, const tensor& src, const shape& out) const {
+  tensor& dense = ctx_.allocate_output(i, out);
+  copy_dense(ctx_, src, dense.raw_data());
 }
 
 }  // namespace loom::cpu

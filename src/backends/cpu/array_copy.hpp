@@ -33,7 +33,16 @@ void strided_copy(const kernel_context& ctx, std::size_t elem_size, const shape&
 /// Copies the elements of `src` (any strides) in row-major order to dense memory at `dst`.
 void copy_dense(const kernel_context& ctx, const tensor& src, void* dst);
 
-/// Sets output `i` to a new contiguous tensor holding the elements of `view` (any strides).
-void output_dense_copy(kernel_context& ctx, std::size_t i, const tensor& view);
+/// The CPU's dense copy, for the array kernels every backend shares
+/// (src/kernel/common/array_kernels.hpp): sets output i to a new dense tensor of shape `out`
+/// holding the elements of `src` (any strides) in row-major order.
+class dense_copy {
+ public:
+  explicit dense_copy(kernel_context& ctx) : ctx_(ctx) {}
+  void operator()(std::size_t i, const tensor& src, const shape& out) const;
+
+ private:
+  kernel_context& ctx_;
+};
 
 }  // namespace loom::cpu

@@ -1,9 +1,10 @@
-// CPU kernels of the array ops that gradients build on: pad (the gradient of slice),
-// gather_grad (of gather) and broadcast_to (a stride-0 view, Note [array views] in
-// array_kernels.cpp). Registered from register_array_kernels (array_kernels.cpp).
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
+// The CPU's device work of the array ops that gradients build on, pad (the gradient of
+// slice) and gather_grad (of gather), whose kernels every backend shares
+// (src/kernel/common/array_kernels.hpp; shapes and checks are the op rules',
+// loom/graph/ops/array_rules.hpp). broadcast_to, a stride-0 view (Note [array views] in
+// src/kernel/common/array_views.hpp), is one of the kernels every device shares
+// (src/kernel/common/neutral_kernels.cpp). Registered from register_array_kernels
+// (array_kernels.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,8 +12,11 @@
 #include <vector>
 
 #include "array_copy.hpp"
+#include "array_index.hpp"
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
+#include "kernel/common/array_kernels.hpp"
+#include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cpu {
 
@@ -23,11 +27,6 @@ namespace {
 constexpr device_type cpu = device_type::cpu;
 using ints = std::vector<std::int64_t>;
 
-std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
-          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-}
-
 // The unsigned integer of T's size: pad moves bits, so one instantiation per size serves
 // every dtype.
 template <class T>
@@ -36,68 +35,43 @@ using bits_t = std::conditional_t<
     std::conditional_t<sizeof(T) == 2, std::uint16_t,
                        std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
 
-// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
-std::string position(const shape& s, std::int64_t flat) {
-  std::vector<std::int64_t> idx(s.rank(), 0);
-  for (std::size_t k = s.rank(); k-- > 0;) {
-    idx[k] = flat % s[k];
-    flat /= s[k];
-  }
-  return fmt::format("[{}]", fmt::join(idx, ", "));
-}
-
 // ---- pad --------------------------------------------------------------------------------
 
-class pad_kernel final : public op_kernel {
+// pad's CPU fill (src/kernel/common/array_kernels.hpp). One task per output row (the last
+// dimension): rows outside the input are the constant; the others are the constant, the
+// input's row, the constant. Every element is written once.
+class pad_fill {
  public:
-  explicit pad_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        paddings_(c.attr<ints>("paddings")),
-        constant_(c.attr<double>("constant_value")) {}
+  explicit pad_fill(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    const std::size_t rank = in.rank();
-    if (paddings_.size() != 2 * rank) {
-      ctx.fail("paddings [{}] has {} entries for the rank-{} input {}: it needs 2 per dimension",
-               fmt::join(paddings_, ", "), paddings_.size(), rank, in.describe());
-    }
-    if (std::all_of(paddings_.begin(), paddings_.end(), [](auto p) { return p == 0; })) {
-      if (in.is_contiguous()) return ctx.set_output(0, in);
-      return output_dense_copy(ctx, 0, in);
-    }
-    shape s = in.shape();
-    for (std::size_t d = 0; d < rank; ++d) s[d] += paddings_[2 * d] + paddings_[2 * d + 1];
-    tensor& out = ctx.allocate_output(0, s);
+  void operator()(const tensor& in, const shape& s, const common::pad_attrs& a) const {
+    tensor& out = ctx_.allocate_output(0, s);
     if (out.num_elements() == 0) return;
     visit_dtype(in.type(), [&](auto ttag) {
       using T = decltype(ttag);
       using B = bits_t<T>;
       static_assert(sizeof(B) == sizeof(T));
-      const T value = ew::wrap_from_double<T>(constant_);
+      const T value = ew::wrap_from_double<T>(a.constant);
       B bits;
       std::memcpy(&bits, &value, sizeof(B));
-      run<B>(ctx, in, out, bits);
+      run<B>(in, out, bits, a.paddings);
     });
   }
 
  private:
-  // One task per output row (the last dimension): rows outside the input are the constant;
-  // the others are the constant, the input's row, the constant. Every element is written
-  // once.
   template <class B>
-  void run(const kernel_context& ctx, const tensor& in, tensor& out, B value) const {
+  void run(const tensor& in, tensor& out, B value, const ints& paddings) const {
     const std::size_t rank = out.rank();
     const std::int64_t len = out.dim(rank - 1);
     const std::int64_t in_len = in.dim(rank - 1);
-    const std::int64_t before = paddings_[2 * (rank - 1)];
+    const std::int64_t before = paddings[2 * (rank - 1)];
     const std::int64_t last_stride = in.strides()[rank - 1];
     const std::int64_t rows = out.num_elements() / len;
     const auto* src = in.num_elements() > 0 ? static_cast<const B*>(in.raw_data()) : nullptr;
     auto* dst = static_cast<B*>(out.raw_data());
     const double cost = static_cast<double>(len * static_cast<std::int64_t>(sizeof(B))) * 0.1 +
                         5.0 * static_cast<double>(rank);
-    ctx.parallel_for(rows, cost, [&](std::int64_t lo, std::int64_t hi) {
+    ctx_.parallel_for(rows, cost, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t r = lo; r < hi; ++r) {
         B* row = dst + r * len;
         // The input row this output row holds, if any.
@@ -105,7 +79,7 @@ class pad_kernel final : public op_kernel {
         std::int64_t at = 0;
         bool inside = in_len > 0;
         for (std::size_t d = rank - 1; d-- > 0;) {
-          const std::int64_t k = rest % out.dim(d) - paddings_[2 * d];
+          const std::int64_t k = rest % out.dim(d) - paddings[2 * d];
           rest /= out.dim(d);
           if (k < 0 || k >= in.dim(d)) inside = false;
           at += k * in.strides()[d];
@@ -126,8 +100,7 @@ class pad_kernel final : public op_kernel {
     });
   }
 
-  ints paddings_;
-  double constant_;
+  kernel_context& ctx_;
 };
 
 // ---- gather_grad ------------------------------------------------------------------------
@@ -156,47 +129,19 @@ T from_sum(sum_t<T> v) {
   }
 }
 
-class gather_grad_kernel final : public op_kernel {
+// gather_grad's CPU sum (src/kernel/common/array_kernels.hpp): every index checked, then
+// the rows summed in a fixed order.
+class gather_grad_sum {
  public:
-  explicit gather_grad_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        axis_(c.attr<std::int64_t>("axis")),
-        params_shape_(c.attr<shape>("params_shape")) {}
+  explicit gather_grad_sum(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
+  void operator()(const array_rules::gather_geometry& g) const {
+    kernel_context& ctx = ctx_;
     const tensor dy = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    shape ps = params_shape_;
-    const auto rank = static_cast<std::int64_t>(ps.rank());
-    if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis {} is outside [{}, {}) for params_shape {}", axis_, -rank, rank,
-               to_string(ps));
-    }
-    const auto ax = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
-    const std::size_t k = indices.rank();
-    // dy must be gather's output: ps[:ax] + indices.shape + ps[ax+1:].
-    const auto mismatch = [&] {
-      ctx.fail("dy {} is not gather's output for params_shape {}, indices {} and axis {}",
-               dy.describe(), to_string(params_shape_), indices.describe(), ax);
-    };
-    if (dy.rank() != ps.rank() - 1 + k) mismatch();
-    for (std::size_t d = 0; d < ps.rank(); ++d) {
-      if (d == ax) continue;
-      const std::int64_t have = dy.dim(d < ax ? d : d - 1 + k);
-      if (ps[d] < 0) ps[d] = have;
-      if (ps[d] != have) mismatch();
-    }
-    for (std::size_t j = 0; j < k; ++j) {
-      if (dy.dim(ax + j) != indices.dim(j)) mismatch();
-    }
-    if (ps[ax] < 0) {
-      ctx.fail("params_shape {} leaves the gathered dimension {} unknown", to_string(ps), ax);
-    }
-    std::int64_t outer = 1;
-    std::int64_t inner = 1;
-    for (std::size_t d = 0; d < ax; ++d) outer *= ps[d];
-    for (std::size_t d = ax + 1; d < ps.rank(); ++d) inner *= ps[d];
-    const std::int64_t n = ps[ax];
+    const shape& ps = g.out;
+    const std::size_t ax = g.axis;
+    const std::int64_t n = g.n;
     tensor& out = ctx.allocate_output(0, ps);
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
@@ -219,21 +164,13 @@ class gather_grad_kernel final : public op_kernel {
         if constexpr (std::is_same_v<T, bool>) {
           ctx.fail("gather_grad has no kernel for bool");
         } else {
-          run<T, I>(ctx, dy.data<T>(), idx, out.data<T>(), outer, n, inner, count);
+          run<T, I>(ctx, dy.data<T>(), idx, out.data<T>(), g.outer, n, g.inner, count);
         }
       });
     });
   }
 
  private:
-  template <class F>
-  static void visit_index(dtype t, F&& f) {
-    if (t == dtype::i32)
-      f(std::int32_t{});
-    else
-      f(std::int64_t{});
-  }
-
   // out[o, r, :] = sum over the positions j with idx[j] == r, in increasing j, of
   // dy[o, j, :]. The positions are bucketed by destination first (a stable counting
   // sort), so each task owns whole output rows (or a block of columns of one): no two
@@ -281,51 +218,16 @@ class gather_grad_kernel final : public op_kernel {
     });
   }
 
-  std::int64_t axis_;
-  shape params_shape_;
-};
-
-// ---- broadcast_to -----------------------------------------------------------------------
-
-class broadcast_to_kernel final : public op_kernel {
- public:
-  explicit broadcast_to_kernel(const kernel_construction& c)
-      : op_kernel(c), target_(c.attr<shape>("shape")) {}
-
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    if (in.rank() > target_.rank()) {
-      ctx.fail("cannot broadcast {} to {}: the target has fewer dimensions", in.describe(),
-               to_string(target_));
-    }
-    const std::size_t lead = target_.rank() - in.rank();
-    shape strides = shape::filled(target_.rank(), 0);
-    for (std::size_t d = 0; d < in.rank(); ++d) {
-      const std::int64_t want = target_[lead + d];
-      if (in.dim(d) == want) {
-        strides[lead + d] = in.strides()[d];
-      } else if (in.dim(d) != 1) {
-        ctx.fail("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}", in.describe(),
-                 to_string(target_), d, in.dim(d), want);
-      }
-    }
-    ctx.set_output(0, tensor::strided(in.buf(), in.type(), target_, strides, in.offset()));
-  }
-
- private:
-  shape target_;
+  kernel_context& ctx_;
 };
 
 }  // namespace
 
 void register_array_grad_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<pad_kernel>("pad", cpu, type_constraint(all_types())));
-  r.add(make_kernel_def<gather_grad_kernel>("gather_grad", cpu,
-                                            {{"T",
-                                              {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
-                                               dtype::i32, dtype::i64, dtype::i8, dtype::u8}},
-                                             {"Tindices", {dtype::i32, dtype::i64}}}));
-  r.add(make_kernel_def<broadcast_to_kernel>("broadcast_to", cpu, type_constraint(all_types())));
+  r.add(make_kernel_def<common::pad_kernel<dense_copy, pad_fill>>("pad", cpu,
+                                                                  type_constraint(all_types())));
+  // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
+  r.add(make_kernel_def<common::gather_grad_kernel<gather_grad_sum>>("gather_grad", cpu));
 }
 
 }  // namespace loom::cpu

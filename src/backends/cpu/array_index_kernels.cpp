@@ -1,14 +1,16 @@
-// CPU kernels of the indexing array ops: gather (NumPy take) and one_hot. Registered from
-// register_array_kernels (array_kernels.cpp).
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
+// The CPU's device work of the indexing array ops, gather (NumPy take) and one_hot, whose
+// kernels every backend shares (src/kernel/common/array_kernels.hpp; shapes and checks are
+// the op rules', loom/graph/ops/array_rules.hpp). Registered from register_array_kernels
+// (array_kernels.cpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "array_index.hpp"
 #include "cpu_kernels.hpp"
 #include "elementwise_math.hpp"
+#include "kernel/common/array_kernels.hpp"
+#include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cpu {
 
@@ -17,30 +19,6 @@ void register_array_index_kernels(kernel_registry& registry);
 namespace {
 
 constexpr device_type cpu = device_type::cpu;
-
-std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
-          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-}
-
-// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
-std::string position(const shape& s, std::int64_t flat) {
-  std::vector<std::int64_t> idx(s.rank(), 0);
-  for (std::size_t k = s.rank(); k-- > 0;) {
-    idx[k] = flat % s[k];
-    flat /= s[k];
-  }
-  return fmt::format("[{}]", fmt::join(idx, ", "));
-}
-
-// Calls f(I{}) with I the C++ type of an index dtype (int32 or int64).
-template <class F>
-void visit_index(dtype t, F&& f) {
-  if (t == dtype::i32)
-    f(std::int32_t{});
-  else
-    f(std::int64_t{});
-}
 
 // Calls f(T{}) with T an unsigned integer of `bytes` bytes: gather moves bits.
 template <class F>
@@ -57,34 +35,19 @@ void visit_bits(std::size_t bytes, F&& f) {
   }
 }
 
-class gather_kernel final : public op_kernel {
+// gather's CPU take (src/kernel/common/array_kernels.hpp): every index checked, then rows
+// copied.
+class gather_take {
  public:
-  explicit gather_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+  explicit gather_take(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
+  void operator()(const array_rules::gather_geometry& g) const {
+    kernel_context& ctx = ctx_;
     const tensor params = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
-    const auto rank = static_cast<std::int64_t>(params.rank());
-    if (rank == 0) ctx.fail("params must have rank >= 1, got {}", params.describe());
-    if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis {} is outside [{}, {}) for params {}", axis_, -rank, rank, params.describe());
-    }
-    const auto ax = static_cast<std::size_t>(axis_ < 0 ? axis_ + rank : axis_);
-    shape out_shape;
-    std::int64_t outer = 1;
-    std::int64_t inner = 1;
-    for (std::size_t d = 0; d < ax; ++d) {
-      out_shape.push_back(params.dim(d));
-      outer *= params.dim(d);
-    }
-    for (auto d : indices.shape().dims()) out_shape.push_back(d);
-    for (std::size_t d = ax + 1; d < params.rank(); ++d) {
-      out_shape.push_back(params.dim(d));
-      inner *= params.dim(d);
-    }
-    const std::int64_t n = params.dim(ax);
-    tensor& out = ctx.allocate_output(0, out_shape);
+    const std::size_t ax = g.axis;
+    const std::int64_t n = g.n;
+    tensor& out = ctx.allocate_output(0, g.out);
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
       const I* idx = indices.data<I>();
@@ -100,7 +63,7 @@ class gather_kernel final : public op_kernel {
       visit_bits(size_of(params.type()), [&](auto btag) {
         using T = decltype(btag);
         run<T, I>(ctx, static_cast<const T*>(params.raw_data()), idx,
-                  static_cast<T*>(out.raw_data()), outer, n, inner, k);
+                  static_cast<T*>(out.raw_data()), g.outer, n, g.inner, k);
       });
     });
   }
@@ -137,57 +100,39 @@ class gather_kernel final : public op_kernel {
     });
   }
 
-  std::int64_t axis_;
+  kernel_context& ctx_;
 };
 
-class one_hot_kernel final : public op_kernel {
+// one_hot's CPU fill (src/kernel/common/array_kernels.hpp):
+// out[p, d, s] = idx[p, s] == d ? on : off.
+class one_hot_fill {
  public:
-  explicit one_hot_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        depth_(c.attr<std::int64_t>("depth")),
-        axis_(c.attr<std::int64_t>("axis")),
-        on_(c.attr<double>("on_value")),
-        off_(c.attr<double>("off_value")) {}
+  explicit one_hot_fill(kernel_context& ctx) : ctx_(ctx) {}
 
-  void compute(kernel_context& ctx) override {
-    const tensor indices = ctx.input_contiguous(0);
-    const auto rank = static_cast<std::int64_t>(indices.rank());
-    if (axis_ < -1 || axis_ > rank) {
-      ctx.fail("axis {} is outside [-1, {}] for indices {}", axis_, rank, indices.describe());
-    }
-    const auto at = static_cast<std::size_t>(axis_ == -1 ? rank : axis_);
-    shape out_shape;
-    std::int64_t prefix = 1;
-    std::int64_t suffix = 1;
-    for (std::size_t d = 0; d < indices.rank(); ++d) {
-      if (d == at) out_shape.push_back(depth_);
-      out_shape.push_back(indices.dim(d));
-      (d < at ? prefix : suffix) *= indices.dim(d);
-    }
-    if (at == indices.rank()) out_shape.push_back(depth_);
-    tensor& out = ctx.allocate_output(0, out_shape);
+  void operator()(const array_rules::one_hot_geometry& g, const common::one_hot_attrs& a) const {
+    const tensor indices = ctx_.input_contiguous(0);
+    tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     visit_index(indices.type(), [&](auto itag) {
       using I = decltype(itag);
       visit_dtype(out.type(), [&](auto ttag) {
         using T = decltype(ttag);
-        run<T, I>(ctx, indices.data<I>(), out.data<T>(), prefix, suffix);
+        run<T, I>(indices.data<I>(), out.data<T>(), g.prefix, g.suffix, a);
       });
     });
   }
 
  private:
-  // out[p, d, s] = idx[p, s] == d ? on : off.
   template <class T, class I>
-  void run(const kernel_context& ctx, const I* idx, T* out, std::int64_t prefix,
-           std::int64_t suffix) const {
-    const T on = ew::wrap_from_double<T>(on_);
-    const T off = ew::wrap_from_double<T>(off_);
-    const std::int64_t depth = depth_;
+  void run(const I* idx, T* out, std::int64_t prefix, std::int64_t suffix,
+           const common::one_hot_attrs& a) const {
+    const T on = ew::wrap_from_double<T>(a.on);
+    const T off = ew::wrap_from_double<T>(a.off);
+    const std::int64_t depth = a.depth;
     const std::int64_t block = depth * suffix;
     const double cost = static_cast<double>(block * static_cast<std::int64_t>(sizeof(T))) * 0.1 +
                         static_cast<double>(suffix) + 2.0;
-    ctx.parallel_for(prefix, cost, [&](std::int64_t begin, std::int64_t end) {
+    ctx_.parallel_for(prefix, cost, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t p = begin; p < end; ++p) {
         T* o = out + p * block;
         std::fill_n(o, block, off);
@@ -200,18 +145,15 @@ class one_hot_kernel final : public op_kernel {
     });
   }
 
-  std::int64_t depth_;
-  std::int64_t axis_;
-  double on_;
-  double off_;
+  kernel_context& ctx_;
 };
 
 }  // namespace
 
 void register_array_index_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<gather_kernel>(
+  r.add(make_kernel_def<common::gather_kernel<gather_take>>(
       "gather", cpu, {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
-  r.add(make_kernel_def<one_hot_kernel>(
+  r.add(make_kernel_def<common::one_hot_kernel<one_hot_fill>>(
       "one_hot", cpu, {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
 }
 

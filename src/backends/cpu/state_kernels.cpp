@@ -1,9 +1,14 @@
-// CPU kernels of the state ops: placeholder (fed by the executor, never computed), const,
-// variable, assign, assign_add, assign_sub, identity, no_op, and the transfer ops.
+// CPU kernels of the state ops: const, assign, assign_add, assign_sub, and the sending side
+// of a transfer (_send); variable is the kernel every backend shares, and the updates' checks
+// are shared with the CUDA backend (src/kernel/common/variable_kernels.hpp). placeholder,
+// _arg, identity, no_op and _recv are the same on every device and registered once for each
+// (src/kernel/common/neutral_kernels.cpp).
 #include <cstring>
 #include <mutex>
 
 #include "cpu_kernels.hpp"
+#include "kernel/common/neutral_kernels.hpp"
+#include "kernel/common/variable_kernels.hpp"
 #include "loom/kernel/variable_store.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
@@ -11,23 +16,6 @@ namespace loom::cpu {
 namespace {
 
 constexpr device_type cpu = device_type::cpu;
-
-std::vector<dtype> all_types() {
-  return {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32,
-          dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-}
-
-// A placeholder's (or a plan's _arg's) value comes from the feeds; the executor never runs
-// this kernel unless the feed is missing.
-class placeholder_kernel final : public op_kernel {
- public:
-  using op_kernel::op_kernel;
-  void compute(kernel_context& ctx) override {
-    ctx.fail("placeholder '{}' needs a feed ({}{})", ctx.node().name,
-             to_string(ctx.node().attr<dtype>("dtype")),
-             to_string(ctx.node().attr<shape>("shape")));
-  }
-};
 
 // The value is copied to the device once, when the kernel is made.
 class const_kernel final : public op_kernel {
@@ -40,27 +28,6 @@ class const_kernel final : public op_kernel {
 
  private:
   tensor value_;
-};
-
-class variable_kernel final : public op_kernel {
- public:
-  explicit variable_kernel(const kernel_construction& c)
-      : op_kernel(c), initial_(c.attr<tensor>("initial_value")) {}
-  void compute(kernel_context& ctx) override {
-    auto& var = ctx.variables().get(ctx.node().name);
-    std::lock_guard lock(var.mutex);
-    if (!var.value.defined()) {
-      if (!initial_.defined()) {
-        ctx.fail("variable '{}' is read before it is assigned (it has no initial value)",
-                 ctx.node().name);
-      }
-      var.value = ctx.device().copy_from_host(initial_);
-    }
-    ctx.set_output(0, var.value);
-  }
-
- private:
-  tensor initial_;
 };
 
 enum class update { set, add, sub };
@@ -78,40 +45,16 @@ void apply(update u, T* dst, const T* src, std::int64_t n) {
   }
 }
 
-// Finds the variable: assign names it; the updates read it as input 0.
-std::string variable_name_of(const kernel_construction& c) {
-  if (c.node().op() == "assign") return c.attr<std::string>("variable");
-  if (c.graph() == nullptr) c.fail("an update needs the graph to find its variable");
-  const node& src = c.graph()->at(c.node().inputs.at(0).node);
-  if (src.op() != "variable") {
-    c.fail("input 0 must come from a variable, not from " + src.describe());
-  }
-  return src.name;
-}
-
 template <update U>
 class update_kernel final : public op_kernel {
  public:
-  explicit update_kernel(const kernel_construction& c)
-      : op_kernel(c), variable_(variable_name_of(c)) {
-    const loom::node* v = c.graph()->find(variable_);
-    if (v == nullptr || v->op() != "variable") {
-      c.fail("it names variable '" + variable_ + "', which is not a variable of the graph");
-    }
-    shape_ = v->attr<shape>("shape");
-  }
+  explicit update_kernel(const kernel_construction& c) : op_kernel(c), target_(c) {}
   void compute(kernel_context& ctx) override {
-    auto& var = ctx.variables().get(variable_);
+    auto& var = ctx.variables().get(target_.name);
     constexpr std::size_t value_input = U == update::set ? 0 : 1;
     const tensor& value = ctx.input(value_input);
     std::lock_guard lock(var.mutex);
-    if (U != update::set && !var.value.defined()) {
-      ctx.fail("variable '{}' is updated before it is assigned", variable_);
-    }
-    if (value.shape() != shape_) {
-      ctx.fail("value {} does not fit variable '{}' of shape {}", value.describe(), variable_,
-               to_string(shape_));
-    }
+    target_.check(ctx, var, value, U != update::set);
     // The variable's own buffer is updated in place when no read still holds it (the value
     // read as input 0 by this node is dropped first); otherwise the variable gets a new one.
     if constexpr (U != update::set) (void)ctx.take_input(0);
@@ -125,7 +68,8 @@ class update_kernel final : public op_kernel {
       copy_to_dense(value, var.value.raw_data());
     } else {
       if (!writable) {
-        tensor fresh = memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
+        tensor fresh =
+            memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
         var.value = std::move(fresh);
       }
       const tensor src = ctx.input_contiguous(value_input);
@@ -138,60 +82,26 @@ class update_kernel final : public op_kernel {
   }
 
  private:
-  std::string variable_;
-  shape shape_;
-};
-
-class identity_kernel final : public op_kernel {
- public:
-  using op_kernel::op_kernel;
-  void compute(kernel_context& ctx) override { ctx.set_output(0, ctx.input(0)); }
-};
-
-class no_op_kernel final : public op_kernel {
- public:
-  using op_kernel::op_kernel;
-  void compute(kernel_context& /*ctx*/) override {}
-};
-
-// The copy happens on the receiving side: the tensor, wherever it lives, becomes a new
-// buffer from the receiving device's allocator.
-class recv_kernel final : public op_kernel {
- public:
-  using op_kernel::op_kernel;
-  void compute(kernel_context& ctx) override {
-    const tensor& in = ctx.input(0);
-    if (in.device() == ctx.device().id()) {
-      ctx.set_output(0, in);
-      return;
-    }
-    ctx.set_output(0, ctx.device().copy_from_host(in));
-  }
-  bool is_cheap() const noexcept override { return false; }
+  common::update_target target_;
 };
 
 }  // namespace
 
 void register_state_kernels(kernel_registry& r) {
   const auto any = type_constraint(all_types(), "dtype");
-  r.add(make_kernel_def<placeholder_kernel>("placeholder", cpu, any));
-  // A plan's fed values (Note [fed values in rewritten graphs]): filled by the executor,
-  // never computed; a kernel so that placement can weigh them like placeholders.
-  r.add(make_kernel_def<placeholder_kernel>("_arg", cpu, any));
   r.add(make_kernel_def<const_kernel>("const", cpu, any));
-  r.add(make_kernel_def<variable_kernel>("variable", cpu, any));
+  r.add(make_kernel_def<common::variable_kernel<false>>("variable", cpu, any));
   r.add(make_kernel_def<update_kernel<update::set>>("assign", cpu, type_constraint(all_types())));
-  const auto numeric = type_constraint(
-      {dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64});
+  const auto numeric =
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64});
   r.add(make_kernel_def<update_kernel<update::add>>("assign_add", cpu, numeric));
   r.add(make_kernel_def<update_kernel<update::sub>>("assign_sub", cpu, numeric));
-  r.add(make_kernel_def<identity_kernel>("identity", cpu, type_constraint(all_types())));
-  r.add(make_kernel_def<no_op_kernel>("no_op", cpu));
 }
 
 void register_transfer_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<identity_kernel>("_send", cpu, type_constraint(all_types())));
-  r.add(make_kernel_def<recv_kernel>("_recv", cpu, type_constraint(all_types())));
+  // The copy happens on the receiving side (_recv, a kernel every device shares): the
+  // tensor, wherever it lives, becomes a new buffer from the receiving device's allocator.
+  r.add(make_kernel_def<common::identity_kernel>("_send", cpu, type_constraint(all_types())));
 }
 
 }  // namespace loom::cpu

@@ -1,8 +1,11 @@
 // Array ops: reshape, transpose, concat, split, slice, gather, one_hot, squeeze,
 // expand_dims, and pad, gather_grad, broadcast_to (the gradients of slice and gather, and
 // the view that sums' gradients broadcast through). Definitions with their inference, and
-// the builder functions of loom/graph/ops/array.hpp. Kernels:
-// src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp, array_grad_kernels.cpp.
+// the builder functions of loom/graph/ops/array.hpp. Shapes and checks that inference and the
+// kernels share are the op rules (loom/graph/ops/array_rules.hpp). Kernels:
+// src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp, array_grad_kernels.cpp;
+// src/backends/cuda/array_kernels.cpp; the views squeeze, expand_dims and broadcast_to in
+// src/kernel/common/neutral_kernels.cpp.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,6 +13,7 @@
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/array.hpp"
+#include "loom/graph/ops/array_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -59,6 +63,11 @@ std::string shape_text(const tensor_type& t) {
   return to_string(t);
 }
 
+// The text callback of an op rule's message for input `t`: its type.
+auto text_of(const tensor_type& t) {
+  return [&t] { return to_string(t); };
+}
+
 // reshape: the target with its -1 resolved when the input's element count is known.
 void infer_reshape(inference_context& c) {
   const auto& in = c.input(0);
@@ -69,28 +78,14 @@ void infer_reshape(inference_context& c) {
     return;
   }
   const std::int64_t n = in.shape->num_elements();
+  const bool infers = std::find(target.begin(), target.end(), -1) != target.end();
   std::int64_t known = 1;
-  std::ptrdiff_t infer_at = -1;
-  for (std::size_t i = 0; i < target.size(); ++i) {
-    if (target[i] == -1)
-      infer_at = static_cast<std::ptrdiff_t>(i);
-    else
-      known *= target[i];
-  }
-  const auto mismatch = [&] {
-    c.fail(fmt::format("cannot reshape {} ({} elements) to [{}]", shape_text(in), n,
-                       fmt::join(target, ", ")));
-  };
-  if (infer_at < 0) {
-    if (known != n) mismatch();
-  } else if (known == 0) {
-    if (n != 0) mismatch();
+  for (auto d : target) known *= d == -1 ? 1 : d;
+  if (infers && known == 0 && n == 0) {
     c.fail(fmt::format("cannot infer the -1 of [{}] for {}: the other dimensions hold 0 elements",
                        fmt::join(target, ", "), shape_text(in)));
-  } else {
-    if (n % known != 0) mismatch();
-    out[static_cast<std::size_t>(infer_at)] = n / known;
   }
+  out = array_rules::reshape_shape(target, n, text_of(in));
   c.set_output(0, in.type, out);
 }
 
@@ -102,13 +97,7 @@ void infer_transpose(inference_context& c) {
     return c.set_output(0, in.type, shape::filled(perm.size(), -1));
   }
   const std::size_t rank = in.shape->rank();
-  if (perm.empty()) {
-    for (std::size_t i = rank; i-- > 0;) perm.push_back(static_cast<std::int64_t>(i));
-  }
-  if (perm.size() != rank) {
-    c.fail(fmt::format("perm [{}] has {} entries for the rank-{} input {}", fmt::join(perm, ", "),
-                       perm.size(), rank, shape_text(in)));
-  }
+  perm = array_rules::transpose_perm(perm, rank, text_of(in));
   shape out = shape::filled(rank, 0);
   for (std::size_t i = 0; i < rank; ++i) out[i] = (*in.shape)[static_cast<std::size_t>(perm[i])];
   c.set_output(0, in.type, out);
@@ -174,29 +163,10 @@ void infer_split(inference_context& c) {
   const std::size_t ax = s.normalize_axis(c.attr<std::int64_t>("axis"));
   const std::int64_t dim = s[ax];
   std::vector<std::int64_t> pieces(static_cast<std::size_t>(n), -1);
-  if (sizes.empty()) {
-    if (dim >= 0 && dim % n != 0) {
-      c.fail(fmt::format("dimension {} of {} (size {}) does not split into {} equal pieces", ax,
-                         shape_text(in), dim, n));
-    }
-    if (dim >= 0) std::fill(pieces.begin(), pieces.end(), dim / n);
-  } else {
-    std::int64_t known = 0;
-    std::ptrdiff_t rest_at = -1;
-    for (std::size_t i = 0; i < sizes.size(); ++i) {
-      if (sizes[i] < 0)
-        rest_at = static_cast<std::ptrdiff_t>(i);
-      else
-        known += sizes[i];
-      pieces[i] = sizes[i];
-    }
-    if (dim >= 0) {
-      if (rest_at >= 0 ? known > dim : known != dim) {
-        c.fail(fmt::format("sizes [{}] do not add up to dimension {} of {} (size {})",
-                           fmt::join(sizes, ", "), ax, shape_text(in), dim));
-      }
-      if (rest_at >= 0) pieces[static_cast<std::size_t>(rest_at)] = dim - known;
-    }
+  if (dim >= 0) {
+    pieces = array_rules::split_sizes(dim, ax, n, sizes, text_of(in));
+  } else if (!sizes.empty()) {
+    pieces = sizes;
   }
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     shape out = s;
@@ -222,21 +192,7 @@ void infer_slice(inference_context& c) {
     c.fail(fmt::format("begin [{}] has {} entries for the rank-{} input {}", fmt::join(begin, ", "),
                        begin.size(), s.rank(), shape_text(in)));
   }
-  shape out = shape::filled(s.rank(), -1);
-  for (std::size_t d = 0; d < s.rank(); ++d) {
-    if (s[d] < 0) {
-      out[d] = size[d];
-      continue;
-    }
-    const std::int64_t end = size[d] < 0 ? s[d] : begin[d] + size[d];
-    if (begin[d] > s[d] || end > s[d]) {
-      c.fail(fmt::format("begin [{}] size [{}] reaches outside {} in dimension {} ({} > {})",
-                         fmt::join(begin, ", "), fmt::join(size, ", "), shape_text(in), d,
-                         std::max(begin[d], end), s[d]));
-    }
-    out[d] = end - begin[d];
-  }
-  c.set_output(0, in.type, out);
+  c.set_output(0, in.type, array_rules::slice_shape(begin, size, s, text_of(in)));
 }
 
 void infer_gather(inference_context& c) {
@@ -259,20 +215,9 @@ void infer_one_hot(inference_context& c) {
   const auto& indices = c.input(0);
   const dtype t = c.attr<dtype>("dtype");
   if (!indices.shape) return c.set_output(0, t, std::nullopt);
-  const auto rank = static_cast<std::int64_t>(indices.shape->rank());
-  const auto axis = c.attr<std::int64_t>("axis");
-  if (axis < -1 || axis > rank) {
-    c.fail(
-        fmt::format("axis {} is outside [-1, {}] for indices {}", axis, rank, shape_text(indices)));
-  }
-  const auto at = static_cast<std::size_t>(axis == -1 ? rank : axis);
-  shape out;
-  for (std::size_t d = 0; d < indices.shape->rank(); ++d) {
-    if (d == at) out.push_back(c.attr<std::int64_t>("depth"));
-    out.push_back((*indices.shape)[d]);
-  }
-  if (at == indices.shape->rank()) out.push_back(c.attr<std::int64_t>("depth"));
-  c.set_output(0, t, out);
+  const auto g = array_rules::one_hot_shape(*indices.shape, c.attr<std::int64_t>("depth"),
+                                            c.attr<std::int64_t>("axis"), text_of(indices));
+  c.set_output(0, t, g.out);
 }
 
 void infer_squeeze(inference_context& c) {
@@ -306,13 +251,8 @@ void infer_squeeze(inference_context& c) {
 void infer_expand_dims(inference_context& c) {
   const auto& in = c.input(0);
   if (!in.shape) return c.set_output(0, in.type, std::nullopt);
-  const auto rank = static_cast<std::int64_t>(in.shape->rank());
-  const auto axis = c.attr<std::int64_t>("axis");
-  if (axis < -rank - 1 || axis > rank) {
-    c.fail(
-        fmt::format("axis {} is outside [{}, {}] for {}", axis, -rank - 1, rank, shape_text(in)));
-  }
-  const auto at = static_cast<std::size_t>(axis < 0 ? axis + rank + 1 : axis);
+  const std::size_t at = array_rules::expand_dims_position(c.attr<std::int64_t>("axis"),
+                                                           in.shape->rank(), text_of(in));
   shape out;
   for (std::size_t d = 0; d <= in.shape->rank(); ++d) {
     if (d == at) out.push_back(1);
@@ -326,18 +266,7 @@ void infer_pad(inference_context& c) {
   const ints p = c.attr<ints>("paddings");
   const std::size_t rank = p.size() / 2;
   if (!in.shape) return c.set_output(0, in.type, shape::filled(rank, -1));
-  const shape& s = *in.shape;
-  if (s.rank() != rank) {
-    c.fail(
-        fmt::format("paddings [{}] has {} entries for the rank-{} input {}: it needs 2 per "
-                    "dimension",
-                    fmt::join(p, ", "), p.size(), s.rank(), shape_text(in)));
-  }
-  shape out = s;
-  for (std::size_t d = 0; d < rank; ++d) {
-    if (s[d] >= 0) out[d] = s[d] + p[2 * d] + p[2 * d + 1];
-  }
-  c.set_output(0, in.type, out);
+  c.set_output(0, in.type, array_rules::pad_shape(*in.shape, p, text_of(in)));
 }
 
 // gather_grad(dy, indices): d_params of params_shape. dy has gather's output shape,
@@ -388,20 +317,7 @@ void infer_gather_grad(inference_context& c) {
 void infer_broadcast_to(inference_context& c) {
   const auto& in = c.input(0);
   const shape target = c.attr<shape>("shape");
-  if (in.shape) {
-    const shape& s = *in.shape;
-    if (s.rank() > target.rank()) {
-      c.fail(fmt::format("cannot broadcast {} to {}: the target has fewer dimensions",
-                         shape_text(in), to_string(target)));
-    }
-    const std::size_t lead = target.rank() - s.rank();
-    for (std::size_t d = 0; d < s.rank(); ++d) {
-      if (s[d] >= 0 && s[d] != 1 && s[d] != target[lead + d]) {
-        c.fail(fmt::format("cannot broadcast {} to {}: dimension {} is {}, not 1 or {}",
-                           shape_text(in), to_string(target), d, s[d], target[lead + d]));
-      }
-    }
-  }
+  if (in.shape) array_rules::check_broadcast(*in.shape, target, text_of(in));
   c.set_output(0, in.type, target);
 }
 

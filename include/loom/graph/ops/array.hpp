@@ -8,7 +8,7 @@
 // Each op works on every dtype (f32 f64 f16 bf16 i32 i64 i8 u8 bool), except gather_grad
 // (every dtype but bool).
 //
-// Views and copies (Note [array views] in src/backends/cpu/array_kernels.cpp): reshape of a
+// Views and copies (Note [array views] in src/kernel/common/array_views.hpp): reshape of a
 // contiguous tensor, squeeze and expand_dims return views that share the input's buffer;
 // split returns views when each piece is a contiguous block of its input (splitting along
 // the first non-trivial axis of a contiguous tensor); broadcast_to returns a view with

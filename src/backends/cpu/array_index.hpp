@@ -1,0 +1,37 @@
+// What the CPU's index kernels (gather, gather_grad in array_index_kernels.cpp and
+// array_grad_kernels.cpp) share: the visit of an index dtype, and the position of an index
+// in their out-of-range messages.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/core/dtype.hpp"
+#include "loom/core/shape.hpp"
+
+namespace loom::cpu {
+
+/// "[5]" or "[1, 2]": the position of flat element `flat` in a tensor of shape `s`.
+inline std::string position(const shape& s, std::int64_t flat) {
+  std::vector<std::int64_t> idx(s.rank(), 0);
+  for (std::size_t k = s.rank(); k-- > 0;) {
+    idx[k] = flat % s[k];
+    flat /= s[k];
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+/// Calls f(I{}) with I the C++ type of an index dtype (int32 or int64).
+template <class F>
+void visit_index(dtype t, F&& f) {
+  if (t == dtype::i32)
+    f(std::int32_t{});
+  else
+    f(std::int64_t{});
+}
+
+}  // namespace loom::cpu
