@@ -371,22 +371,6 @@ __global__ void layer_norm_param_grads_kernel(const compute_t<T>* partial, T* dg
   }
 }
 
-template <class F>
-void visit_float(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    default:
-      return;
-  }
-}
-
 // Rows per dgamma/dbeta chunk, from (rows, n) only: enough chunks to give the GPU about
 // target_blocks blocks, with at least 16 rows each.
 std::int64_t chunk_rows_for(std::int64_t rows, std::int64_t n) {

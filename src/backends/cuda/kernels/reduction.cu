@@ -243,31 +243,6 @@ void reduce_typed(const reduce_plan& p, const void* xv, void* y, void* temp, cud
   }
 }
 
-// Calls f(T{}) for the device type of t.
-template <class F>
-void visit_type(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    case elem_type::i32:
-      return f(std::int32_t{});
-    case elem_type::i64:
-      return f(std::int64_t{});
-    case elem_type::i8:
-      return f(std::int8_t{});
-    case elem_type::u8:
-      return f(std::uint8_t{});
-    case elem_type::boolean:
-      return;
-  }
-}
-
 // Calls f(T{}, op constant) for t and op.
 template <class F>
 void visit_reduce(elem_type t, reduce_op op, F&& f) {

@@ -1,6 +1,7 @@
 // Device-side helpers of the reduction family's CUDA kernels (reduction.cu, softmax.cu,
 // layer_norm.cu; included by .cu files only): 16-bit loads and stores, warp and block
-// reductions, and "teams" (a warp or a whole block working on one row).
+// reductions, "teams" (a warp or a whole block working on one row), and the dispatch on
+// the element type.
 //
 // Note [cuda deterministic reductions]
 // Every reduction here combines values in an order fixed by the shapes alone: each thread
@@ -19,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+
+#include "elementwise.cuh"  // elem_type
 
 namespace loom::cuda::kernels::rdev {
 
@@ -198,5 +201,49 @@ struct max_ignore_nan {
     return (b > a || a != a) ? b : a;
   }
 };
+
+// ---- dispatch on the element type (host code of the .cu files) ----------------------------
+
+/// Calls f(T{}) for the device type of t; nothing for boolean.
+template <class F>
+void visit_type(elem_type t, F&& f) {
+  switch (t) {
+    case elem_type::f32:
+      return f(float{});
+    case elem_type::f64:
+      return f(double{});
+    case elem_type::f16:
+      return f(f16{});
+    case elem_type::bf16:
+      return f(bf16{});
+    case elem_type::i32:
+      return f(std::int32_t{});
+    case elem_type::i64:
+      return f(std::int64_t{});
+    case elem_type::i8:
+      return f(std::int8_t{});
+    case elem_type::u8:
+      return f(std::uint8_t{});
+    case elem_type::boolean:
+      return;
+  }
+}
+
+/// Calls f(T{}) for the device type of t when it is a float type; nothing otherwise.
+template <class F>
+void visit_float(elem_type t, F&& f) {
+  switch (t) {
+    case elem_type::f32:
+      return f(float{});
+    case elem_type::f64:
+      return f(double{});
+    case elem_type::f16:
+      return f(f16{});
+    case elem_type::bf16:
+      return f(bf16{});
+    default:
+      return;
+  }
+}
 
 }  // namespace loom::cuda::kernels::rdev

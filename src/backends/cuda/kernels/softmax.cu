@@ -181,22 +181,6 @@ __global__ void __launch_bounds__(max_threads)
   }
 }
 
-template <class F>
-void visit_float(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    default:
-      return;
-  }
-}
-
 template <class T, bool Log>
 void softmax_typed(const T* x, T* y, std::int64_t outer, std::int64_t n, std::int64_t inner,
                    cudaStream_t s) {
