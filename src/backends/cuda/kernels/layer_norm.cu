@@ -15,18 +15,11 @@ using namespace rdev;
 
 constexpr int max_threads = 1024;
 constexpr std::int64_t warp_row_max = 256;  // rows up to this long: a warp each
-constexpr std::int64_t max_grid = std::int64_t{1} << 20;
 constexpr int col_tile = 32;  // dgamma/dbeta: columns per block
 constexpr int col_rows = 8;   // dgamma/dbeta: thread rows per block
 constexpr std::int64_t target_blocks = 1024;
 
-__host__ __device__ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
-unsigned grid_for(std::int64_t blocks) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
-}
 
 template <class C>
 struct sum2 {

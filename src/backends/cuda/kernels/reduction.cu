@@ -97,15 +97,8 @@ constexpr int col_tile = 32;                  // columns per block in column mod
 constexpr int col_rows = 8;                   // thread rows per block in column mode
 constexpr std::int64_t short_row = 256;       // rows up to this long: a warp per row
 constexpr std::int64_t target_blocks = 1024;  // enough blocks to fill a large GPU
-constexpr std::int64_t max_grid = std::int64_t{1} << 20;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
-unsigned grid_for(std::int64_t blocks) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
-}
 
 // Rows of n (inner == 1): unit u = row * chunks + chunk; a team per unit. With `finish`, out
 // is T[rows] (chunks must be 1); else out is A[rows * chunks].

@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -202,7 +203,20 @@ struct max_ignore_nan {
   }
 };
 
-// ---- dispatch on the element type (host code of the .cu files) ----------------------------
+// ---- launch shapes and dispatch on the element type (host code of the .cu files) ----------
+
+/// The most blocks one launch asks for.
+inline constexpr std::int64_t max_grid = std::int64_t{1} << 20;
+
+/// ⌈a / b⌉ for a >= 0, b > 0.
+__host__ __device__ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/// A grid of `blocks` blocks, clamped to [1, max_grid].
+inline unsigned grid_for(std::int64_t blocks) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
+}
 
 /// Calls f(T{}) for the device type of t; nothing for boolean.
 template <class F>
@@ -232,18 +246,10 @@ void visit_type(elem_type t, F&& f) {
 /// Calls f(T{}) for the device type of t when it is a float type; nothing otherwise.
 template <class F>
 void visit_float(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    default:
-      return;
-  }
+  visit_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || is_half_like<T>) f(tag);
+  });
 }
 
 }  // namespace loom::cuda::kernels::rdev
