@@ -36,6 +36,7 @@ void register_standard_gradients(gradient_registry& r) {
   register_elementwise_gradients(r);
   register_nn_gradients(r);
   register_reduction_gradients(r);
+  register_normalization_gradients(r);
   register_array_gradients(r);
   register_fused_gradients(r);
 }

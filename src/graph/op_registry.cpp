@@ -22,6 +22,7 @@ void register_standard_ops(op_registry& registry) {
   register_elementwise_ops(registry);
   register_nn_ops(registry);
   register_reduction_ops(registry);
+  register_normalization_ops(registry);
   register_array_ops(registry);
   register_transfer_ops(registry);
   register_optimizer_ops(registry);

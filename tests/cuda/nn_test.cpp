@@ -1,4 +1,5 @@
-// The CUDA layer_norm, layer_norm_grad and bias_add kernels (src/backends/cuda/nn_kernels.cpp)
+// The CUDA layer_norm, layer_norm_grad and bias_add kernels (src/backends/cuda/
+// normalization_kernels.cpp, nn_kernels.cpp)
 // against the CPU kernels of the same nodes (themselves tested against float64 references in
 // tests/kernels): every float dtype, rows of 1, 256, 257, 1000, 1023, 4097 and 20000 elements
 // (warp rows, block rows cached in shared memory, block rows too long for it), several
@@ -316,7 +317,7 @@ TEST(CudaLayerNormGrad, RepeatedRunsGiveTheSameBits) {
 }
 
 // Forward and backward through sessions placed on each device: the gradient graph builds one
-// layer_norm_grad node (src/graph/ops/reduction_grads.cpp).
+// layer_norm_grad node (src/graph/ops/normalization_grads.cpp).
 TEST(CudaLayerNormSession, ForwardAndGradientsMatchTheCpu) {
   LOOM_REQUIRE_GPU();
   const shape s{64, 768};

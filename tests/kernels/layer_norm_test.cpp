@@ -1,4 +1,4 @@
-// layer_norm and layer_norm_grad (src/backends/cpu/nn_layer_norm.cpp) against references
+// layer_norm and layer_norm_grad (src/backends/cpu/normalization_kernels.cpp) against references
 // written here (float64 loops; long double for the forward's statistics): every float dtype, rows
 // of 1, 3, 1024 and 4097 elements, several normalised dims, empty tensors, large means with small
 // spreads, constant rows, NaN; the gradient also against the composite formula built from primitive

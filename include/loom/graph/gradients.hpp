@@ -94,6 +94,7 @@ void register_standard_gradients(gradient_registry& r);
 void register_elementwise_gradients(gradient_registry& r);
 void register_nn_gradients(gradient_registry& r);
 void register_reduction_gradients(gradient_registry& r);
+void register_normalization_gradients(gradient_registry& r);
 void register_array_gradients(gradient_registry& r);
 void register_state_gradients(gradient_registry& r);
 void register_fused_gradients(gradient_registry& r);

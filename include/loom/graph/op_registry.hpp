@@ -43,7 +43,8 @@ void register_standard_ops(op_registry& registry);
 void register_state_ops(op_registry& registry);        // placeholder, const, variable, assign, identity
 void register_elementwise_ops(op_registry& registry);  // unary, binary, where, cast, fill, range, random
 void register_nn_ops(op_registry& registry);           // matmul, conv2d, pooling, bias_add
-void register_reduction_ops(op_registry& registry);    // reductions, softmax, layer_norm, xent, argmax
+void register_reduction_ops(op_registry& registry);    // reductions, softmax, xent, argmax
+void register_normalization_ops(op_registry& registry);  // layer_norm, layer_norm_grad
 void register_array_ops(op_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
 void register_transfer_ops(op_registry& registry);     // _send / _recv (inserted by the partitioner)
 void register_optimizer_ops(op_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw

@@ -5,6 +5,7 @@
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
+#include "loom/graph/ops/normalization.hpp"
 #include "loom/graph/ops/optimizer.hpp"
 #include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/state.hpp"

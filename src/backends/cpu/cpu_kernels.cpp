@@ -9,6 +9,7 @@ void register_cpu_kernels(kernel_registry& registry) {
   cpu::register_elementwise_kernels(registry);
   cpu::register_nn_kernels(registry);
   cpu::register_reduction_kernels(registry);
+  cpu::register_normalization_kernels(registry);
   cpu::register_array_kernels(registry);
   cpu::register_optimizer_kernels(registry);
 }

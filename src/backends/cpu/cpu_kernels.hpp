@@ -10,7 +10,8 @@ void register_state_kernels(kernel_registry& registry);        // placeholder, c
 void register_transfer_kernels(kernel_registry& registry);     // _send, _recv
 void register_elementwise_kernels(kernel_registry& registry);  // unary, binary, where, cast, fill, range, random
 void register_nn_kernels(kernel_registry& registry);           // matmul, conv2d, pooling, bias_add (oneDNN)
-void register_reduction_kernels(kernel_registry& registry);    // reductions, softmax, layer_norm, xent, argmax
+void register_reduction_kernels(kernel_registry& registry);    // reductions, softmax, xent, argmax
+void register_normalization_kernels(kernel_registry& registry);  // layer_norm, layer_norm_grad
 void register_array_kernels(kernel_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
 void register_optimizer_kernels(kernel_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
 

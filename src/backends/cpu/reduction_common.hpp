@@ -1,5 +1,6 @@
-// Helpers shared by the reduction family's CPU kernels (reduction_*.cpp): compute types,
-// loads and stores for 16-bit floats, blocked summation, and access to dense inputs.
+// Helpers shared by the CPU kernels of the reduction family (reduction_*.cpp) and of the
+// normalization family (normalization_kernels.cpp): compute types, loads and stores for
+// 16-bit floats, blocked summation, and max / min loops.
 #pragma once
 
 #include <cmath>
@@ -13,19 +14,25 @@
 #endif
 
 #include "cpu_kernels.hpp"
+#include "kernel/common/reduction_helpers.hpp"
 #include "loom/core/half.hpp"
+#include "loom/graph/ops/reduction_rules.hpp"
 #include "loom/kernel/op_kernel.hpp"
 
 namespace loom::cpu {
 
-void register_reduce_kernels(kernel_registry& registry);      // reduce_*, argmax
-void register_softmax_kernels(kernel_registry& registry);     // softmax, log_softmax, xent
-void register_layer_norm_kernels(kernel_registry& registry);  // layer_norm, layer_norm_grad
+void register_reduce_kernels(kernel_registry& registry);   // reduce_*, argmax
+void register_softmax_kernels(kernel_registry& registry);  // softmax, log_softmax, xent
 
 namespace reduction {
 
 template <class T>
 inline constexpr bool is_16bit_float_v = std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
+
+/// True for the floating-point types (the dtypes of softmax and layer_norm).
+template <class T>
+inline constexpr bool float_type_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || is_16bit_float_v<T>;
 
 /// The type a kernel computes T in: float for half and bfloat16, T otherwise.
 template <class T>
@@ -144,43 +151,12 @@ C extreme(const C* p, std::int64_t n, bool& saw_nan) noexcept {
   return t;
 }
 
-/// An input as a dense tensor: the input itself when contiguous (a reference into the
-/// context, so forwarding its buffer stays possible), else a copy kept in `hold`.
-inline const tensor& dense_input(kernel_context& ctx, std::size_t i, tensor& hold) {
-  const tensor& in = ctx.input(i);
-  if (in.is_contiguous()) return in;
-  hold = ctx.input_contiguous(i);
-  return hold;
-}
-
-/// Splits `s` around `axis` into (outer, n, inner) element counts.
-struct axis_split {
-  std::int64_t outer = 1;
-  std::int64_t n = 1;
-  std::int64_t inner = 1;
-};
-inline axis_split split_at(const shape& s, std::size_t axis) {
-  axis_split r;
-  for (std::size_t k = 0; k < s.rank(); ++k) {
-    if (k < axis)
-      r.outer *= s[k];
-    else if (k == axis)
-      r.n = s[k];
-    else
-      r.inner *= s[k];
-  }
-  return r;
-}
-
-/// Wraps `axis` into [0, rank) of `s`, or fails naming it (the node's inference checks this
-/// too; a kernel checks again for inputs whose rank was unknown then).
-inline std::size_t normalize_axis(const kernel_context& ctx, std::int64_t axis, const shape& s) {
-  const auto r = static_cast<std::int64_t>(s.rank());
-  if (axis < -r || axis >= r) {
-    ctx.fail("axis {} is out of range for input of shape {}", axis, to_string(s));
-  }
-  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
-}
+// Shared with every backend: dense inputs and rule checks (kernel/common/reduction_helpers.hpp),
+// the split of a shape around an axis (loom/graph/ops/reduction_rules.hpp).
+using kernel_common::by_rule;
+using kernel_common::dense_input;
+using reduction_rules::axis_split;
+using reduction_rules::split_at;
 
 }  // namespace reduction
 }  // namespace loom::cpu

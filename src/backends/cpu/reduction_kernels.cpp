@@ -1,6 +1,5 @@
 // The reduction family's CPU kernels: reduce_* and argmax (reduction_reduce.cpp), softmax,
-// log_softmax and softmax_cross_entropy (reduction_softmax.cpp), layer_norm and
-// layer_norm_grad (nn_layer_norm.cpp).
+// log_softmax and softmax_cross_entropy (reduction_softmax.cpp).
 #include "reduction_common.hpp"
 
 namespace loom::cpu {
@@ -8,7 +7,6 @@ namespace loom::cpu {
 void register_reduction_kernels(kernel_registry& registry) {
   register_reduce_kernels(registry);
   register_softmax_kernels(registry);
-  register_layer_norm_kernels(registry);
 }
 
 }  // namespace loom::cpu

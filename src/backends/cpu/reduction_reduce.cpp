@@ -32,7 +32,7 @@ namespace {
 using namespace reduction;
 constexpr device_type cpu = device_type::cpu;
 
-enum class reduce_kind { sum, mean, max, min, prod };
+using reduction_rules::reduce_kind;
 
 template <class T>
 inline constexpr bool reducible_v =
@@ -350,58 +350,18 @@ void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& 
   });
 }
 
-const char* kind_name(reduce_kind k) {
-  switch (k) {
-    case reduce_kind::sum:
-      return "reduce_sum";
-    case reduce_kind::mean:
-      return "reduce_mean";
-    case reduce_kind::max:
-      return "reduce_max";
-    case reduce_kind::min:
-      return "reduce_min";
-    case reduce_kind::prod:
-      return "reduce_prod";
-  }
-  return "reduce";
-}
-
 template <reduce_kind K>
-class reduce_kernel final : public op_kernel {
+class reduce_kernel final : public kernel_common::reduce_kernel_base<K> {
  public:
-  explicit reduce_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        axes_(c.attr<std::vector<std::int64_t>>("axes")),
-        keepdims_(c.attr<bool>("keepdims")) {}
+  using kernel_common::reduce_kernel_base<K>::reduce_kernel_base;
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
     const shape& s = x.shape();
-    std::vector<char> reduced(s.rank(), axes_.empty() ? 1 : 0);
-    for (const auto a : axes_) {
-      const std::size_t k = normalize_axis(ctx, a, s);
-      if (reduced[k]) ctx.fail("axes name axis {} twice (input of shape {})", k, to_string(s));
-      reduced[k] = 1;
-    }
-    shape out_shape;
-    std::int64_t num_red = 1;
-    std::int64_t num_out = 1;
-    for (std::size_t k = 0; k < s.rank(); ++k) {
-      if (reduced[k]) {
-        num_red *= s[k];
-        if (keepdims_) out_shape.push_back(1);
-      } else {
-        num_out *= s[k];
-        out_shape.push_back(s[k]);
-      }
-    }
-    if (num_red == 0 && (K == reduce_kind::max || K == reduce_kind::min)) {
-      std::size_t axis = 0;
-      while (axis < s.rank() && !(reduced[axis] && s[axis] == 0)) ++axis;
-      ctx.fail("{} of an empty axis (axis {} of input shape {}) has no identity", kind_name(K),
-               axis, to_string(s));
-    }
-    tensor& out = ctx.allocate_output(0, out_shape);
+    const reduction_rules::reduce_geometry rg = this->geometry(ctx, s);
+    const std::int64_t num_red = rg.num_red;
+    const std::int64_t num_out = rg.num_out;
+    tensor& out = ctx.allocate_output(0, rg.output);
     if (num_out == 0) return;
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
@@ -411,17 +371,13 @@ class reduce_kernel final : public op_kernel {
           using R = reducer<T, K>;
           std::fill_n(out.data<T>(), num_out, R::finish(R::identity(), 0));
         } else {
-          reduce_into<T, K>(ctx, x, reduced, out);
+          reduce_into<T, K>(ctx, x, rg.reduced, out);
         }
       } else {
-        ctx.fail("{} has no kernel for {}", kind_name(K), to_string(x.type()));
+        ctx.fail("{} has no kernel for {}", reduction_rules::op_name(K), to_string(x.type()));
       }
     });
   }
-
- private:
-  std::vector<std::int64_t> axes_;
-  bool keepdims_;
 };
 
 // ---- argmax -----------------------------------------------------------------------------
@@ -505,25 +461,17 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
                    });
 }
 
-class argmax_kernel final : public op_kernel {
+class argmax_kernel final : public kernel_common::axis_kernel_base {
  public:
-  explicit argmax_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+  using axis_kernel_base::axis_kernel_base;
 
   void compute(kernel_context& ctx) override {
     tensor hold;
     const tensor& x = dense_input(ctx, 0, hold);
     const shape& s = x.shape();
-    const std::size_t axis = normalize_axis(ctx, axis_, s);
-    const axis_split sp = split_at(s, axis);
-    if (sp.n == 0) {
-      ctx.fail("argmax of an empty axis (axis {} of input shape {})", axis, to_string(s));
-    }
-    shape out_shape;
-    for (std::size_t k = 0; k < s.rank(); ++k) {
-      if (k != axis) out_shape.push_back(s[k]);
-    }
-    tensor& out = ctx.allocate_output(0, out_shape);
+    const reduction_rules::along_axis a = argmax_along(ctx, s);
+    const axis_split& sp = a.split;
+    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis));
     if (sp.outer * sp.inner == 0) return;
     const dtype out_t = out.type();
     visit_dtype(x.type(), [&](auto tag) {
@@ -539,32 +487,17 @@ class argmax_kernel final : public op_kernel {
       }
     });
   }
-
- private:
-  std::int64_t axis_;
 };
 
 }  // namespace
 
 void register_reduce_kernels(kernel_registry& r) {
-  const std::vector<dtype> numeric{dtype::f32,  dtype::f64, dtype::f16,
-                                   dtype::bf16, dtype::i32, dtype::i64};
-  const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
-  r.add(make_kernel_def<reduce_kernel<reduce_kind::sum>>("reduce_sum", cpu,
-                                                         type_constraint(numeric)));
-  r.add(make_kernel_def<reduce_kernel<reduce_kind::mean>>("reduce_mean", cpu,
-                                                          type_constraint(floats)));
-  r.add(make_kernel_def<reduce_kernel<reduce_kind::max>>("reduce_max", cpu,
-                                                         type_constraint(numeric)));
-  r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", cpu,
-                                                         type_constraint(numeric)));
-  r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", cpu,
-                                                          type_constraint(numeric)));
-  std::vector<dtype> argmax_types = numeric;
-  argmax_types.push_back(dtype::i8);
-  argmax_types.push_back(dtype::u8);
-  r.add(make_kernel_def<argmax_kernel>(
-      "argmax", cpu, {{"T", argmax_types}, {"output_type", {dtype::i32, dtype::i64}}}));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::sum>>("reduce_sum", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::mean>>("reduce_mean", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::max>>("reduce_max", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", cpu));
+  r.add(make_kernel_def<argmax_kernel>("argmax", cpu));
 }
 
 }  // namespace loom::cpu

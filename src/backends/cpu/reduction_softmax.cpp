@@ -1,11 +1,11 @@
 // CPU kernels of softmax, log_softmax and softmax_cross_entropy (layer_norm's are in
-// nn_layer_norm.cpp).
+// normalization_kernels.cpp).
 //
 // Each works on a dense view of its input split around the axis as [outer, n, inner]
-// (reduction_common.hpp, split_at). Softmax subtracts the maximum along the axis before
-// exponentiating, so any finite input gives finite output; sums of exponentials are carried
-// in double (Note [blocked summation]). 16-bit floats compute in float through a per-task
-// scratch row and round once, on the final store.
+// (split_at, loom/graph/ops/reduction_rules.hpp). Softmax subtracts the maximum along the
+// axis before exponentiating, so any finite input gives finite output; sums of exponentials
+// are carried in double (Note [blocked summation]). 16-bit floats compute in float through a
+// per-task scratch row and round once, on the final store.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,10 +21,6 @@ namespace {
 
 using namespace reduction;
 constexpr device_type cpu = device_type::cpu;
-
-template <class T>
-inline constexpr bool float_type_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || is_16bit_float_v<T>;
 
 // Approximate nanoseconds per element of an exp-bound loop, for parallel_for.
 constexpr double exp_cost = 4.0;
@@ -172,16 +168,14 @@ void softmax_into(kernel_context& ctx, const T* x, T* y, const axis_split& sp) {
 }
 
 template <bool Log>
-class softmax_kernel final : public op_kernel {
+class softmax_kernel final : public kernel_common::axis_kernel_base {
  public:
-  explicit softmax_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+  using axis_kernel_base::axis_kernel_base;
 
   void compute(kernel_context& ctx) override {
     tensor hold;
     const tensor& x = dense_input(ctx, 0, hold);
-    const std::size_t axis = normalize_axis(ctx, axis_, x.shape());
-    const axis_split sp = split_at(x.shape(), axis);
+    const axis_split sp = along(ctx, x.shape()).split;
     tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
     if (x.num_elements() == 0) return;
     visit_dtype(x.type(), [&](auto tag) {
@@ -193,9 +187,6 @@ class softmax_kernel final : public op_kernel {
       }
     });
   }
-
- private:
-  std::int64_t axis_;
 };
 
 // ---- softmax_cross_entropy --------------------------------------------------------------
@@ -269,10 +260,7 @@ class xent_kernel final : public op_kernel {
     tensor hold_l;
     const tensor& x = dense_input(ctx, 0, hold_x);
     const tensor& labels = dense_input(ctx, 1, hold_l);
-    if (x.rank() != 2 || labels.rank() != 1 || labels.dim(0) != x.dim(0)) {
-      ctx.fail("logits {} must be [N, C] and labels {} must be [N]", to_string(x.shape()),
-               to_string(labels.shape()));
-    }
+    by_rule(ctx, [&] { reduction_rules::check_xent_shapes(x.shape(), labels.shape()); });
     const std::int64_t rows = x.dim(0);
     const std::int64_t classes = x.dim(1);
     tensor& backprop = ctx.forward_input_or_allocate_output(0, 1, x.shape());
@@ -298,11 +286,9 @@ class xent_kernel final : public op_kernel {
 }  // namespace
 
 void register_softmax_kernels(kernel_registry& r) {
-  const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
-  r.add(make_kernel_def<softmax_kernel<false>>("softmax", cpu, type_constraint(floats)));
-  r.add(make_kernel_def<softmax_kernel<true>>("log_softmax", cpu, type_constraint(floats)));
-  r.add(make_kernel_def<xent_kernel>("softmax_cross_entropy", cpu,
-                                     {{"T", floats}, {"Tlabels", {dtype::i32, dtype::i64}}}));
+  r.add(make_kernel_def<softmax_kernel<false>>("softmax", cpu));
+  r.add(make_kernel_def<softmax_kernel<true>>("log_softmax", cpu));
+  r.add(make_kernel_def<xent_kernel>("softmax_cross_entropy", cpu));
 }
 
 }  // namespace loom::cpu

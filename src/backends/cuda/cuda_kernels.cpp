@@ -12,6 +12,7 @@ void register_cuda_kernels(kernel_registry& registry) {
   cuda::register_matmul_kernels(registry);
   cuda::register_optimizer_kernels(registry);
   cuda::register_reduction_kernels(registry);
+  cuda::register_normalization_kernels(registry);
   cuda::register_nn_kernels(registry);
 }
 

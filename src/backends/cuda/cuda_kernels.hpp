@@ -12,6 +12,7 @@ void register_transfer_kernels(kernel_registry& registry);     // state_kernels.
 void register_elementwise_kernels(kernel_registry& registry);  // elementwise_kernels.cpp
 void register_array_kernels(kernel_registry& registry);        // array_kernels.cpp
 void register_reduction_kernels(kernel_registry& registry);    // reduction_kernels.cpp
+void register_normalization_kernels(kernel_registry& registry);  // normalization_kernels.cpp
 void register_nn_kernels(kernel_registry& registry);           // nn_kernels.cpp
 void register_matmul_kernels(kernel_registry& registry);       // matmul_kernels.cpp
 void register_optimizer_kernels(kernel_registry& registry);    // optimizer_kernels.cpp

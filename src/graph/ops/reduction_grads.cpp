@@ -1,8 +1,7 @@
 // Gradients of the reduction-family ops (reduction_ops.cpp). A reduction's gradient
 // broadcasts dy back over the reduced axes (reshaped to the keepdims shape, then
 // broadcast_to the input's shape, a view); softmax and log_softmax use their outputs;
-// layer_norm emits one layer_norm_grad node (which has no gradient itself: second order
-// through it is an error); softmax_cross_entropy uses its own backprop output.
+// softmax_cross_entropy uses its own backprop output.
 #include <fmt/format.h>
 
 #include "loom/graph/gradients.hpp"
@@ -102,23 +101,6 @@ grads log_softmax_grad(const gradient_context& c) {
   return {dy - ops::exp(c.output_of(0)) * s};
 }
 
-grads layer_norm_grad(const gradient_context& c) {
-  // One layer_norm_grad node (its CPU kernel fuses the row sums, dx, dgamma and dbeta:
-  // src/backends/cpu/nn_layer_norm.cpp). Over the normalised dims [axis, rank), with
-  // xhat = (x - mean) rstd and dxhat = dy gamma:
-  //   dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
-  //   dgamma = sum over the leading dims of dy xhat, dbeta = sum of dy.
-  // mean and rstd (outputs 1 and 2) are only statistics: gradients sent to them are not
-  // propagated (their consumers are the training graph's bookkeeping, not the loss).
-  if (c.has_grad(1) || c.has_grad(2)) {
-    c.fail("gradients through layer_norm's mean or rstd outputs are not supported");
-  }
-  auto outs = c.builder().add("layer_norm_grad",
-                              {c.grad(0), c.input(0), c.input(1), c.output_of(1), c.output_of(2)},
-                              {{"axis", axis_of(c)}});
-  return {outs.at(0), outs.at(1), outs.at(2)};
-}
-
 grads xent_grad(const gradient_context& c) {
   // d loss_n / d logits_n = backprop_n (softmax - one_hot), scaled by the incoming dloss_n.
   if (c.has_grad(1))
@@ -137,7 +119,6 @@ void register_reduction_gradients(gradient_registry& r) {
   r.add("reduce_prod", prod_grad);
   r.add("softmax", softmax_grad);
   r.add("log_softmax", log_softmax_grad);
-  r.add("layer_norm", layer_norm_grad);
   r.add("softmax_cross_entropy", xent_grad);
   r.add_none("argmax");
 }

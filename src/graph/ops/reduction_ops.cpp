@@ -1,13 +1,13 @@
 // reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, softmax, log_softmax,
-// layer_norm, layer_norm_grad, softmax_cross_entropy, argmax: definitions, inference and
-// builders.
+// softmax_cross_entropy, argmax: definitions, inference (shape rules in
+// loom/graph/ops/reduction_rules.hpp) and builders.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/reduction_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -37,16 +37,6 @@ void validate_axes(const attr_value& v) {
   }
 }
 
-// Wraps `axis` into [0, rank) or fails naming the input's shape.
-std::size_t normalize(inference_context& c, std::int64_t axis, const shape& s) {
-  const auto r = static_cast<std::int64_t>(s.rank());
-  if (axis < -r || axis >= r) {
-    c.fail(fmt::format("axis {} is out of range for input of shape {} (rank {})", axis,
-                       to_string(s), r));
-  }
-  return static_cast<std::size_t>(axis < 0 ? axis + r : axis);
-}
-
 void infer_reduce(inference_context& c) {
   const tensor_type& in = c.input(0);
   const auto axes = c.attr<std::vector<std::int64_t>>("axes");
@@ -57,149 +47,26 @@ void infer_reduce(inference_context& c) {
                  axes.empty() && !keepdims ? std::optional<shape>(shape{}) : std::nullopt);
     return;
   }
-  const shape& s = *in.shape;
-  std::vector<bool> reduced(s.rank(), axes.empty());
-  for (const auto a : axes) {
-    const std::size_t k = normalize(c, a, s);
-    if (reduced[k]) {
-      c.fail(fmt::format("axes {} name axis {} twice (input of shape {})", fmt::join(axes, ", "), k,
-                         to_string(s)));
-    }
-    reduced[k] = true;
-  }
-  shape out;
-  for (std::size_t k = 0; k < s.rank(); ++k) {
-    if (!reduced[k])
-      out.push_back(s[k]);
-    else if (keepdims)
-      out.push_back(1);
-  }
-  c.set_output(0, in.type, std::move(out));
+  c.set_output(0, in.type,
+               reduction_rules::reduce_geometry_of(*in.shape, axes, keepdims,
+                                                   reduction_rules::rule_caller::inference)
+                   .output);
 }
 
 void infer_along_axis(inference_context& c) {
   const tensor_type& in = c.input(0);
-  if (in.shape) (void)normalize(c, c.attr<std::int64_t>("axis"), *in.shape);
+  if (in.shape) {
+    (void)reduction_rules::normalize_axis(c.attr<std::int64_t>("axis"), *in.shape,
+                                          reduction_rules::rule_caller::inference);
+  }
   c.set_output(0, in);
 }
 
-// True when two dims may be equal (either unknown, or equal).
-bool compatible(std::int64_t a, std::int64_t b) {
-  return a < 0 || b < 0 || a == b;
-}
-
-void infer_layer_norm(inference_context& c) {
-  const tensor_type& x = c.input(0);
-  const dtype t = x.type;
-  if (!x.shape) {
-    for (std::size_t i = 0; i < 3; ++i) c.set_output(i, t, std::nullopt);
-    return;
-  }
-  const shape& s = *x.shape;
-  const std::size_t axis = normalize(c, c.attr<std::int64_t>("axis"), s);
-  shape lead;
-  shape normalized;
-  for (std::size_t k = 0; k < s.rank(); ++k) (k < axis ? lead : normalized).push_back(s[k]);
-  for (std::size_t i = 1; i <= 2; ++i) {
-    const tensor_type& p = c.input(i);
-    if (!p.shape) continue;
-    bool ok = p.shape->rank() == normalized.rank();
-    for (std::size_t k = 0; ok && k < normalized.rank(); ++k) {
-      ok = compatible((*p.shape)[k], normalized[k]);
-    }
-    if (!ok) {
-      c.fail(fmt::format("{} of shape {} does not match x.shape[{}:] = {} (x is {})",
-                         i == 1 ? "gamma" : "beta", to_string(*p.shape), axis,
-                         to_string(normalized), to_string(s)));
-    }
-  }
-  c.set_output(0, t, s);
-  c.set_output(1, t, lead);
-  c.set_output(2, t, lead);
-}
-
-// Checks that input `i` (named `what`) fits `want` dim by dim (unknown dims fit anything).
-void check_fits(inference_context& c, std::size_t i, const char* what, const shape& want,
-                const std::string& want_name, std::size_t axis, const shape& x) {
-  const tensor_type& p = c.input(i);
-  if (!p.shape) return;
-  bool ok = p.shape->rank() == want.rank();
-  for (std::size_t k = 0; ok && k < want.rank(); ++k) ok = compatible((*p.shape)[k], want[k]);
-  if (!ok) {
-    c.fail(fmt::format("{} of shape {} does not match {} = {} (x is {}, axis {})", what,
-                       to_string(*p.shape), want_name, to_string(want), to_string(x), axis));
-  }
-}
-
-// layer_norm_grad(dy, x, gamma, mean, rstd) -> dx, dgamma, dbeta.
-void infer_layer_norm_grad(inference_context& c) {
-  const tensor_type& dy = c.input(0);
-  const tensor_type& x = c.input(1);
-  const dtype t = x.type;
-  // x's shape, with dims it leaves unknown taken from dy's.
-  std::optional<shape> xs = x.shape ? x.shape : dy.shape;
-  if (x.shape && dy.shape) {
-    bool ok = dy.shape->rank() == x.shape->rank();
-    for (std::size_t k = 0; ok && k < x.shape->rank(); ++k) {
-      ok = compatible((*dy.shape)[k], (*x.shape)[k]);
-      if (ok && (*xs)[k] < 0) (*xs)[k] = (*dy.shape)[k];
-    }
-    if (!ok) {
-      c.fail(fmt::format("dy of shape {} does not match x of shape {}", to_string(*dy.shape),
-                         to_string(*x.shape)));
-    }
-  }
-  if (!xs) {
-    c.set_output(0, t, std::nullopt);
-    c.set_output(1, t, c.input(2).shape);
-    c.set_output(2, t, c.input(2).shape);
-    return;
-  }
-  const shape& s = *xs;
-  const std::size_t axis = normalize(c, c.attr<std::int64_t>("axis"), s);
-  shape lead;
-  shape normalized;
-  for (std::size_t k = 0; k < s.rank(); ++k) (k < axis ? lead : normalized).push_back(s[k]);
-  check_fits(c, 2, "gamma", normalized, fmt::format("x.shape[{}:]", axis), axis, s);
-  check_fits(c, 3, "mean", lead, fmt::format("x.shape[:{}]", axis), axis, s);
-  check_fits(c, 4, "rstd", lead, fmt::format("x.shape[:{}]", axis), axis, s);
-  // dgamma and dbeta have gamma's shape: dims x leaves unknown are taken from gamma's.
-  if (const auto& g = c.input(2).shape) {
-    for (std::size_t k = 0; k < normalized.rank(); ++k) {
-      if (normalized[k] < 0) normalized[k] = (*g)[k];
-    }
-  }
-  c.set_output(0, t, s);
-  c.set_output(1, t, normalized);
-  c.set_output(2, t, normalized);
-}
-
 void infer_xent(inference_context& c) {
-  const tensor_type& logits = c.input(0);
-  const tensor_type& labels = c.input(1);
-  const dtype t = logits.type;
-  if (logits.shape && logits.shape->rank() != 2) {
-    c.fail(fmt::format("logits must be [N, C], got shape {}", to_string(*logits.shape)));
-  }
-  if (labels.shape && labels.shape->rank() != 1) {
-    c.fail(fmt::format("labels must be [N], got shape {}", to_string(*labels.shape)));
-  }
-  std::int64_t n = shape::unknown;
-  std::int64_t classes = shape::unknown;
-  if (logits.shape) {
-    n = (*logits.shape)[0];
-    classes = (*logits.shape)[1];
-  }
-  if (labels.shape) {
-    const std::int64_t ln = (*labels.shape)[0];
-    if (!compatible(n, ln)) {
-      c.fail(fmt::format("labels of shape {} do not match logits of shape {} (N differs)",
-                         to_string(*labels.shape), to_string(*logits.shape)));
-    }
-    if (n < 0) n = ln;
-  }
-  c.set_output(0, t, shape{n});
-  c.set_output(1, t, shape{n, classes});
+  auto [loss, backprop] = reduction_rules::xent_outputs(c.input(0).shape, c.input(1).shape);
+  const dtype t = c.input(0).type;
+  c.set_output(0, t, std::move(loss));
+  c.set_output(1, t, std::move(backprop));
 }
 
 void infer_argmax(inference_context& c) {
@@ -209,12 +76,9 @@ void infer_argmax(inference_context& c) {
     c.set_output(0, out_t, std::nullopt);
     return;
   }
-  const std::size_t axis = normalize(c, c.attr<std::int64_t>("axis"), *in.shape);
-  shape out;
-  for (std::size_t k = 0; k < in.shape->rank(); ++k) {
-    if (k != axis) out.push_back((*in.shape)[k]);
-  }
-  c.set_output(0, out_t, std::move(out));
+  const std::size_t axis = reduction_rules::normalize_axis(
+      c.attr<std::int64_t>("axis"), *in.shape, reduction_rules::rule_caller::inference);
+  c.set_output(0, out_t, reduction_rules::argmax_output(*in.shape, axis));
 }
 
 void add_reduce(op_registry& r, const char* name, const char* summary,
@@ -249,33 +113,6 @@ void register_reduction_ops(op_registry& r) {
     d.outputs = {typed("output")};
     d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1))};
     d.infer = infer_along_axis;
-    r.add(std::move(d));
-  }
-  {
-    op_def d;
-    d.name = "layer_norm";
-    d.summary = "(x - mean) * rstd * gamma + beta over dims [axis, rank)";
-    d.inputs = {typed("x"), typed("gamma"), typed("beta")};
-    d.outputs = {typed("y"), typed("mean"), typed("rstd")};
-    attr_def eps = attr("epsilon", attr_type::real, attr_value(1e-5));
-    eps.validate = [](const attr_value& v) {
-      if (!(v.as<double>() >= 0.0)) throw invalid_argument("epsilon must be >= 0");
-    };
-    d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1)),
-               std::move(eps)};
-    d.infer = infer_layer_norm;
-    r.add(std::move(d));
-  }
-  {
-    // The gradient of layer_norm in one node (reduction_grads.cpp emits it): dx, and gamma's
-    // and beta's gradients summed over the leading dims, from the forward's mean and rstd.
-    op_def d;
-    d.name = "layer_norm_grad";
-    d.summary = "layer_norm's gradient: dx, dgamma, dbeta from dy, x, gamma, mean, rstd";
-    d.inputs = {typed("dy"), typed("x"), typed("gamma"), typed("mean"), typed("rstd")};
-    d.outputs = {typed("dx"), typed("dgamma"), typed("dbeta")};
-    d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1))};
-    d.infer = infer_layer_norm_grad;
     r.add(std::move(d));
   }
   {
@@ -334,13 +171,6 @@ output softmax(output x, std::int64_t axis, const node_options& o) {
 }
 output log_softmax(output x, std::int64_t axis, const node_options& o) {
   return x.builder().add1("log_softmax", {x}, {{"axis", axis}}, o);
-}
-
-layer_norm_outputs layer_norm(output x, output gamma, output beta, std::int64_t axis,
-                              double epsilon, const node_options& o) {
-  auto outs =
-      x.builder().add("layer_norm", {x, gamma, beta}, {{"axis", axis}, {"epsilon", epsilon}}, o);
-  return {outs.at(0), outs.at(1), outs.at(2)};
 }
 
 softmax_cross_entropy_outputs softmax_cross_entropy(output logits, output labels,

@@ -1,5 +1,6 @@
 // Reductions and the normalisations built on them: reduce_sum / mean / max / min / prod,
-// softmax, log_softmax, layer_norm, softmax_cross_entropy and argmax.
+// softmax, log_softmax, softmax_cross_entropy and argmax (layer_norm, declared in
+// loom/graph/ops/normalization.hpp, is included from here too).
 //
 // Axes follow NumPy: negative axes count from the end; an empty `axes` list reduces every
 // axis. A duplicate or out-of-range axis is an error when the node is added (where the
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "loom/graph/builder.hpp"
+#include "loom/graph/ops/normalization.hpp"
 
 namespace loom::ops {
 
@@ -38,21 +40,6 @@ output reduce_prod(output x, std::vector<std::int64_t> axes = {}, bool keepdims 
 output softmax(output x, std::int64_t axis = -1, const node_options& o = {});
 /// x - max - log Σ exp(x - max) along `axis` (float types).
 output log_softmax(output x, std::int64_t axis = -1, const node_options& o = {});
-
-/// The outputs of layer_norm.
-struct layer_norm_outputs {
-  /// (x - mean) · rstd · gamma + beta, shaped as x.
-  output y;
-  /// The mean over dims [axis, rank), of shape x.shape[:axis].
-  output mean;
-  /// 1 / sqrt(biased variance + epsilon), of shape x.shape[:axis].
-  output rstd;
-};
-/// Layer normalisation over dims [axis, rank) of x; gamma and beta have shape
-/// x.shape[axis:]. Float types; f16/bf16 compute in float. mean and rstd (dtype T) are what
-/// the gradient needs.
-layer_norm_outputs layer_norm(output x, output gamma, output beta, std::int64_t axis = -1,
-                              double epsilon = 1e-5, const node_options& o = {});
 
 /// The outputs of softmax_cross_entropy.
 struct softmax_cross_entropy_outputs {

@@ -15,18 +15,11 @@ using namespace rdev;
 
 constexpr int max_threads = 1024;
 constexpr std::int64_t warp_row_max = 256;  // rows up to this long: a warp each
-constexpr std::int64_t max_grid = std::int64_t{1} << 20;
 constexpr int col_tile = 32;  // dgamma/dbeta: columns per block
 constexpr int col_rows = 8;   // dgamma/dbeta: thread rows per block
 constexpr std::int64_t target_blocks = 1024;
 
-__host__ __device__ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
-unsigned grid_for(std::int64_t blocks) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
-}
 
 template <class C>
 struct sum2 {
@@ -368,22 +361,6 @@ __global__ void layer_norm_param_grads_kernel(const compute_t<T>* partial, T* dg
     }
     dgamma[j] = store<T>(g);
     dbeta[j] = store<T>(b);
-  }
-}
-
-template <class F>
-void visit_float(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    default:
-      return;
   }
 }
 

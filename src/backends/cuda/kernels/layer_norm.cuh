@@ -1,11 +1,11 @@
 // Host launchers of the CUDA layer_norm and layer_norm_grad kernels (layer_norm.cu), over raw
-// device pointers; nn_kernels.cpp maps tensors onto them.
+// device pointers; normalization_kernels.cpp maps tensors onto them.
 //
 // Note [cuda layer_norm]
 // Both view x as [rows, n] and give each row a team (a warp for rows of up to 256 elements,
 // eight rows per block; else a block of up to 1024 threads with the row cached in shared
 // memory when it fits). The numerics are the CPU kernel's (Note [layer_norm row kernels] in
-// src/backends/cpu/nn_layer_norm.cpp), in float for f32/f16/bf16 and double for f64:
+// src/backends/cpu/normalization_kernels.cpp), in float for f32/f16/bf16 and double for f64:
 //  - forward: Σx gives a centre c (the mean rounded to the compute type), a second pass the
 //    centred sums Σd and Σd² with d = x - c, and var = (Σd² - (Σd)²/n) / n (clamped at 0),
 //    rstd = 1 / sqrt(var + eps) in double; y = ((x - c) r - delta r) g + b with

@@ -97,15 +97,8 @@ constexpr int col_tile = 32;                  // columns per block in column mod
 constexpr int col_rows = 8;                   // thread rows per block in column mode
 constexpr std::int64_t short_row = 256;       // rows up to this long: a warp per row
 constexpr std::int64_t target_blocks = 1024;  // enough blocks to fill a large GPU
-constexpr std::int64_t max_grid = std::int64_t{1} << 20;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
-unsigned grid_for(std::int64_t blocks) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
-}
 
 // Rows of n (inner == 1): unit u = row * chunks + chunk; a team per unit. With `finish`, out
 // is T[rows] (chunks must be 1); else out is A[rows * chunks].
@@ -240,31 +233,6 @@ void reduce_typed(const reduce_plan& p, const void* xv, void* y, void* temp, cud
     cols_pass<T, R, T>(x, temp, p.outer, p.n, p.inner, p.chunks, p.chunk_len, false, count, s);
     cols_pass<A, R, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, p.inner, 1, p.chunks,
                        true, count, s);
-  }
-}
-
-// Calls f(T{}) for the device type of t.
-template <class F>
-void visit_type(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    case elem_type::i32:
-      return f(std::int32_t{});
-    case elem_type::i64:
-      return f(std::int64_t{});
-    case elem_type::i8:
-      return f(std::int8_t{});
-    case elem_type::u8:
-      return f(std::uint8_t{});
-    case elem_type::boolean:
-      return;
   }
 }
 

@@ -1,6 +1,7 @@
 // Device-side helpers of the reduction family's CUDA kernels (reduction.cu, softmax.cu,
 // layer_norm.cu; included by .cu files only): 16-bit loads and stores, warp and block
-// reductions, and "teams" (a warp or a whole block working on one row).
+// reductions, "teams" (a warp or a whole block working on one row), and the dispatch on
+// the element type.
 //
 // Note [cuda deterministic reductions]
 // Every reduction here combines values in an order fixed by the shapes alone: each thread
@@ -15,10 +16,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+
+#include "elementwise.cuh"  // elem_type
 
 namespace loom::cuda::kernels::rdev {
 
@@ -198,5 +202,54 @@ struct max_ignore_nan {
     return (b > a || a != a) ? b : a;
   }
 };
+
+// ---- launch shapes and dispatch on the element type (host code of the .cu files) ----------
+
+/// The most blocks one launch asks for.
+inline constexpr std::int64_t max_grid = std::int64_t{1} << 20;
+
+/// ⌈a / b⌉ for a >= 0, b > 0.
+__host__ __device__ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/// A grid of `blocks` blocks, clamped to [1, max_grid].
+inline unsigned grid_for(std::int64_t blocks) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
+}
+
+/// Calls f(T{}) for the device type of t; nothing for boolean.
+template <class F>
+void visit_type(elem_type t, F&& f) {
+  switch (t) {
+    case elem_type::f32:
+      return f(float{});
+    case elem_type::f64:
+      return f(double{});
+    case elem_type::f16:
+      return f(f16{});
+    case elem_type::bf16:
+      return f(bf16{});
+    case elem_type::i32:
+      return f(std::int32_t{});
+    case elem_type::i64:
+      return f(std::int64_t{});
+    case elem_type::i8:
+      return f(std::int8_t{});
+    case elem_type::u8:
+      return f(std::uint8_t{});
+    case elem_type::boolean:
+      return;
+  }
+}
+
+/// Calls f(T{}) for the device type of t when it is a float type; nothing otherwise.
+template <class F>
+void visit_float(elem_type t, F&& f) {
+  visit_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || is_half_like<T>) f(tag);
+  });
+}
 
 }  // namespace loom::cuda::kernels::rdev

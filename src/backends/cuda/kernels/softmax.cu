@@ -16,15 +16,8 @@ using namespace rdev;
 
 constexpr int max_threads = 1024;
 constexpr std::int64_t warp_row_max = 512;  // rows up to this long: a warp each
-constexpr std::int64_t max_grid = std::int64_t{1} << 20;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
 
-unsigned grid_for(std::int64_t blocks) {
-  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_grid));
-}
 
 __device__ __forceinline__ float exp_c(float v) {
   return expf(v);
@@ -178,22 +171,6 @@ __global__ void __launch_bounds__(max_threads)
       const bool zero_times_inf = load(store<T>(-neg_lowest - ls)) == neg_inf<C>();
       loss[r] = store<T>(bad || zero_times_inf ? nan : -(at_label - ls));
     }
-  }
-}
-
-template <class F>
-void visit_float(elem_type t, F&& f) {
-  switch (t) {
-    case elem_type::f32:
-      return f(float{});
-    case elem_type::f64:
-      return f(double{});
-    case elem_type::f16:
-      return f(f16{});
-    case elem_type::bf16:
-      return f(bf16{});
-    default:
-      return;
   }
 }
 

@@ -1,4 +1,5 @@
-// CPU kernels of layer_norm and layer_norm_grad (ops in src/graph/ops/reduction_ops.cpp).
+// The normalization family's CPU kernels: layer_norm and layer_norm_grad (ops in
+// src/graph/ops/normalization_ops.cpp, shape rules in loom/graph/ops/normalization_rules.hpp).
 //
 // Both view x as [rows, n]: the leading dims [0, axis) flattened into rows, the normalised
 // dims [axis, rank) into n, and work a row at a time (Note [layer_norm row kernels]); large
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cpu_isa.hpp"
+#include "kernel/common/normalization_helpers.hpp"
 #include "reduction_common.hpp"
 
 // The row loops pass 32-byte vectors only between always_inline functions, compiled into
@@ -36,10 +38,6 @@ namespace {
 
 using namespace reduction;
 constexpr device_type cpu = device_type::cpu;
-
-template <class T>
-inline constexpr bool float_type_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || is_16bit_float_v<T>;
 
 // Note [layer_norm row kernels]
 // Both kernels work a row (or four) at a time, so a row (n elements of x, and of dy for the
@@ -606,40 +604,19 @@ const compute_t<T>* params_in_c(const tensor& p, std::vector<compute_t<T>>& hold
   }
 }
 
-// x's shape split at `axis` into its leading dims and its normalised dims.
-void split_dims(const shape& s, std::size_t axis, shape& lead, shape& normalized) {
-  for (std::size_t k = 0; k < s.rank(); ++k) (k < axis ? lead : normalized).push_back(s[k]);
-}
-
 // ---- kernels ----------------------------------------------------------------------------
 
-class layer_norm_kernel final : public op_kernel {
+class layer_norm_kernel final : public kernel_common::layer_norm_kernel_base {
  public:
   explicit layer_norm_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")), eps_(c.attr<double>("epsilon")) {}
+      : layer_norm_kernel_base(c), eps_(c.attr<double>("epsilon")) {}
 
   void compute(kernel_context& ctx) override {
-    tensor hold_x;
-    tensor hold_g;
-    tensor hold_b;
-    const tensor& x = dense_input(ctx, 0, hold_x);
-    const tensor& gamma = dense_input(ctx, 1, hold_g);
-    const tensor& beta = dense_input(ctx, 2, hold_b);
-    const shape& s = x.shape();
-    const std::size_t axis = normalize_axis(ctx, axis_, s);
-    shape lead;
-    shape normalized;
-    split_dims(s, axis, lead, normalized);
-    if (gamma.shape() != normalized || beta.shape() != normalized) {
-      ctx.fail("gamma {} and beta {} must both have shape x.shape[{}:] = {} (x is {})",
-               to_string(gamma.shape()), to_string(beta.shape()), axis, to_string(normalized),
-               to_string(s));
-    }
-    const std::int64_t rows = lead.num_elements();
-    const std::int64_t n = normalized.num_elements();
-    tensor& y = ctx.forward_input_or_allocate_output(0, 0, s);
-    tensor& mean = ctx.allocate_output(1, lead);
-    tensor& rstd = ctx.allocate_output(2, lead);
+    const normalization_rules::layer_norm_geometry g = forward_geometry(ctx);
+    const kernel_common::layer_norm_tensors io(ctx, g);
+    const tensor& x = io.x;
+    const std::int64_t rows = g.rows;
+    const std::int64_t n = g.n;
     if (rows == 0) return;
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
@@ -648,11 +625,11 @@ class layer_norm_kernel final : public op_kernel {
         std::vector<compute_t<T>> hold_bc;
         forward_args<T> a;
         a.x = x.data<T>();
-        a.gamma = params_in_c<T>(gamma, hold_gc);
-        a.beta = params_in_c<T>(beta, hold_bc);
-        a.y = y.data<T>();
-        a.mean = mean.data<T>();
-        a.rstd = rstd.data<T>();
+        a.gamma = params_in_c<T>(io.gamma, hold_gc);
+        a.beta = params_in_c<T>(io.beta, hold_bc);
+        a.y = io.y.data<T>();
+        a.mean = io.mean.data<T>();
+        a.rstd = io.rstd.data<T>();
         a.n = n;
         a.eps = eps_;
         a.stream = should_stream(a.y, a.x, rows, n);
@@ -672,7 +649,6 @@ class layer_norm_kernel final : public op_kernel {
   }
 
  private:
-  std::int64_t axis_;
   double eps_;
 };
 
@@ -686,46 +662,20 @@ std::int64_t group_rows_for(std::int64_t rows, std::int64_t n) {
   return std::max<std::int64_t>(min_group_rows, (rows + groups - 1) / groups);
 }
 
-class layer_norm_grad_kernel final : public op_kernel {
+class layer_norm_grad_kernel final : public kernel_common::layer_norm_kernel_base {
  public:
-  explicit layer_norm_grad_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+  using layer_norm_kernel_base::layer_norm_kernel_base;
 
   void compute(kernel_context& ctx) override {
-    tensor hold[5];
-    const tensor& dy = dense_input(ctx, 0, hold[0]);
-    const tensor& x = dense_input(ctx, 1, hold[1]);
-    const tensor& gamma = dense_input(ctx, 2, hold[2]);
-    const tensor& mean = dense_input(ctx, 3, hold[3]);
-    const tensor& rstd = dense_input(ctx, 4, hold[4]);
-    const shape& s = x.shape();
-    const std::size_t axis = normalize_axis(ctx, axis_, s);
-    shape lead;
-    shape normalized;
-    split_dims(s, axis, lead, normalized);
-    if (dy.shape() != s) {
-      ctx.fail("dy of shape {} does not match x of shape {}", to_string(dy.shape()), to_string(s));
-    }
-    if (gamma.shape() != normalized) {
-      ctx.fail("gamma of shape {} does not match x.shape[{}:] = {} (x is {})",
-               to_string(gamma.shape()), axis, to_string(normalized), to_string(s));
-    }
-    if (mean.shape() != lead || rstd.shape() != lead) {
-      ctx.fail("mean {} and rstd {} must both have shape x.shape[:{}] = {} (x is {})",
-               to_string(mean.shape()), to_string(rstd.shape()), axis, to_string(lead),
-               to_string(s));
-    }
-    const std::int64_t rows = lead.num_elements();
-    const std::int64_t n = normalized.num_elements();
-    tensor& dx = ctx.forward_input_or_allocate_output(0, 0, s);
-    tensor& dgamma = ctx.allocate_output(1, normalized);
-    tensor& dbeta = ctx.allocate_output(2, normalized);
-    visit_dtype(x.type(), [&](auto tag) {
+    const normalization_rules::layer_norm_geometry g = backward_geometry(ctx);
+    const kernel_common::layer_norm_grad_tensors io(ctx, g);
+    visit_dtype(io.x.type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (float_type_v<T>) {
-        compute_typed<T>(ctx, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, n);
+        compute_typed<T>(ctx, io.dy, io.x, io.gamma, io.mean, io.rstd, io.dx, io.dgamma,
+                         io.dbeta, g.rows, g.n);
       } else {
-        ctx.fail("layer_norm_grad has no kernel for {}", to_string(x.type()));
+        ctx.fail("layer_norm_grad has no kernel for {}", to_string(io.x.type()));
       }
     });
   }
@@ -794,16 +744,13 @@ class layer_norm_grad_kernel final : public op_kernel {
                        }
                      });
   }
-
-  std::int64_t axis_;
 };
 
 }  // namespace
 
-void register_layer_norm_kernels(kernel_registry& r) {
-  const std::vector<dtype> floats{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
-  r.add(make_kernel_def<layer_norm_kernel>("layer_norm", cpu, type_constraint(floats)));
-  r.add(make_kernel_def<layer_norm_grad_kernel>("layer_norm_grad", cpu, type_constraint(floats)));
+void register_normalization_kernels(kernel_registry& r) {
+  r.add(make_kernel_def<layer_norm_kernel>("layer_norm", cpu));
+  r.add(make_kernel_def<layer_norm_grad_kernel>("layer_norm_grad", cpu));
 }
 
 }  // namespace loom::cpu

@@ -1,0 +1,44 @@
+// The shape rules of the normalization family (layer_norm, layer_norm_grad): the split of x
+// at the normalised axis and the checks on gamma, beta, mean and rstd. Written once, for the
+// ops' shape inference (normalization_ops.cpp) and for every backend's kernels at run time;
+// each check throws loom::invalid_argument with the message the node fails with (a kernel
+// reports it through src/kernel/common/reduction_helpers.hpp's by_rule).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/core/shape.hpp"
+#include "loom/graph/ops/reduction_rules.hpp"
+
+namespace loom::normalization_rules {
+
+/// x seen as [rows, n]: the leading dims [0, axis) and the normalised dims [axis, rank).
+struct layer_norm_geometry {
+  std::size_t axis = 0;
+  shape lead;
+  shape normalized;
+  /// Element counts of lead and normalized (meaningful when x is fully defined).
+  std::int64_t rows = 1;
+  std::int64_t n = 1;
+};
+
+/// The geometry of a layer_norm of x over [axis, rank). Throws loom::invalid_argument for an
+/// axis out of range (reduction_rules::normalize_axis, worded for `caller`).
+layer_norm_geometry layer_norm_geometry_of(
+    const shape& x, std::int64_t axis,
+    reduction_rules::rule_caller caller = reduction_rules::rule_caller::kernel);
+
+/// Kernels of layer_norm: fails unless gamma and beta are both x.shape[axis:]: "gamma G and
+/// beta B must both have shape x.shape[A:] = N (x is X)".
+void check_layer_norm_params(const layer_norm_geometry& g, const shape& x, const shape& gamma,
+                             const shape& beta);
+
+/// Kernels of layer_norm_grad: fails unless dy is x's shape ("dy of shape D does not match x
+/// of shape X"), gamma is x.shape[axis:] ("gamma of shape G does not match x.shape[A:] = N (x
+/// is X)"), and mean and rstd are x.shape[:axis] ("mean M and rstd R must both have shape
+/// x.shape[:A] = L (x is X)"), checked in that order.
+void check_layer_norm_grad_args(const layer_norm_geometry& g, const shape& x, const shape& dy,
+                                const shape& gamma, const shape& mean, const shape& rstd);
+
+}  // namespace loom::normalization_rules

@@ -1,0 +1,48 @@
+// The normalization family's shape rules (include/loom/graph/ops/normalization_rules.hpp).
+#include "loom/graph/ops/normalization_rules.hpp"
+
+#include <fmt/format.h>
+
+#include "loom/core/error.hpp"
+
+namespace loom::normalization_rules {
+
+layer_norm_geometry layer_norm_geometry_of(const shape& x, std::int64_t axis,
+                                           reduction_rules::rule_caller caller) {
+  layer_norm_geometry g;
+  g.axis = reduction_rules::normalize_axis(axis, x, caller);
+  for (std::size_t k = 0; k < x.rank(); ++k) (k < g.axis ? g.lead : g.normalized).push_back(x[k]);
+  g.rows = g.lead.num_elements();
+  g.n = g.normalized.num_elements();
+  return g;
+}
+
+void check_layer_norm_params(const layer_norm_geometry& g, const shape& x, const shape& gamma,
+                             const shape& beta) {
+  if (gamma != g.normalized || beta != g.normalized) {
+    throw invalid_argument(
+        fmt::format("gamma {} and beta {} must both have shape x.shape[{}:] = {} (x is {})",
+                    to_string(gamma), to_string(beta), g.axis, to_string(g.normalized),
+                    to_string(x)));
+  }
+}
+
+void check_layer_norm_grad_args(const layer_norm_geometry& g, const shape& x, const shape& dy,
+                                const shape& gamma, const shape& mean, const shape& rstd) {
+  if (dy != x) {
+    throw invalid_argument(
+        fmt::format("dy of shape {} does not match x of shape {}", to_string(dy), to_string(x)));
+  }
+  if (gamma != g.normalized) {
+    throw invalid_argument(fmt::format("gamma of shape {} does not match x.shape[{}:] = {} (x is {})",
+                                       to_string(gamma), g.axis, to_string(g.normalized),
+                                       to_string(x)));
+  }
+  if (mean != g.lead || rstd != g.lead) {
+    throw invalid_argument(
+        fmt::format("mean {} and rstd {} must both have shape x.shape[:{}] = {} (x is {})",
+                    to_string(mean), to_string(rstd), g.axis, to_string(g.lead), to_string(x)));
+  }
+}
+
+}  // namespace loom::normalization_rules
