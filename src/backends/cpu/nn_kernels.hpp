@@ -2,12 +2,16 @@
 // lists them. Note [oneDNN integration] (nn_onednn.hpp) says how they call oneDNN.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "loom/core/half.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "loom/kernel/kernel_registry.hpp"
 
 namespace loom::cpu {
@@ -22,26 +26,23 @@ void register_nn_pool_backward_kernels(kernel_registry& registry);
 // fused_matmul, fused_conv2d (nn_fused.cpp)
 void register_nn_fused_kernels(kernel_registry& registry);
 
-/// matmul's output shape for a and b (batch dims broadcast, then [M, N]) and its inner
-/// dimension K.
-struct matmul_dims {
-  shape out;
-  std::int64_t k = 0;
-};
-/// Fails the kernel naming the shapes when the ranks, K or the batch dims do not fit
-/// (nn_matmul.cpp; matmul and fused_matmul).
-matmul_dims matmul_dims_of(kernel_context& ctx, const tensor& a, const tensor& b, bool transpose_a,
-                           bool transpose_b);
-
 namespace nn_detail {
 
-/// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward kernels and
-/// their gradients share it).
-struct pool_geometry {
-  std::int64_t n, c, h, w, oh, ow;
-  std::array<std::int64_t, 2> kernel, stride;
-  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
-};
+// The window geometry of the kernels and their gradients (the op rules').
+using nn_rules::conv_geometry;
+using nn_rules::pool_geometry;
+
+/// ceil(a / d) for d > 0 and any a.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t d) noexcept {
+  return a >= 0 ? (a + d - 1) / d : -((-a) / d);
+}
+
+/// The convolution outputs ox with 0 <= ox * stride_w + shift < w, as [lo, hi).
+inline std::pair<std::int64_t, std::int64_t> ox_range(const conv_geometry& g,
+                                                      std::int64_t shift) noexcept {
+  return {std::max<std::int64_t>(0, ceil_div(-shift, g.stride[1])),
+          std::min(g.ow, ceil_div(g.w - shift, g.stride[1]))};
+}
 
 /// True for 2x2 windows with stride 2 and no padding: windows tile the plane (an odd last
 /// row or column lies in none), and the max kernels take their vectorized paths.
@@ -61,6 +62,25 @@ inline T window_max(T e0, T e1, T e2, T e3) noexcept {
   best = best < e2 ? e2 : best;
   best = best < e3 ? e3 : best;
   return best;
+}
+
+/// Calls f(T{}) with T the C++ type of the float dtype `t` (float, double, half, bfloat16);
+/// for another dtype, fails through ctx: "<what> <verb> no kernel for <t>".
+template <class F>
+void visit_float_type(const kernel_context& ctx, dtype t, std::string_view what, F&& f,
+                      std::string_view verb = "has") {
+  switch (t) {
+    case dtype::f32:
+      return f(float{});
+    case dtype::f64:
+      return f(double{});
+    case dtype::f16:
+      return f(half{});
+    case dtype::bf16:
+      return f(bfloat16{});
+    default:
+      ctx.fail("{} {} no kernel for {}", what, verb, to_string(t));
+  }
 }
 
 /// The type the reference loops accumulate T in: double for double, float otherwise.

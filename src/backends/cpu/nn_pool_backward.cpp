@@ -22,7 +22,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "graph/ops/nn_attrs.hpp"
 #include "nn_kernels.hpp"
 
 namespace loom::cpu {
@@ -181,13 +180,10 @@ class pool_grad_kernel final : public op_kernel {
   explicit pool_grad_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
-        include_pad_(!Max && c.attr<bool>("count_include_pad")) {
-    const auto k = c.attr<std::vector<std::int64_t>>("kernel");
-    auto s = c.attr<std::vector<std::int64_t>>("strides");
-    if (s.empty()) s = k;
-    kernel_ = {k.at(0), k.at(1)};
-    stride_ = {s.at(0), s.at(1)};
-    pad_ = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
+        include_pad_(!Max && c.attr<bool>("count_include_pad")),
+        window_(nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
+                                         c.attr<std::vector<std::int64_t>>("strides"),
+                                         c.attr<std::vector<std::int64_t>>("padding"))) {
     if constexpr (!Max) input_shape_ = c.attr<shape>("input_shape");
   }
 
@@ -210,18 +206,12 @@ class pool_grad_kernel final : public op_kernel {
     }
     const std::string given = Max ? fmt::format("input {}", ctx.input(0).describe())
                                   : fmt::format("input_shape {}", to_string(xs));
-    pool_geometry g{};
-    g.n = xs[0], g.c = xs[1], g.h = xs[2], g.w = xs[3];
-    g.kernel = kernel_;
-    g.stride = stride_;
-    g.pad = pad_;
+    const pool_geometry g = nn_rules::pool2d_geometry(xs, window_);
     if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", given);
-    g.oh = nn_attrs::window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
-    g.ow = nn_attrs::window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the window [{}, {}] is larger than the padded {}", g.kernel[0], g.kernel[1], given);
     }
-    const shape expected{g.n, g.c, g.oh, g.ow};
+    const shape expected = g.output_shape();
     if (dyin.shape() != expected) {
       ctx.fail("dy {} does not match the forward output {} of {}", dyin.describe(),
                to_string(expected), given);
@@ -231,18 +221,9 @@ class pool_grad_kernel final : public op_kernel {
     const tensor dy = ctx.input_contiguous(Max ? 1 : 0);
     tensor x;
     if constexpr (Max) x = ctx.input_contiguous(0);
-    switch (type_) {
-      case dtype::f32:
-        return run<float>(ctx, x, dy, dx, g);
-      case dtype::f64:
-        return run<double>(ctx, x, dy, dx, g);
-      case dtype::f16:
-        return run<half>(ctx, x, dy, dx, g);
-      case dtype::bf16:
-        return run<bfloat16>(ctx, x, dy, dx, g);
-      default:
-        ctx.fail("pooling gradients have no kernel for {}", to_string(type_));
-    }
+    visit_float_type(
+        ctx, type_, "pooling gradients", [&](auto tag) { run<decltype(tag)>(ctx, x, dy, dx, g); },
+        "have");
   }
 
  private:
@@ -258,9 +239,7 @@ class pool_grad_kernel final : public op_kernel {
 
   dtype type_;
   bool include_pad_;
-  std::array<std::int64_t, 2> kernel_{};
-  std::array<std::int64_t, 2> stride_{};
-  std::array<std::int64_t, 4> pad_{};
+  nn_rules::pool_window window_;
   shape input_shape_;
 };
 

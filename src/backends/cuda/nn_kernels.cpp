@@ -13,9 +13,11 @@
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/rule_check.hpp"
 #include "kernels/bias_add.cuh"
 #include "kernels/layer_norm.cuh"
 #include "kernels/reduction.cuh"
+#include "loom/graph/ops/nn_rules.hpp"
 
 namespace loom::cuda {
 namespace {
@@ -191,22 +193,13 @@ class bias_add_kernel final : public op_kernel {
  public:
   explicit bias_add_kernel(const kernel_construction& c)
       : op_kernel(c),
-        nchw_(c.attr<std::string>("data_format") == "NCHW"),
+        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))),
         type_(c.attr<dtype>("T")) {}
 
   void compute(kernel_context& ctx) override {
     const shape s = ctx.input(0).shape();
-    const tensor& bias_in = ctx.input(1);
-    if (s.rank() < 2 || bias_in.rank() != 1) {
-      ctx.fail("bias_add needs an input of rank >= 2 and a bias of rank 1, got {} and {}",
-               ctx.input(0).describe(), bias_in.describe());
-    }
-    const std::size_t axis = nchw_ ? 1 : s.rank() - 1;
-    const std::int64_t channels = s[axis];
-    if (bias_in.dim(0) != channels) {
-      ctx.fail("bias {} does not match the {} channels of input {}", bias_in.describe(), channels,
-               ctx.input(0).describe());
-    }
+    const nn_rules::bias_add_geometry g = check_rule(
+        ctx, [&] { return nn_rules::bias_add_geometry_of(ctx.input(0), ctx.input(1), nchw_); });
     if (!kernels::bias_add_supports(elem_of(type_))) {
       ctx.fail("bias_add has no kernel for {}", to_string(type_));
     }
@@ -216,12 +209,8 @@ class bias_add_kernel final : public op_kernel {
     if (out.num_elements() == 0) return;
     const tensor x = ctx.input_contiguous(0);
     const tensor bias = ctx.input_contiguous(1);
-    std::int64_t inner = 1;
-    if (nchw_) {
-      for (std::size_t i = 2; i < s.rank(); ++i) inner *= s[i];
-    }
     kernels::launch_bias_add(elem_of(type_), x.raw_data(), bias.raw_data(), out.raw_data(),
-                             s.num_elements(), channels, inner, scope.stream);
+                             out.num_elements(), g.channels, g.inner, scope.stream);
     check_launch(ctx, "bias_add");
   }
 

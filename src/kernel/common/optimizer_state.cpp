@@ -1,14 +1,15 @@
 // The optimizer kernels' variables (Note [optimizer state] in optimizer_state.hpp).
-#include "optimizer_state.hpp"
+#include "kernel/common/optimizer_state.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 
-#include "loom/core/half.hpp"
-#include "loom/memory/tensor_allocation.hpp"
+#include "kernel/common/rule_check.hpp"
+#include "loom/graph/ops/optimizer_rules.hpp"
 
-namespace loom::cpu::optim {
+namespace loom::optim {
 
 param_info describe_param(const node& var, algorithm algo, bool has_momentum, bool master_weights) {
   param_info p;
@@ -53,21 +54,6 @@ param_variables find_variables(variable_store& store, const param_info& p) {
 
 namespace {
 
-// The variable's buffer, writable by this step: in place when this step holds the only
-// reference (the variable's read was dropped with ctx.take_input), else a copy that
-// replaces it, so a tensor someone still reads keeps its old value.
-void make_writable(kernel_context& ctx, variable_store::variable& var) {
-  if (var.value.buf()->writable_in_place() && var.value.is_contiguous() &&
-      var.value.device() == ctx.device().id()) {
-    return;
-  }
-  var.value = memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
-}
-
-tensor new_tensor(kernel_context& ctx, dtype t, const shape& s) {
-  return memory::allocate_tensor(ctx.device().allocator(), ctx.device().id(), t, s);
-}
-
 // Existing state must be what this optimizer keeps; a checkpoint of another configuration
 // (bf16 moments restored into an f32 run) is an error, not a silent reinterpretation.
 void check_state(kernel_context& ctx, const param_info& p, const std::string& name,
@@ -76,29 +62,6 @@ void check_state(kernel_context& ctx, const param_info& p, const std::string& na
     ctx.fail("state variable '{}' is {}{} but parameter '{}' ({}{}) needs {}{}", name,
              to_string(value.type()), to_string(value.shape()), p.name, to_string(p.type),
              to_string(p.shape), to_string(want), to_string(p.shape));
-  }
-}
-
-// A moment: zeros when new (returns true), else made writable (validate_param checked it).
-bool prepare_moment(kernel_context& ctx, const param_info& p, variable_store::variable& var,
-                    dtype t) {
-  if (!var.value.defined()) {
-    var.value = new_tensor(ctx, t, p.shape);
-    if (var.value.nbytes() > 0) std::memset(var.value.raw_data(), 0, var.value.nbytes());
-    return true;
-  }
-  make_writable(ctx, var);
-  return false;
-}
-
-void widen(const tensor& src, float* dst) {
-  const std::int64_t n = src.num_elements();
-  if (src.type() == dtype::f16) {
-    const half* s = src.data<half>();
-    for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
-  } else {
-    const bfloat16* s = src.data<bfloat16>();
-    for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
   }
 }
 
@@ -126,39 +89,95 @@ void validate_param(kernel_context& ctx, const param_info& p, const param_variab
   }
 }
 
-param_buffers prepare_param(kernel_context& ctx, const param_info& p, const param_variables& v,
-                            const tensor& grad, dtype moment_type) {
-  auto& var = *v.param;
-  make_writable(ctx, var);
-
-  param_buffers b;
-  b.param = var.value.raw_data();
-  b.param_type = p.type;
-  b.grad = grad.raw_data();
-  b.grad_type = grad.type();
-  b.size = p.shape.num_elements();
-  b.state_type = moment_type;
-  if (v.master != nullptr) {
-    auto& m = *v.master;
-    if (!m.value.defined()) {
-      m.value = new_tensor(ctx, dtype::f32, p.shape);
-      widen(var.value, m.value.data<float>());
-    } else {
-      make_writable(ctx, m);
-    }
-    b.master = m.value.data<float>();
-  }
-  if (v.momentum != nullptr) {
-    b.first = prepare_moment(ctx, p, *v.momentum, moment_type);
-    b.state[0] = v.momentum->value.raw_data();
-  }
-  if (v.adam_m != nullptr) {
-    (void)prepare_moment(ctx, p, *v.adam_m, moment_type);
-    (void)prepare_moment(ctx, p, *v.adam_v, moment_type);
-    b.state[0] = v.adam_m->value.raw_data();
-    b.state[1] = v.adam_v->value.raw_data();
-  }
-  return b;
+std::string optimizer_node::grad_name(std::size_t k) const {
+  return fused ? fmt::format("grads[{}] (input {})", k, grads + k) : "grad (input 1)";
 }
 
-}  // namespace loom::cpu::optim
+optimizer_node read_optimizer_node(const kernel_construction& c, algorithm algo, bool fused) {
+  optimizer_node o;
+  o.algo = algo;
+  o.fused = fused;
+  if (algo == algorithm::sgd) {
+    o.momentum = c.attr<double>("momentum");
+    o.dampening = c.attr<double>("dampening");
+    o.nesterov = c.attr<bool>("nesterov");
+  } else {
+    o.beta1 = c.attr<double>("beta1");
+    o.beta2 = c.attr<double>("beta2");
+    o.eps = c.attr<double>("eps");
+  }
+  o.weight_decay = c.attr<double>("weight_decay");
+  o.moment_type = c.attr<dtype>("moment_dtype");
+  const bool master_weights = c.attr<bool>("master_weights");
+  if (fused) {
+    o.max_grad_norm = c.attr<double>("max_grad_norm");
+    o.check_finite = c.attr<bool>("check_finite");
+  }
+  const std::size_t count =
+      fused ? static_cast<std::size_t>(c.attr<std::int64_t>("N")) : std::size_t{1};
+  o.grads = count;
+  o.lr = 2 * count;
+  o.step = algo == algorithm::sgd ? o.lr : o.lr + 1;
+  o.scale = algo == algorithm::sgd ? o.lr + 1 : o.lr + 2;
+  if (c.graph() == nullptr) c.fail("an optimizer needs the graph to find its variables");
+  const node& n = c.node();
+  for (std::size_t k = 0; k < count; ++k) {
+    const node& src = c.graph()->at(n.inputs.at(k).node);
+    const std::string which =
+        fused ? fmt::format("params[{}] (input {})", k, k) : "param (input 0)";
+    if (src.op() != "variable") {
+      c.fail(fmt::format("{} must come from a variable, not from {}", which, src.describe()));
+    }
+    for (const auto& p : o.params) {
+      if (p.name == src.name) {
+        c.fail(fmt::format("{} updates variable '{}', which an earlier parameter updates too",
+                           which, src.name));
+      }
+    }
+    o.params.push_back(describe_param(src, algo, o.momentum != 0.0, master_weights));
+  }
+  return o;
+}
+
+std::vector<tensor> dense_grads(kernel_context& ctx, const optimizer_node& n,
+                                std::vector<std::int64_t>& sizes) {
+  const std::size_t count = n.params.size();
+  std::vector<tensor> grads(count);
+  sizes.assign(count, 0);
+  for (std::size_t k = 0; k < count; ++k) {
+    grads[k] = ctx.input_contiguous(n.grads + k);
+    const param_info& p = n.params[k];
+    check_rule(ctx,
+               [&] { optimizer_rules::check_grad(grads[k], n.grad_name(k), p.name, p.shape); });
+    sizes[k] = p.shape.num_elements();
+  }
+  return grads;
+}
+
+namespace {
+
+// The variables of every parameter of `n`.
+std::vector<param_variables> find_all(kernel_context& ctx, const optimizer_node& n) {
+  variable_store& store = ctx.variables();
+  std::vector<param_variables> vars(n.params.size());
+  for (std::size_t k = 0; k < vars.size(); ++k) vars[k] = find_variables(store, n.params[k]);
+  return vars;
+}
+
+std::vector<std::mutex*> mutexes_of(const std::vector<param_variables>& vars) {
+  std::vector<std::mutex*> mutexes;
+  for (const param_variables& v : vars) v.add_mutexes(mutexes);
+  return mutexes;
+}
+
+}  // namespace
+
+locked_params::locked_params(kernel_context& ctx, const optimizer_node& n)
+    : vars_(find_all(ctx, n)), locks_(mutexes_of(vars_)) {
+  for (std::size_t k = 0; k < vars_.size(); ++k) (void)ctx.take_input(k);  // drop our reads
+  for (std::size_t k = 0; k < vars_.size(); ++k) {
+    validate_param(ctx, n.params[k], vars_[k], n.moment_type);
+  }
+}
+
+}  // namespace loom::optim
