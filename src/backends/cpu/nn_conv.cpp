@@ -61,12 +61,7 @@ class conv2d_kernel final : public op_kernel {
   // oneDNN runs on its own (OpenMP) threads, all of the device's.
   [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
   explicit conv2d_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        type_(c.attr<dtype>("T")),
-        window_(nn_rules::conv_window_of(c.attr<std::int64_t>("groups"),
-                                         c.attr<std::vector<std::int64_t>>("strides"),
-                                         c.attr<std::vector<std::int64_t>>("dilations"),
-                                         c.attr<std::vector<std::int64_t>>("padding"))) {}
+      : op_kernel(c), type_(c.attr<dtype>("T")), window_(conv_window_of(c)) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);

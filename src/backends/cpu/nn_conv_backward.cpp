@@ -119,12 +119,7 @@ class conv_backward_kernel : public op_kernel {
 
  protected:
   explicit conv_backward_kernel(const kernel_construction& c)
-      : op_kernel(c),
-        type_(c.attr<dtype>("T")),
-        window_(nn_rules::conv_window_of(c.attr<std::int64_t>("groups"),
-                                         c.attr<std::vector<std::int64_t>>("strides"),
-                                         c.attr<std::vector<std::int64_t>>("dilations"),
-                                         c.attr<std::vector<std::int64_t>>("padding"))) {}
+      : op_kernel(c), type_(c.attr<dtype>("T")), window_(conv_window_of(c)) {}
 
   // The geometry of x_shape * filter_shape (both resolved, rank 4), checked against dy.
   // `given` says where the shapes came from, for messages.

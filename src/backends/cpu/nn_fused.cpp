@@ -1,5 +1,7 @@
 // fused_matmul and fused_conv2d on CPU: y = act(core + bias + residual), the core by the
-// plain op's kernel, the epilogue in one pass over its output.
+// plain op's kernel, the epilogue in one pass over its output. (On CUDA, fused_matmul is
+// one kernel with matmul: src/backends/cuda/nn_matmul.cpp.) The checks of the epilogue's
+// arguments are the op rules' (include/loom/graph/ops/nn_rules.hpp).
 //
 // Note [fused epilogue]
 // A fused node gives bit for bit what the unfused graph gives, NaN, infinities and signed

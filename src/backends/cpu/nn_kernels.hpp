@@ -9,6 +9,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "loom/core/half.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
@@ -32,6 +33,20 @@ namespace nn_detail {
 using nn_rules::conv_geometry;
 using nn_rules::pool_geometry;
 
+/// The conv_window of a conv2d node (or of its gradients', fused_conv2d's) attributes.
+inline nn_rules::conv_window conv_window_of(const kernel_construction& c) {
+  return nn_rules::conv_window_of(
+      c.attr<std::int64_t>("groups"), c.attr<std::vector<std::int64_t>>("strides"),
+      c.attr<std::vector<std::int64_t>>("dilations"), c.attr<std::vector<std::int64_t>>("padding"));
+}
+
+/// The pool_window of a pooling node's (or its gradient's) attributes.
+inline nn_rules::pool_window pool_window_of(const kernel_construction& c) {
+  return nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
+                                  c.attr<std::vector<std::int64_t>>("strides"),
+                                  c.attr<std::vector<std::int64_t>>("padding"));
+}
+
 /// ceil(a / d) for d > 0 and any a.
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t d) noexcept {
   return a >= 0 ? (a + d - 1) / d : -((-a) / d);
@@ -42,6 +57,22 @@ inline std::pair<std::int64_t, std::int64_t> ox_range(const conv_geometry& g,
                                                       std::int64_t shift) noexcept {
   return {std::max<std::int64_t>(0, ceil_div(-shift, g.stride[1])),
           std::min(g.ow, ceil_div(g.w - shift, g.stride[1]))};
+}
+
+/// The input rows [first, second) that the window of output row oy covers, clipped to
+/// the input (the pooling loops').
+inline std::pair<std::int64_t, std::int64_t> window_rows(const pool_geometry& g,
+                                                         std::int64_t oy) noexcept {
+  const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
+  return {std::max<std::int64_t>(y0, 0), std::min(y0 + g.kernel[0], g.h)};
+}
+
+/// The input columns [first, second) that the window of output column ox covers, clipped
+/// to the input.
+inline std::pair<std::int64_t, std::int64_t> window_cols(const pool_geometry& g,
+                                                         std::int64_t ox) noexcept {
+  const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
+  return {std::max<std::int64_t>(x0, 0), std::min(x0 + g.kernel[1], g.w)};
 }
 
 /// True for 2x2 windows with stride 2 and no padding: windows tile the plane (an odd last
@@ -69,18 +100,15 @@ inline T window_max(T e0, T e1, T e2, T e3) noexcept {
 template <class F>
 void visit_float_type(const kernel_context& ctx, dtype t, std::string_view what, F&& f,
                       std::string_view verb = "has") {
-  switch (t) {
-    case dtype::f32:
-      return f(float{});
-    case dtype::f64:
-      return f(double{});
-    case dtype::f16:
-      return f(half{});
-    case dtype::bf16:
-      return f(bfloat16{});
-    default:
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, half> ||
+                  std::is_same_v<T, bfloat16>) {
+      f(tag);
+    } else {
       ctx.fail("{} {} no kernel for {}", what, verb, to_string(t));
-  }
+    }
+  });
 }
 
 /// The type the reference loops accumulate T in: double for double, float otherwise.

@@ -26,13 +26,9 @@ void reference_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry
       const T* in = x + p * g.h * g.w;
       T* dst = out + p * g.oh * g.ow;
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-        const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-        const std::int64_t ys = std::max<std::int64_t>(y0, 0);
-        const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+        const auto [ys, ye] = window_rows(g, oy);
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-          const std::int64_t xs = std::max<std::int64_t>(x0, 0);
-          const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+          const auto [xs, xe] = window_cols(g, ox);
           Acc v = Max ? -std::numeric_limits<Acc>::infinity() : Acc{0};
           for (std::int64_t yy = ys; yy < ye; ++yy) {
             for (std::int64_t xx = xs; xx < xe; ++xx) {
@@ -86,9 +82,7 @@ class pool_kernel final : public op_kernel {
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
         include_pad_(!Max && c.attr<bool>("count_include_pad")),
-        window_(nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
-                                         c.attr<std::vector<std::int64_t>>("strides"),
-                                         c.attr<std::vector<std::int64_t>>("padding"))) {}
+        window_(pool_window_of(c)) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);

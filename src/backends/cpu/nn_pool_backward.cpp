@@ -122,13 +122,9 @@ void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
   for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t p, Acc* acc, const T* grad) {
     const T* in = x + p * g.h * g.w;
     for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-      const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-      const std::int64_t ys = std::max<std::int64_t>(y0, 0);
-      const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+      const auto [ys, ye] = window_rows(g, oy);
       for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-        const std::int64_t xs = std::max<std::int64_t>(x0, 0);
-        const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+        const auto [xs, xe] = window_cols(g, ox);
         // As the forward: a strictly greater element replaces the maximum, so the first of
         // equal maxima wins; a window of NaN or -inf only routes to its first element.
         Acc best = -std::numeric_limits<Acc>::infinity();
@@ -156,13 +152,9 @@ void avg_pool_grad(const kernel_context& ctx, const T* dy, T* dx, const pool_geo
   const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1] + g.h * g.w);
   for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t, Acc* acc, const T* grad) {
     for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-      const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-      const std::int64_t ys = std::max<std::int64_t>(y0, 0);
-      const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+      const auto [ys, ye] = window_rows(g, oy);
       for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-        const std::int64_t xs = std::max<std::int64_t>(x0, 0);
-        const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+        const auto [xs, xe] = window_cols(g, ox);
         const std::int64_t count = include_pad ? g.kernel[0] * g.kernel[1] : (ye - ys) * (xe - xs);
         const Acc v = widen<T>(grad[oy * g.ow + ox]) / static_cast<Acc>(count);
         for (std::int64_t yy = ys; yy < ye; ++yy) {
@@ -181,9 +173,7 @@ class pool_grad_kernel final : public op_kernel {
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
         include_pad_(!Max && c.attr<bool>("count_include_pad")),
-        window_(nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
-                                         c.attr<std::vector<std::int64_t>>("strides"),
-                                         c.attr<std::vector<std::int64_t>>("padding"))) {
+        window_(pool_window_of(c)) {
     if constexpr (!Max) input_shape_ = c.attr<shape>("input_shape");
   }
 

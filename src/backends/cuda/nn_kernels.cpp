@@ -193,14 +193,16 @@ class bias_add_kernel final : public op_kernel {
  public:
   explicit bias_add_kernel(const kernel_construction& c)
       : op_kernel(c),
-        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))),
-        type_(c.attr<dtype>("T")) {}
+        type_(c.attr<dtype>("T")),
+        elem_(elem_of(type_)),
+        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))) {}
 
   void compute(kernel_context& ctx) override {
+    // Every check before the first CUDA call: the shapes (the op's rule), then the dtype.
     const shape s = ctx.input(0).shape();
     const nn_rules::bias_add_geometry g = check_rule(
         ctx, [&] { return nn_rules::bias_add_geometry_of(ctx.input(0), ctx.input(1), nchw_); });
-    if (!kernels::bias_add_supports(elem_of(type_))) {
+    if (!kernels::bias_add_supports(elem_)) {
       ctx.fail("bias_add has no kernel for {}", to_string(type_));
     }
     launch_scope scope(ctx);
@@ -209,14 +211,15 @@ class bias_add_kernel final : public op_kernel {
     if (out.num_elements() == 0) return;
     const tensor x = ctx.input_contiguous(0);
     const tensor bias = ctx.input_contiguous(1);
-    kernels::launch_bias_add(elem_of(type_), x.raw_data(), bias.raw_data(), out.raw_data(),
+    kernels::launch_bias_add(elem_, x.raw_data(), bias.raw_data(), out.raw_data(),
                              out.num_elements(), g.channels, g.inner, scope.stream);
     check_launch(ctx, "bias_add");
   }
 
  private:
-  bool nchw_;
   dtype type_;
+  kernels::elem_type elem_;
+  bool nchw_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <string_view>
 
 #include "loom/core/error.hpp"
 
@@ -20,8 +21,10 @@ void check_nesterov(bool nesterov, double momentum, double dampening) {
 
 void check_scalar_input(const tensor& t, const char* what, std::size_t index, dtype want) {
   if (t.num_elements() != 1 || t.type() != want) {
-    throw invalid_argument(fmt::format("{} (input {}) must be a {} scalar, got {}", what, index,
-                                       to_string(want), t.describe()));
+    const std::string_view type = to_string(want);
+    const bool vowel = std::string_view("aeiou").find(type.front()) != std::string_view::npos;
+    throw invalid_argument(fmt::format("{} (input {}) must be {} {} scalar, got {}", what, index,
+                                       vowel ? "an" : "a", type, t.describe()));
   }
 }
 
