@@ -223,7 +223,7 @@ void fill_batch(const dataset& d, const std::vector<std::int64_t>& order, std::i
 }
 
 // The optimizer state that the update kernels create for each parameter (Note [optimizer
-// state] in src/backends/cpu/optimizer_state.hpp): what a checkpoint of this model may hold
+// state] in src/kernel/common/optimizer_state.hpp): what a checkpoint of this model may hold
 // besides its variables.
 std::map<std::string, checkpoint::tensor_spec> optimizer_state(const step_graph& sg,
                                                                const train_options& o) {

@@ -1,4 +1,4 @@
-// matmul and fused_matmul on CUDA (cuBLASLt, src/backends/cuda/matmul_kernels.cpp) against a
+// matmul and fused_matmul on CUDA (cuBLASLt, src/backends/cuda/nn_matmul.cpp) against a
 // float64 reference written here (an explicit sum over K, then bias, residual and the
 // activation) and against the CPU kernel of the same node: transposes, batches with
 // broadcasting (one strided call and the grouped form), odd sizes, K = 0 and empty outputs,

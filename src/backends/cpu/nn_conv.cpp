@@ -5,7 +5,6 @@
 #include <array>
 #include <cstring>
 
-#include "graph/ops/nn_attrs.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -13,20 +12,6 @@ namespace loom::cpu {
 namespace {
 
 using namespace nn_detail;
-
-// ceil(a / d) for d > 0 and any a.
-std::int64_t ceil_div(std::int64_t a, std::int64_t d) {
-  return a >= 0 ? (a + d - 1) / d : -((-a) / d);
-}
-
-struct conv_geometry {
-  std::int64_t n, c, h, w;     // input
-  std::int64_t o, cg, kh, kw;  // filter
-  std::int64_t oh, ow;         // output
-  std::int64_t groups;
-  std::array<std::int64_t, 2> stride, dilation;
-  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
-};
 
 // out[n, o] = sum over the group's channels c and the window of x[n, g*cg + c] * w[o, c].
 // One task per output plane; each accumulates in Acc and rounds once.
@@ -51,8 +36,7 @@ void reference_conv(kernel_context& ctx, const T* x, const T* w, T* out, const c
           for (std::int64_t j = 0; j < g.kw; ++j) {
             const Acc wv = widen<T>(filt[i * g.kw + j]);
             const std::int64_t shift = j * g.dilation[1] - g.pad[2];  // iw = ow * sw + shift
-            const std::int64_t ow_lo = std::max<std::int64_t>(0, ceil_div(-shift, g.stride[1]));
-            const std::int64_t ow_hi = std::min(g.ow, ceil_div(g.w - shift, g.stride[1]));
+            const auto [ow_lo, ow_hi] = ox_range(g, shift);
             for (std::int64_t oy = 0; oy < g.oh; ++oy) {
               const std::int64_t iy = oy * g.stride[0] - g.pad[0] + i * g.dilation[0];
               if (iy < 0 || iy >= g.h) continue;
@@ -77,13 +61,7 @@ class conv2d_kernel final : public op_kernel {
   // oneDNN runs on its own (OpenMP) threads, all of the device's.
   [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
   explicit conv2d_kernel(const kernel_construction& c)
-      : op_kernel(c), type_(c.attr<dtype>("T")), groups_(c.attr<std::int64_t>("groups")) {
-    const auto s = c.attr<std::vector<std::int64_t>>("strides");
-    const auto d = c.attr<std::vector<std::int64_t>>("dilations");
-    stride_ = {s.at(0), s.at(1)};
-    dilation_ = {d.at(0), d.at(1)};
-    pad_ = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
-  }
+      : op_kernel(c), type_(c.attr<dtype>("T")), window_(conv_window_of(c)) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);
@@ -92,23 +70,15 @@ class conv2d_kernel final : public op_kernel {
       ctx.fail("conv2d needs an NCHW input and an OIHW filter of rank 4, got {} and {}",
                xin.describe(), win.describe());
     }
-    conv_geometry g{};
-    g.n = xin.dim(0), g.c = xin.dim(1), g.h = xin.dim(2), g.w = xin.dim(3);
-    g.o = win.dim(0), g.cg = win.dim(1), g.kh = win.dim(2), g.kw = win.dim(3);
-    g.groups = groups_;
-    g.stride = stride_;
-    g.dilation = dilation_;
-    g.pad = pad_;
-    if (g.c != g.cg * groups_ || g.o % groups_ != 0 || g.kh == 0 || g.kw == 0) {
+    const conv_geometry g = nn_rules::conv2d_geometry(xin.shape(), win.shape(), window_);
+    if (!g.fits()) {
       ctx.fail("filter {} does not fit input {} in {} groups", win.describe(), xin.describe(),
-               groups_);
+               g.groups);
     }
-    g.oh = nn_attrs::window_out_size(g.h, g.kh, g.stride[0], g.dilation[0], g.pad[0], g.pad[1]);
-    g.ow = nn_attrs::window_out_size(g.w, g.kw, g.stride[1], g.dilation[1], g.pad[2], g.pad[3]);
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the filter {} is larger than the padded input {}", win.describe(), xin.describe());
     }
-    tensor& out = ctx.allocate_output(0, shape{g.n, g.o, g.oh, g.ow});
+    tensor& out = ctx.allocate_output(0, g.output_shape());
     if (out.num_elements() == 0) return;
     if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: zeros
       std::memset(out.raw_data(), 0, out.nbytes());
@@ -119,27 +89,13 @@ class conv2d_kernel final : public op_kernel {
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, w, out, g, *dt)) {
       return;
     }
-    switch (type_) {
-      case dtype::f32:
-        return run_reference<float>(ctx, x, w, out, g);
-      case dtype::f64:
-        return run_reference<double>(ctx, x, w, out, g);
-      case dtype::f16:
-        return run_reference<half>(ctx, x, w, out, g);
-      case dtype::bf16:
-        return run_reference<bfloat16>(ctx, x, w, out, g);
-      default:
-        ctx.fail("conv2d has no kernel for {}", to_string(type_));
-    }
+    visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
+      using T = decltype(tag);
+      reference_conv<T>(ctx, x.data<T>(), w.data<T>(), out.data<T>(), g);
+    });
   }
 
  private:
-  template <class T>
-  static void run_reference(kernel_context& ctx, const tensor& x, const tensor& w, tensor& out,
-                            const conv_geometry& g) {
-    reference_conv<T>(ctx, x.data<T>(), w.data<T>(), out.data<T>(), g);
-  }
-
   bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, tensor& out,
                   const conv_geometry& g, dnnl::memory::data_type dt) {
     using tag = dnnl::memory::format_tag;
@@ -150,9 +106,9 @@ class conv2d_kernel final : public op_kernel {
       onednn::use_threads(threads);
       const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, tag::nchw);
       const dnnl::memory::desc wei_md =
-          groups_ == 1
+          g.groups == 1
               ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
-              : dnnl::memory::desc({groups_, g.o / groups_, g.cg, g.kh, g.kw}, dt, tag::goihw);
+              : dnnl::memory::desc({g.groups, g.o / g.groups, g.cg, g.kh, g.kw}, dt, tag::goihw);
       const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
       // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]).
       const auto any = [](const dnnl::memory::desc& md) {
@@ -175,10 +131,7 @@ class conv2d_kernel final : public op_kernel {
   }
 
   dtype type_;
-  std::int64_t groups_;
-  std::array<std::int64_t, 2> stride_{};
-  std::array<std::int64_t, 2> dilation_{};
-  std::array<std::int64_t, 4> pad_{};
+  nn_rules::conv_window window_;
   onednn::primitive_cache cache_;
 };
 

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <vector>
 
-#include "graph/ops/nn_attrs.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -24,28 +23,6 @@ namespace loom::cpu {
 namespace {
 
 using namespace nn_detail;
-
-// ceil(a / d) for d > 0 and any a.
-std::int64_t ceil_div(std::int64_t a, std::int64_t d) {
-  return a >= 0 ? (a + d - 1) / d : -((-a) / d);
-}
-
-// The forward convolution both gradients differentiate: x [n, c, h, w] * filter
-// [o, cg, kh, kw] -> y [n, o, oh, ow].
-struct conv_geometry {
-  std::int64_t n, c, h, w;     // input
-  std::int64_t o, cg, kh, kw;  // filter
-  std::int64_t oh, ow;         // output
-  std::int64_t groups;
-  std::array<std::int64_t, 2> stride, dilation;
-  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
-
-  // The outputs ox with 0 <= ox * stride_w + shift < w, as [lo, hi).
-  [[nodiscard]] std::pair<std::int64_t, std::int64_t> ox_range(std::int64_t shift) const {
-    return {std::max<std::int64_t>(0, ceil_div(-shift, stride[1])),
-            std::min(ow, ceil_div(w - shift, stride[1]))};
-  }
-};
 
 // dx[n, ci] = sum over the filters o of ci's group, the window (i, j) and the outputs
 // (oy, ox) whose window reads (iy, ix) of dy[n, o, oy, ox] * w[o, ci % cg, i, j].
@@ -71,7 +48,7 @@ void reference_backprop_input(const kernel_context& ctx, const T* dy, const T* w
           for (std::int64_t j = 0; j < g.kw; ++j) {
             const Acc wv = widen<T>(filt[i * g.kw + j]);
             const std::int64_t shift = j * g.dilation[1] - g.pad[2];  // ix = ox * sw + shift
-            const auto [ox_lo, ox_hi] = g.ox_range(shift);
+            const auto [ox_lo, ox_hi] = ox_range(g, shift);
             for (std::int64_t oy = 0; oy < g.oh; ++oy) {
               const std::int64_t iy = oy * g.stride[0] - g.pad[0] + i * g.dilation[0];
               if (iy < 0 || iy >= g.h) continue;
@@ -111,7 +88,7 @@ void reference_backprop_filter(const kernel_context& ctx, const T* x, const T* d
         for (std::int64_t i = 0; i < g.kh; ++i) {
           for (std::int64_t j = 0; j < g.kw; ++j) {
             const std::int64_t shift = j * g.dilation[1] - g.pad[2];
-            const auto [ox_lo, ox_hi] = g.ox_range(shift);
+            const auto [ox_lo, ox_hi] = ox_range(g, shift);
             Acc sum{0};
             for (std::int64_t oy = 0; oy < g.oh; ++oy) {
               const std::int64_t iy = oy * g.stride[0] - g.pad[0] + i * g.dilation[0];
@@ -142,32 +119,16 @@ class conv_backward_kernel : public op_kernel {
 
  protected:
   explicit conv_backward_kernel(const kernel_construction& c)
-      : op_kernel(c), type_(c.attr<dtype>("T")), groups_(c.attr<std::int64_t>("groups")) {
-    const auto s = c.attr<std::vector<std::int64_t>>("strides");
-    const auto d = c.attr<std::vector<std::int64_t>>("dilations");
-    stride_ = {s.at(0), s.at(1)};
-    dilation_ = {d.at(0), d.at(1)};
-    pad_ = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
-  }
+      : op_kernel(c), type_(c.attr<dtype>("T")), window_(conv_window_of(c)) {}
 
   // The geometry of x_shape * filter_shape (both resolved, rank 4), checked against dy.
   // `given` says where the shapes came from, for messages.
   conv_geometry geometry(const kernel_context& ctx, const shape& xs, const shape& ws,
                          const tensor& dy, const std::string& given) const {
-    conv_geometry g{};
-    g.n = xs[0], g.c = xs[1], g.h = xs[2], g.w = xs[3];
-    g.o = ws[0], g.cg = ws[1], g.kh = ws[2], g.kw = ws[3];
-    g.groups = groups_;
-    g.stride = stride_;
-    g.dilation = dilation_;
-    g.pad = pad_;
-    if (g.c != g.cg * groups_ || g.o % groups_ != 0 || g.kh == 0 || g.kw == 0) {
-      ctx.fail("{} do not fit each other in {} groups", given, groups_);
-    }
-    g.oh = nn_attrs::window_out_size(g.h, g.kh, g.stride[0], g.dilation[0], g.pad[0], g.pad[1]);
-    g.ow = nn_attrs::window_out_size(g.w, g.kw, g.stride[1], g.dilation[1], g.pad[2], g.pad[3]);
+    const conv_geometry g = nn_rules::conv2d_geometry(xs, ws, window_);
+    if (!g.fits()) ctx.fail("{} do not fit each other in {} groups", given, g.groups);
     if (g.oh < 0 || g.ow < 0) ctx.fail("{}: the filter is larger than the padded input", given);
-    const shape expected{g.n, g.o, g.oh, g.ow};
+    const shape expected = g.output_shape();
     if (dy.shape() != expected) {
       ctx.fail("dy {} does not match the forward output {} of {}", dy.describe(),
                to_string(expected), given);
@@ -189,9 +150,9 @@ class conv_backward_kernel : public op_kernel {
     using tag = dnnl::memory::format_tag;
     descriptors d;
     d.src = dnnl::memory::desc({g.n, g.c, g.h, g.w}, dt, tag::nchw);
-    d.wei = groups_ == 1
+    d.wei = g.groups == 1
                 ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
-                : dnnl::memory::desc({groups_, g.o / groups_, g.cg, g.kh, g.kw}, dt, tag::goihw);
+                : dnnl::memory::desc({g.groups, g.o / g.groups, g.cg, g.kh, g.kw}, dt, tag::goihw);
     d.dst = dnnl::memory::desc({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
     const dnnl::convolution_forward::desc forward(
         dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, any(d.src),
@@ -205,19 +166,20 @@ class conv_backward_kernel : public op_kernel {
     return dnnl::memory::desc(md.dims(), md.data_type(), dnnl::memory::format_tag::any);
   }
 
-  [[nodiscard]] dnnl::memory::dims strides() const { return {stride_[0], stride_[1]}; }
+  [[nodiscard]] dnnl::memory::dims strides() const {
+    return {window_.stride[0], window_.stride[1]};
+  }
   // oneDNN counts dilation from 0 (no dilation), loom from 1.
-  [[nodiscard]] dnnl::memory::dims dilates() const { return {dilation_[0] - 1, dilation_[1] - 1}; }
-  [[nodiscard]] dnnl::memory::dims padding_l() const { return {pad_[0], pad_[2]}; }
-  [[nodiscard]] dnnl::memory::dims padding_r() const { return {pad_[1], pad_[3]}; }
+  [[nodiscard]] dnnl::memory::dims dilates() const {
+    return {window_.dilation[0] - 1, window_.dilation[1] - 1};
+  }
+  [[nodiscard]] dnnl::memory::dims padding_l() const { return {window_.pad[0], window_.pad[2]}; }
+  [[nodiscard]] dnnl::memory::dims padding_r() const { return {window_.pad[1], window_.pad[3]}; }
 
   static void zero(tensor& t) { std::memset(t.raw_data(), 0, t.nbytes()); }
 
   dtype type_;
-  std::int64_t groups_;
-  std::array<std::int64_t, 2> stride_{};
-  std::array<std::int64_t, 2> dilation_{};
-  std::array<std::int64_t, 4> pad_{};
+  nn_rules::conv_window window_;
   onednn::primitive_cache cache_;
 };
 
@@ -248,8 +210,8 @@ class conv2d_backprop_input_kernel final : public conv_backward_kernel {
     const tensor& win = ctx.input(1);
     require_rank4(ctx, dyin, "dy");
     require_rank4(ctx, win, "the filter");
-    const shape xs =
-        resolve(ctx, "input_shape", input_shape_, shape{dyin.dim(0), win.dim(1) * groups_, -1, -1});
+    const shape xs = resolve(ctx, "input_shape", input_shape_,
+                             shape{dyin.dim(0), win.dim(1) * window_.groups, -1, -1});
     const conv_geometry g =
         geometry(ctx, xs, win.shape(), dyin,
                  fmt::format("input_shape {} and filter {}", to_string(xs), win.describe()));
@@ -261,27 +223,13 @@ class conv2d_backprop_input_kernel final : public conv_backward_kernel {
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, dy, w, dx, g, *dt)) {
       return;
     }
-    switch (type_) {
-      case dtype::f32:
-        return run_reference<float>(ctx, dy, w, dx, g);
-      case dtype::f64:
-        return run_reference<double>(ctx, dy, w, dx, g);
-      case dtype::f16:
-        return run_reference<half>(ctx, dy, w, dx, g);
-      case dtype::bf16:
-        return run_reference<bfloat16>(ctx, dy, w, dx, g);
-      default:
-        ctx.fail("conv2d_backprop_input has no kernel for {}", to_string(type_));
-    }
+    visit_float_type(ctx, type_, "conv2d_backprop_input", [&](auto tag) {
+      using T = decltype(tag);
+      reference_backprop_input<T>(ctx, dy.data<T>(), w.data<T>(), dx.data<T>(), g);
+    });
   }
 
  private:
-  template <class T>
-  static void run_reference(const kernel_context& ctx, const tensor& dy, const tensor& w,
-                            tensor& dx, const conv_geometry& g) {
-    reference_backprop_input<T>(ctx, dy.data<T>(), w.data<T>(), dx.data<T>(), g);
-  }
-
   bool run_onednn(kernel_context& ctx, const tensor& dy, const tensor& w, tensor& dx,
                   const conv_geometry& g, dnnl::memory::data_type dt) {
     const int threads = ctx.num_threads();
@@ -316,7 +264,8 @@ class conv2d_backprop_filter_kernel final : public conv_backward_kernel {
     const tensor& dyin = ctx.input(1);
     require_rank4(ctx, xin, "the input");
     require_rank4(ctx, dyin, "dy");
-    const std::int64_t cg = xin.dim(1) % groups_ == 0 ? xin.dim(1) / groups_ : -1;
+    const std::int64_t groups = window_.groups;
+    const std::int64_t cg = xin.dim(1) % groups == 0 ? xin.dim(1) / groups : -1;
     const shape ws = resolve(ctx, "filter_shape", filter_shape_, shape{dyin.dim(1), cg, -1, -1});
     const conv_geometry g =
         geometry(ctx, xin.shape(), ws, dyin,
@@ -329,27 +278,13 @@ class conv2d_backprop_filter_kernel final : public conv_backward_kernel {
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, dy, dw, g, *dt)) {
       return;
     }
-    switch (type_) {
-      case dtype::f32:
-        return run_reference<float>(ctx, x, dy, dw, g);
-      case dtype::f64:
-        return run_reference<double>(ctx, x, dy, dw, g);
-      case dtype::f16:
-        return run_reference<half>(ctx, x, dy, dw, g);
-      case dtype::bf16:
-        return run_reference<bfloat16>(ctx, x, dy, dw, g);
-      default:
-        ctx.fail("conv2d_backprop_filter has no kernel for {}", to_string(type_));
-    }
+    visit_float_type(ctx, type_, "conv2d_backprop_filter", [&](auto tag) {
+      using T = decltype(tag);
+      reference_backprop_filter<T>(ctx, x.data<T>(), dy.data<T>(), dw.data<T>(), g);
+    });
   }
 
  private:
-  template <class T>
-  static void run_reference(const kernel_context& ctx, const tensor& x, const tensor& dy,
-                            tensor& dw, const conv_geometry& g) {
-    reference_backprop_filter<T>(ctx, x.data<T>(), dy.data<T>(), dw.data<T>(), g);
-  }
-
   bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& dy, tensor& dw,
                   const conv_geometry& g, dnnl::memory::data_type dt) {
     const int threads = ctx.num_threads();

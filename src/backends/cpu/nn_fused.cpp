@@ -1,5 +1,7 @@
 // fused_matmul and fused_conv2d on CPU: y = act(core + bias + residual), the core by the
-// plain op's kernel, the epilogue in one pass over its output.
+// plain op's kernel, the epilogue in one pass over its output. (On CUDA, fused_matmul is
+// one kernel with matmul: src/backends/cuda/nn_matmul.cpp.) The checks of the epilogue's
+// arguments are the op rules' (include/loom/graph/ops/nn_rules.hpp).
 //
 // Note [fused epilogue]
 // A fused node gives bit for bit what the unfused graph gives, NaN, infinities and signed
@@ -29,6 +31,7 @@
 #include <string_view>
 
 #include "elementwise_ops.hpp"
+#include "kernel/common/rule_check.hpp"
 #include "loom/core/half.hpp"
 #include "nn_kernels.hpp"
 
@@ -37,18 +40,7 @@ namespace {
 
 using namespace nn_detail;
 
-enum class activation { none, relu, gelu, gelu_tanh, tanh, sigmoid };
-
-activation activation_of(const kernel_construction& c) {
-  const auto s = c.attr<std::string>("activation");
-  if (s == "none") return activation::none;
-  if (s == "relu") return activation::relu;
-  if (s == "gelu") return activation::gelu;
-  if (s == "gelu_tanh") return activation::gelu_tanh;
-  if (s == "tanh") return activation::tanh;
-  if (s == "sigmoid") return activation::sigmoid;
-  c.fail("unknown activation \"" + s + "\"");
-}
+using nn_rules::activation;
 
 // No activation: the value as it is.
 struct no_activation {
@@ -156,16 +148,14 @@ class fused_kernel : public op_kernel {
         type_(c.attr<dtype>("T")),
         has_bias_(c.attr<bool>("has_bias")),
         has_residual_(c.attr<bool>("has_residual")),
-        act_(activation_of(c)),
+        act_(check_rule(
+            c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); })),
         channel_axis_(channel_axis),
         plain_(plain_kernel(c, plain_op)) {
-    const std::size_t wanted = 2 + std::size_t{has_bias_} + std::size_t{has_residual_};
-    if (c.node().inputs.size() != wanted) {
-      c.fail(fmt::format("has {} inputs, but has_bias = {} and has_residual = {} need {}",
-                         c.node().inputs.size(), has_bias_, has_residual_, wanted));
-    }
+    check_rule(c, [&] {
+      nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
+    });
   }
-
 
  public:
   // The plain kernel (oneDNN) runs on its own threads, all of the device's.
@@ -194,18 +184,7 @@ class fused_kernel : public op_kernel {
                          inner, act);
       });
     };
-    switch (type_) {
-      case dtype::f32:
-        return run(float{});
-      case dtype::f64:
-        return run(double{});
-      case dtype::f16:
-        return run(half{});
-      case dtype::bf16:
-        return run(bfloat16{});
-      default:
-        ctx.fail("{} has no kernel for {}", node().op(), to_string(type_));
-    }
+    visit_float_type(ctx, type_, node().op(), run);
   }
 
  private:
@@ -217,20 +196,10 @@ class fused_kernel : public op_kernel {
 
   // Fails unless the bias is [out[channel]] and the residual has shape `out`.
   void check_args(kernel_context& ctx, const shape& out) const {
-    if (has_bias_) {
-      const tensor& b = ctx.input(2);
-      const std::size_t axis = channel(out);
-      if (b.rank() != 1 || b.dim(0) != out[axis]) {
-        ctx.fail("bias {} does not match the {} channels (dimension {}) of the output {}",
-                 b.describe(), out[axis], axis, to_string(out));
-      }
-    }
-    if (has_residual_) {
-      const tensor& r = ctx.input(residual_input());
-      if (r.shape() != out) {
-        ctx.fail("residual {} must have the output's shape {}", r.describe(), to_string(out));
-      }
-    }
+    check_rule(ctx, [&] {
+      nn_rules::check_epilogue_args(out, channel(out), has_bias_ ? &ctx.input(2) : nullptr,
+                                    has_residual_ ? &ctx.input(residual_input()) : nullptr);
+    });
   }
 
   dtype type_;

@@ -3,6 +3,7 @@
 #include "nn_kernels.hpp"
 
 #include "cpu_kernels.hpp"
+#include "kernel/common/rule_check.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -46,22 +47,13 @@ class bias_add_kernel final : public op_kernel {
  public:
   explicit bias_add_kernel(const kernel_construction& c)
       : op_kernel(c),
-        nchw_(c.attr<std::string>("data_format") == "NCHW"),
+        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))),
         type_(c.attr<dtype>("T")) {}
 
   void compute(kernel_context& ctx) override {
     const shape s = ctx.input(0).shape();
-    const tensor& bias_in = ctx.input(1);
-    if (s.rank() < 2 || bias_in.rank() != 1) {
-      ctx.fail("bias_add needs an input of rank >= 2 and a bias of rank 1, got {} and {}",
-               ctx.input(0).describe(), bias_in.describe());
-    }
-    const std::size_t axis = nchw_ ? 1 : s.rank() - 1;
-    const std::int64_t channels = s[axis];
-    if (bias_in.dim(0) != channels) {
-      ctx.fail("bias {} does not match the {} channels of input {}", bias_in.describe(), channels,
-               ctx.input(0).describe());
-    }
+    const auto g = check_rule(
+        ctx, [&] { return nn_rules::bias_add_geometry_of(ctx.input(0), ctx.input(1), nchw_); });
     // Output first, so that a contiguous input held by this node alone is written in place.
     tensor& out = ctx.forward_input_or_allocate_output(0, 0, s);
     if (out.num_elements() == 0) return;
@@ -75,17 +67,15 @@ class bias_add_kernel final : public op_kernel {
         const T* xp = x.data<T>();
         const T* bp = bias.data<T>();
         T* op = out.data<T>();
+        const std::int64_t channels = g.channels;
         if (!nchw_) {
-          const std::int64_t rows = s.num_elements() / channels;
           ctx.parallel_for(
-              rows, static_cast<double>(channels) * 0.5, [&](std::int64_t lo, std::int64_t hi) {
+              g.outer, static_cast<double>(channels) * 0.5, [&](std::int64_t lo, std::int64_t hi) {
                 add_rows(xp + lo * channels, bp, op + lo * channels, hi - lo, channels);
               });
         } else {
-          std::int64_t inner = 1;
-          for (std::size_t i = 2; i < s.rank(); ++i) inner *= s[i];
-          const std::int64_t planes = s[0] * channels;
-          ctx.parallel_for(planes, static_cast<double>(inner) * 0.5,
+          const std::int64_t inner = g.inner;
+          ctx.parallel_for(g.outer * channels, static_cast<double>(inner) * 0.5,
                            [&](std::int64_t lo, std::int64_t hi) {
                              add_planes(xp, bp, op, lo, hi, channels, inner);
                            });

@@ -2,12 +2,17 @@
 // lists them. Note [oneDNN integration] (nn_onednn.hpp) says how they call oneDNN.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "loom/core/half.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "loom/kernel/kernel_registry.hpp"
 
 namespace loom::cpu {
@@ -22,26 +27,53 @@ void register_nn_pool_backward_kernels(kernel_registry& registry);
 // fused_matmul, fused_conv2d (nn_fused.cpp)
 void register_nn_fused_kernels(kernel_registry& registry);
 
-/// matmul's output shape for a and b (batch dims broadcast, then [M, N]) and its inner
-/// dimension K.
-struct matmul_dims {
-  shape out;
-  std::int64_t k = 0;
-};
-/// Fails the kernel naming the shapes when the ranks, K or the batch dims do not fit
-/// (nn_matmul.cpp; matmul and fused_matmul).
-matmul_dims matmul_dims_of(kernel_context& ctx, const tensor& a, const tensor& b, bool transpose_a,
-                           bool transpose_b);
-
 namespace nn_detail {
 
-/// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward kernels and
-/// their gradients share it).
-struct pool_geometry {
-  std::int64_t n, c, h, w, oh, ow;
-  std::array<std::int64_t, 2> kernel, stride;
-  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
-};
+// The window geometry of the kernels and their gradients (the op rules').
+using nn_rules::conv_geometry;
+using nn_rules::pool_geometry;
+
+/// The conv_window of a conv2d node (or of its gradients', fused_conv2d's) attributes.
+inline nn_rules::conv_window conv_window_of(const kernel_construction& c) {
+  return nn_rules::conv_window_of(
+      c.attr<std::int64_t>("groups"), c.attr<std::vector<std::int64_t>>("strides"),
+      c.attr<std::vector<std::int64_t>>("dilations"), c.attr<std::vector<std::int64_t>>("padding"));
+}
+
+/// The pool_window of a pooling node's (or its gradient's) attributes.
+inline nn_rules::pool_window pool_window_of(const kernel_construction& c) {
+  return nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
+                                  c.attr<std::vector<std::int64_t>>("strides"),
+                                  c.attr<std::vector<std::int64_t>>("padding"));
+}
+
+/// ceil(a / d) for d > 0 and any a.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t d) noexcept {
+  return a >= 0 ? (a + d - 1) / d : -((-a) / d);
+}
+
+/// The convolution outputs ox with 0 <= ox * stride_w + shift < w, as [lo, hi).
+inline std::pair<std::int64_t, std::int64_t> ox_range(const conv_geometry& g,
+                                                      std::int64_t shift) noexcept {
+  return {std::max<std::int64_t>(0, ceil_div(-shift, g.stride[1])),
+          std::min(g.ow, ceil_div(g.w - shift, g.stride[1]))};
+}
+
+/// The input rows [first, second) that the window of output row oy covers, clipped to
+/// the input (the pooling loops').
+inline std::pair<std::int64_t, std::int64_t> window_rows(const pool_geometry& g,
+                                                         std::int64_t oy) noexcept {
+  const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
+  return {std::max<std::int64_t>(y0, 0), std::min(y0 + g.kernel[0], g.h)};
+}
+
+/// The input columns [first, second) that the window of output column ox covers, clipped
+/// to the input.
+inline std::pair<std::int64_t, std::int64_t> window_cols(const pool_geometry& g,
+                                                         std::int64_t ox) noexcept {
+  const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
+  return {std::max<std::int64_t>(x0, 0), std::min(x0 + g.kernel[1], g.w)};
+}
 
 /// True for 2x2 windows with stride 2 and no padding: windows tile the plane (an odd last
 /// row or column lies in none), and the max kernels take their vectorized paths.
@@ -61,6 +93,22 @@ inline T window_max(T e0, T e1, T e2, T e3) noexcept {
   best = best < e2 ? e2 : best;
   best = best < e3 ? e3 : best;
   return best;
+}
+
+/// Calls f(T{}) with T the C++ type of the float dtype `t` (float, double, half, bfloat16);
+/// for another dtype, fails through ctx: "<what> <verb> no kernel for <t>".
+template <class F>
+void visit_float_type(const kernel_context& ctx, dtype t, std::string_view what, F&& f,
+                      std::string_view verb = "has") {
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, half> ||
+                  std::is_same_v<T, bfloat16>) {
+      f(tag);
+    } else {
+      ctx.fail("{} {} no kernel for {}", what, verb, to_string(t));
+    }
+  });
 }
 
 /// The type the reference loops accumulate T in: double for double, float otherwise.

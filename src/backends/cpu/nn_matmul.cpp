@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "kernel/common/rule_check.hpp"
 #include "loom/core/half.hpp"
 #include "loom/device/thread_pool.hpp"
 #include "nn_kernels.hpp"
@@ -188,7 +189,8 @@ class matmul_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& a = ctx.input(0);
     const tensor& b = ctx.input(1);
-    const auto [out_shape, ka] = matmul_dims_of(ctx, a, b, transpose_a_, transpose_b_);
+    const auto [out_shape, ka] =
+        check_rule(ctx, [&] { return nn_rules::matmul_dims_of(a, b, transpose_a_, transpose_b_); });
     tensor& out = ctx.allocate_output(0, out_shape);
     if (out.num_elements() == 0) return;
     if (ka == 0) {
@@ -255,18 +257,8 @@ class matmul_kernel final : public op_kernel {
   }
 
   void visit_float(kernel_context& ctx, const operand& a, const operand& b, tensor& out) const {
-    switch (type_) {
-      case dtype::f32:
-        return reference_matmul<float>(ctx, a, b, out);
-      case dtype::f64:
-        return reference_matmul<double>(ctx, a, b, out);
-      case dtype::f16:
-        return reference_matmul<half>(ctx, a, b, out);
-      case dtype::bf16:
-        return reference_matmul<bfloat16>(ctx, a, b, out);
-      default:
-        ctx.fail("matmul has no kernel for {}", to_string(type_));
-    }
+    visit_float_type(ctx, type_, "matmul",
+                     [&](auto tag) { reference_matmul<decltype(tag)>(ctx, a, b, out); });
   }
 
   bool transpose_a_;
@@ -277,33 +269,6 @@ class matmul_kernel final : public op_kernel {
 };
 
 }  // namespace
-
-matmul_dims matmul_dims_of(kernel_context& ctx, const tensor& a, const tensor& b, bool transpose_a,
-                           bool transpose_b) {
-  if (a.rank() < 2 || b.rank() < 2) {
-    ctx.fail("matmul needs inputs of rank >= 2, got a {} and b {}", a.describe(), b.describe());
-  }
-  const std::size_t ra = a.rank();
-  const std::size_t rb = b.rank();
-  const std::int64_t m = transpose_a ? a.dim(ra - 1) : a.dim(ra - 2);
-  const std::int64_t ka = transpose_a ? a.dim(ra - 2) : a.dim(ra - 1);
-  const std::int64_t kb = transpose_b ? b.dim(rb - 1) : b.dim(rb - 2);
-  const std::int64_t n = transpose_b ? b.dim(rb - 2) : b.dim(rb - 1);
-  if (ka != kb) {
-    ctx.fail("inner dimensions differ: a {} has K = {}, b {} has K = {}", a.describe(), ka,
-             b.describe(), kb);
-  }
-  shape out_shape;
-  try {
-    out_shape = broadcast_shapes(shape(a.shape().dims().first(ra - 2)),
-                                 shape(b.shape().dims().first(rb - 2)));
-  } catch (const invalid_argument&) {
-    ctx.fail("batch dimensions of a {} and b {} do not broadcast", a.describe(), b.describe());
-  }
-  out_shape.push_back(m);
-  out_shape.push_back(n);
-  return {std::move(out_shape), ka};
-}
 
 void register_nn_matmul_kernels(kernel_registry& r) {
   r.add(make_kernel_def<matmul_kernel>(

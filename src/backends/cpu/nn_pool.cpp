@@ -5,7 +5,6 @@
 #include <array>
 #include <limits>
 
-#include "graph/ops/nn_attrs.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -27,13 +26,9 @@ void reference_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry
       const T* in = x + p * g.h * g.w;
       T* dst = out + p * g.oh * g.ow;
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-        const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-        const std::int64_t ys = std::max<std::int64_t>(y0, 0);
-        const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+        const auto [ys, ye] = window_rows(g, oy);
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-          const std::int64_t xs = std::max<std::int64_t>(x0, 0);
-          const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+          const auto [xs, xe] = window_cols(g, ox);
           Acc v = Max ? -std::numeric_limits<Acc>::infinity() : Acc{0};
           for (std::int64_t yy = ys; yy < ye; ++yy) {
             for (std::int64_t xx = xs; xx < xe; ++xx) {
@@ -86,31 +81,19 @@ class pool_kernel final : public op_kernel {
   explicit pool_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
-        include_pad_(!Max && c.attr<bool>("count_include_pad")) {
-    const auto k = c.attr<std::vector<std::int64_t>>("kernel");
-    auto s = c.attr<std::vector<std::int64_t>>("strides");
-    if (s.empty()) s = k;
-    kernel_ = {k.at(0), k.at(1)};
-    stride_ = {s.at(0), s.at(1)};
-    pad_ = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
-  }
+        include_pad_(!Max && c.attr<bool>("count_include_pad")),
+        window_(pool_window_of(c)) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);
     if (xin.rank() != 4) ctx.fail("pooling needs an NCHW input of rank 4, got {}", xin.describe());
-    pool_geometry g{};
-    g.n = xin.dim(0), g.c = xin.dim(1), g.h = xin.dim(2), g.w = xin.dim(3);
-    g.kernel = kernel_;
-    g.stride = stride_;
-    g.pad = pad_;
-    g.oh = nn_attrs::window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
-    g.ow = nn_attrs::window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
+    const pool_geometry g = nn_rules::pool2d_geometry(xin.shape(), window_);
     if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", xin.describe());
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the window [{}, {}] is larger than the padded input {}", g.kernel[0], g.kernel[1],
                xin.describe());
     }
-    tensor& out = ctx.allocate_output(0, shape{g.n, g.c, g.oh, g.ow});
+    tensor& out = ctx.allocate_output(0, g.output_shape());
     if (out.num_elements() == 0) return;
     const tensor x = ctx.input_contiguous(0);
     if constexpr (Max) {
@@ -122,20 +105,10 @@ class pool_kernel final : public op_kernel {
       }
     }
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, out, g, *dt)) return;
-    switch (type_) {
-      case dtype::f32:
-        return reference_pool<float, Max>(ctx, x.data<float>(), out.data<float>(), g, include_pad_);
-      case dtype::f64:
-        return reference_pool<double, Max>(ctx, x.data<double>(), out.data<double>(), g,
-                                           include_pad_);
-      case dtype::f16:
-        return reference_pool<half, Max>(ctx, x.data<half>(), out.data<half>(), g, include_pad_);
-      case dtype::bf16:
-        return reference_pool<bfloat16, Max>(ctx, x.data<bfloat16>(), out.data<bfloat16>(), g,
-                                             include_pad_);
-      default:
-        ctx.fail("pooling has no kernel for {}", to_string(type_));
-    }
+    visit_float_type(ctx, type_, "pooling", [&](auto tag) {
+      using T = decltype(tag);
+      reference_pool<T, Max>(ctx, x.data<T>(), out.data<T>(), g, include_pad_);
+    });
   }
 
  private:
@@ -167,9 +140,7 @@ class pool_kernel final : public op_kernel {
 
   dtype type_;
   bool include_pad_;
-  std::array<std::int64_t, 2> kernel_{};
-  std::array<std::int64_t, 2> stride_{};
-  std::array<std::int64_t, 4> pad_{};
+  nn_rules::pool_window window_;
   onednn::primitive_cache cache_;
 };
 

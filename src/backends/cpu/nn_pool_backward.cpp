@@ -22,7 +22,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "graph/ops/nn_attrs.hpp"
 #include "nn_kernels.hpp"
 
 namespace loom::cpu {
@@ -123,13 +122,9 @@ void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
   for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t p, Acc* acc, const T* grad) {
     const T* in = x + p * g.h * g.w;
     for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-      const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-      const std::int64_t ys = std::max<std::int64_t>(y0, 0);
-      const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+      const auto [ys, ye] = window_rows(g, oy);
       for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-        const std::int64_t xs = std::max<std::int64_t>(x0, 0);
-        const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+        const auto [xs, xe] = window_cols(g, ox);
         // As the forward: a strictly greater element replaces the maximum, so the first of
         // equal maxima wins; a window of NaN or -inf only routes to its first element.
         Acc best = -std::numeric_limits<Acc>::infinity();
@@ -157,13 +152,9 @@ void avg_pool_grad(const kernel_context& ctx, const T* dy, T* dx, const pool_geo
   const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1] + g.h * g.w);
   for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t, Acc* acc, const T* grad) {
     for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-      const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-      const std::int64_t ys = std::max<std::int64_t>(y0, 0);
-      const std::int64_t ye = std::min(y0 + g.kernel[0], g.h);
+      const auto [ys, ye] = window_rows(g, oy);
       for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-        const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-        const std::int64_t xs = std::max<std::int64_t>(x0, 0);
-        const std::int64_t xe = std::min(x0 + g.kernel[1], g.w);
+        const auto [xs, xe] = window_cols(g, ox);
         const std::int64_t count = include_pad ? g.kernel[0] * g.kernel[1] : (ye - ys) * (xe - xs);
         const Acc v = widen<T>(grad[oy * g.ow + ox]) / static_cast<Acc>(count);
         for (std::int64_t yy = ys; yy < ye; ++yy) {
@@ -181,13 +172,8 @@ class pool_grad_kernel final : public op_kernel {
   explicit pool_grad_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
-        include_pad_(!Max && c.attr<bool>("count_include_pad")) {
-    const auto k = c.attr<std::vector<std::int64_t>>("kernel");
-    auto s = c.attr<std::vector<std::int64_t>>("strides");
-    if (s.empty()) s = k;
-    kernel_ = {k.at(0), k.at(1)};
-    stride_ = {s.at(0), s.at(1)};
-    pad_ = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
+        include_pad_(!Max && c.attr<bool>("count_include_pad")),
+        window_(pool_window_of(c)) {
     if constexpr (!Max) input_shape_ = c.attr<shape>("input_shape");
   }
 
@@ -210,18 +196,12 @@ class pool_grad_kernel final : public op_kernel {
     }
     const std::string given = Max ? fmt::format("input {}", ctx.input(0).describe())
                                   : fmt::format("input_shape {}", to_string(xs));
-    pool_geometry g{};
-    g.n = xs[0], g.c = xs[1], g.h = xs[2], g.w = xs[3];
-    g.kernel = kernel_;
-    g.stride = stride_;
-    g.pad = pad_;
+    const pool_geometry g = nn_rules::pool2d_geometry(xs, window_);
     if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", given);
-    g.oh = nn_attrs::window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
-    g.ow = nn_attrs::window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the window [{}, {}] is larger than the padded {}", g.kernel[0], g.kernel[1], given);
     }
-    const shape expected{g.n, g.c, g.oh, g.ow};
+    const shape expected = g.output_shape();
     if (dyin.shape() != expected) {
       ctx.fail("dy {} does not match the forward output {} of {}", dyin.describe(),
                to_string(expected), given);
@@ -231,18 +211,9 @@ class pool_grad_kernel final : public op_kernel {
     const tensor dy = ctx.input_contiguous(Max ? 1 : 0);
     tensor x;
     if constexpr (Max) x = ctx.input_contiguous(0);
-    switch (type_) {
-      case dtype::f32:
-        return run<float>(ctx, x, dy, dx, g);
-      case dtype::f64:
-        return run<double>(ctx, x, dy, dx, g);
-      case dtype::f16:
-        return run<half>(ctx, x, dy, dx, g);
-      case dtype::bf16:
-        return run<bfloat16>(ctx, x, dy, dx, g);
-      default:
-        ctx.fail("pooling gradients have no kernel for {}", to_string(type_));
-    }
+    visit_float_type(
+        ctx, type_, "pooling gradients", [&](auto tag) { run<decltype(tag)>(ctx, x, dy, dx, g); },
+        "have");
   }
 
  private:
@@ -258,9 +229,7 @@ class pool_grad_kernel final : public op_kernel {
 
   dtype type_;
   bool include_pad_;
-  std::array<std::int64_t, 2> kernel_{};
-  std::array<std::int64_t, 2> stride_{};
-  std::array<std::int64_t, 4> pad_{};
+  nn_rules::pool_window window_;
   shape input_shape_;
 };
 

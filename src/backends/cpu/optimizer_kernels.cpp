@@ -31,19 +31,22 @@
 #include <type_traits>
 
 #include "cpu_kernels.hpp"
+#include "kernel/common/optimizer_state.hpp"
+#include "kernel/common/rule_check.hpp"
 #include "loom/core/half.hpp"
+#include "loom/graph/ops/optimizer_rules.hpp"
 #include "loom/kernel/multi_tensor_apply.hpp"
 #include "loom/kernel/variable_store.hpp"
+#include "loom/memory/tensor_allocation.hpp"
 #include "optimizer_math.hpp"
-#include "optimizer_state.hpp"
 
 namespace loom::cpu {
 namespace {
 
-using optim::algorithm;
+using loom::optim::algorithm;
+using loom::optim::param_info;
+using loom::optim::param_variables;
 using optim::grad_transform;
-using optim::param_buffers;
-using optim::param_info;
 
 // Rough cost of one element of an update, in ns, for splitting work over threads.
 constexpr double update_ns_per_element = 1.5;
@@ -91,6 +94,98 @@ float* f32_at(void* base, std::int64_t offset) {
 }
 const float* f32_at(const void* base, std::int64_t offset) {
   return static_cast<const float*>(base) + offset;
+}
+
+// ---- the step's buffers (Note [optimizer state]) ---------------------------------------
+
+// One parameter's buffers for one step, all writable by this step (resolved under the
+// locks by prepare_param).
+struct param_buffers {
+  void* param = nullptr;
+  dtype param_type = dtype::f32;
+  float* master = nullptr;  // nullptr: none
+  const void* grad = nullptr;
+  dtype grad_type = dtype::f32;
+  void* state[2] = {nullptr, nullptr};  // adam: m, v; sgd: momentum (or none)
+  dtype state_type = dtype::f32;
+  std::int64_t size = 0;
+  bool first = false;  // SGD: the momentum buffer is new this step
+};
+
+// The variable's buffer, writable by this step: in place when this step holds the only
+// reference (the variable's read was dropped with ctx.take_input), else a copy that
+// replaces it, so a tensor someone still reads keeps its old value.
+void make_writable(kernel_context& ctx, variable_store::variable& var) {
+  if (var.value.buf()->writable_in_place() && var.value.is_contiguous() &&
+      var.value.device() == ctx.device().id()) {
+    return;
+  }
+  var.value = memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
+}
+
+tensor new_tensor(kernel_context& ctx, dtype t, const shape& s) {
+  return memory::allocate_tensor(ctx.device().allocator(), ctx.device().id(), t, s);
+}
+
+// A moment: zeros when new (returns true), else made writable (validate_param checked it).
+bool prepare_moment(kernel_context& ctx, const param_info& p, variable_store::variable& var,
+                    dtype t) {
+  if (!var.value.defined()) {
+    var.value = new_tensor(ctx, t, p.shape);
+    if (var.value.nbytes() > 0) std::memset(var.value.raw_data(), 0, var.value.nbytes());
+    return true;
+  }
+  make_writable(ctx, var);
+  return false;
+}
+
+void widen(const tensor& src, float* dst) {
+  const std::int64_t n = src.num_elements();
+  if (src.type() == dtype::f16) {
+    const half* s = src.data<half>();
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+  } else {
+    const bfloat16* s = src.data<bfloat16>();
+    for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+  }
+}
+
+// Under the locks, after validate_param: creates missing state (zeros; the master from
+// the parameter), makes every buffer writable (copy on write) and returns the pointers.
+// `grad` must be contiguous and of the parameter's shape.
+param_buffers prepare_param(kernel_context& ctx, const param_info& p, const param_variables& v,
+                            const tensor& grad, dtype moment_type) {
+  auto& var = *v.param;
+  make_writable(ctx, var);
+
+  param_buffers b;
+  b.param = var.value.raw_data();
+  b.param_type = p.type;
+  b.grad = grad.raw_data();
+  b.grad_type = grad.type();
+  b.size = p.shape.num_elements();
+  b.state_type = moment_type;
+  if (v.master != nullptr) {
+    auto& m = *v.master;
+    if (!m.value.defined()) {
+      m.value = new_tensor(ctx, dtype::f32, p.shape);
+      widen(var.value, m.value.data<float>());
+    } else {
+      make_writable(ctx, m);
+    }
+    b.master = m.value.data<float>();
+  }
+  if (v.momentum != nullptr) {
+    b.first = prepare_moment(ctx, p, *v.momentum, moment_type);
+    b.state[0] = v.momentum->value.raw_data();
+  }
+  if (v.adam_m != nullptr) {
+    (void)prepare_moment(ctx, p, *v.adam_m, moment_type);
+    (void)prepare_moment(ctx, p, *v.adam_v, moment_type);
+    b.state[0] = v.adam_m->value.raw_data();
+    b.state[1] = v.adam_v->value.raw_data();
+  }
+  return b;
 }
 
 // ---- pass 1: sums of squares ---------------------------------------------------------
@@ -230,82 +325,25 @@ void update_chunk(const step_constants& c, const param_buffers& b, std::int64_t 
 
 // ---- the kernels -----------------------------------------------------------------------
 
-bool is_float_storage(dtype t) {
-  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
-}
-
 class optimizer_kernel : public op_kernel {
  public:
   optimizer_kernel(const kernel_construction& c, algorithm algo, bool fused)
-      : op_kernel(c), algo_(algo), fused_(fused) {
-    const loom::node& n = c.node();
-    if (algo == algorithm::sgd) {
-      momentum_ = c.attr<double>("momentum");
-      dampening_ = c.attr<double>("dampening");
-      nesterov_ = c.attr<bool>("nesterov");
-    } else {
-      beta1_ = c.attr<double>("beta1");
-      beta2_ = c.attr<double>("beta2");
-      eps_ = c.attr<double>("eps");
-    }
-    weight_decay_ = c.attr<double>("weight_decay");
-    moment_type_ = c.attr<dtype>("moment_dtype");
-    const bool master_weights = c.attr<bool>("master_weights");
-    if (fused) {
-      max_grad_norm_ = c.attr<double>("max_grad_norm");
-      check_finite_ = c.attr<bool>("check_finite");
-    }
-    const std::size_t count =
-        fused ? static_cast<std::size_t>(c.attr<std::int64_t>("N")) : std::size_t{1};
-    grads_ = count;
-    lr_ = 2 * count;
-    step_ = algo == algorithm::sgd ? lr_ : lr_ + 1;
-    scale_ = algo == algorithm::sgd ? lr_ + 1 : lr_ + 2;
-    if (c.graph() == nullptr) c.fail("an optimizer needs the graph to find its variables");
-    for (std::size_t k = 0; k < count; ++k) {
-      const loom::node& src = c.graph()->at(n.inputs.at(k).node);
-      const std::string which =
-          fused ? fmt::format("params[{}] (input {})", k, k) : "param (input 0)";
-      if (src.op() != "variable") {
-        c.fail(fmt::format("{} must come from a variable, not from {}", which, src.describe()));
-      }
-      for (const auto& p : params_) {
-        if (p.name == src.name) {
-          c.fail(fmt::format("{} updates variable '{}', which an earlier parameter updates too",
-                             which, src.name));
-        }
-      }
-      params_.push_back(optim::describe_param(src, algo, momentum_ != 0.0, master_weights));
-    }
-  }
+      : op_kernel(c), node_(loom::optim::read_optimizer_node(c, algo, fused)) {}
 
   void compute(kernel_context& ctx) override {
     const step_constants constants = read_constants(ctx);
     grad_transform transform;
-    if (fused_) transform.scale = read_grad_scale(ctx);
+    if (node_.fused) transform.scale = read_grad_scale(ctx);
 
     // Gradients: dense, of their parameters' shapes.
-    const std::size_t count = params_.size();
-    std::vector<tensor> grads(count);
-    std::vector<std::int64_t> sizes(count);
-    for (std::size_t k = 0; k < count; ++k) {
-      grads[k] = ctx.input_contiguous(grads_ + k);
-      const auto& p = params_[k];
-      if (!is_float_storage(grads[k].type())) {
-        ctx.fail("{} is {}; gradients must be float32, float16 or bfloat16", grad_name(k),
-                 grads[k].describe());
-      }
-      if (grads[k].shape() != p.shape) {
-        ctx.fail("{} has shape {} but parameter '{}' has shape {}", grad_name(k),
-                 to_string(grads[k].shape()), p.name, to_string(p.shape));
-      }
-      sizes[k] = p.shape.num_elements();
-    }
+    const std::size_t count = node_.params.size();
+    std::vector<std::int64_t> sizes;
+    const std::vector<tensor> grads = loom::optim::dense_grads(ctx, node_, sizes);
     const auto table = make_chunk_table(sizes);
 
     // Pass 1 (Note [fused optimizer passes]).
-    std::vector<double> partial(fused_ ? table.size() : 0, 0.0);
-    const bool pre_pass = fused_ && (check_finite_ || max_grad_norm_ > 0.0);
+    std::vector<double> partial(node_.fused ? table.size() : 0, 0.0);
+    const bool pre_pass = node_.fused && (node_.check_finite || node_.max_grad_norm > 0.0);
     float norm = 0.0f;
     bool found_inf = false;
     auto summarize = [&] {
@@ -320,90 +358,69 @@ class optimizer_kernel : public op_kernel {
         partial[i] = sum_squares(g.type(), g.raw_data(), ch.begin, ch.end, transform.scale);
       });
       summarize();
-      if (found_inf && check_finite_) {
+      if (found_inf && node_.check_finite) {
         write_outputs(ctx, norm, true);
         return;
       }
-      if (max_grad_norm_ > 0.0) {
+      if (node_.max_grad_norm > 0.0) {
         // clip_grad_norm_: max_norm / (total_norm + 1e-6), clamped to 1, in f32.
-        transform.clip = std::min(static_cast<float>(max_grad_norm_) / (norm + 1e-6f), 1.0f);
+        transform.clip = std::min(static_cast<float>(node_.max_grad_norm) / (norm + 1e-6f), 1.0f);
       }
     }
 
     // The variables: looked up (state created empty when missing), locked in address
     // order, checked, then made writable (Note [optimizer state]).
-    auto& store = ctx.variables();
-    std::vector<optim::param_variables> vars(count);
-    std::vector<std::mutex*> mutexes;
-    for (std::size_t k = 0; k < count; ++k) {
-      vars[k] = optim::find_variables(store, params_[k]);
-      vars[k].add_mutexes(mutexes);
-    }
-    optim::ordered_locks locks(std::move(mutexes));
-    for (std::size_t k = 0; k < count; ++k) (void)ctx.take_input(k);  // drop our reads
-    for (std::size_t k = 0; k < count; ++k) {
-      optim::validate_param(ctx, params_[k], vars[k], moment_type_);
-    }
+    loom::optim::locked_params vars(ctx, node_);
     std::vector<param_buffers> buffers(count);
     for (std::size_t k = 0; k < count; ++k) {
-      buffers[k] = optim::prepare_param(ctx, params_[k], vars[k], grads[k], moment_type_);
+      buffers[k] = prepare_param(ctx, node_.params[k], vars[k], grads[k], node_.moment_type);
     }
 
     // Pass 2: the update, chunk by chunk.
     multi_tensor_apply(
         ctx, table, update_ns_per_element, [&](std::size_t i, const tensor_chunk& ch) {
           const auto& b = buffers[static_cast<std::size_t>(ch.tensor)];
-          if (fused_ && !pre_pass) {
+          if (node_.fused && !pre_pass) {
             partial[i] = sum_squares(b.grad_type, b.grad, ch.begin, ch.end, transform.scale);
           }
           update_chunk(constants, b, ch.begin, ch.end, transform);
         });
-    if (fused_) {
+    if (node_.fused) {
       if (!pre_pass) summarize();
       write_outputs(ctx, norm, found_inf);
     }
   }
 
  private:
-  std::string grad_name(std::size_t k) const {
-    return fused_ ? fmt::format("grads[{}] (input {})", k, grads_ + k) : "grad (input 1)";
-  }
-
   step_constants read_constants(kernel_context& ctx) const {
-    const tensor& lr_t = ctx.input(lr_);
-    if (lr_t.num_elements() != 1 || lr_t.type() != dtype::f32) {
-      ctx.fail("lr (input {}) must be a float32 scalar, got {}", lr_, lr_t.describe());
-    }
+    const tensor& lr_t = ctx.input(node_.lr);
+    check_rule(ctx, [&] { optimizer_rules::check_scalar_input(lr_t, "lr", node_.lr, dtype::f32); });
     const double lr = *lr_t.data<float>();
-    if (!(lr >= 0.0) || !std::isfinite(lr)) {
-      ctx.fail("lr (input {}) must be finite and >= 0, got {}", lr_, lr);
-    }
+    check_rule(ctx, [&] { optimizer_rules::check_lr(lr, node_.lr); });
     step_constants c;
-    c.algo = algo_;
-    if (algo_ == algorithm::sgd) {
-      c.sgd = optim::make_sgd_constants(lr, momentum_, dampening_, weight_decay_, nesterov_);
+    c.algo = node_.algo;
+    if (node_.algo == algorithm::sgd) {
+      c.sgd = optim::make_sgd_constants(lr, node_.momentum, node_.dampening, node_.weight_decay,
+                                        node_.nesterov);
       return c;
     }
-    const tensor& step_t = ctx.input(step_);
-    if (step_t.num_elements() != 1 || step_t.type() != dtype::i64) {
-      ctx.fail("step (input {}) must be an int64 scalar, got {}", step_, step_t.describe());
-    }
+    const tensor& step_t = ctx.input(node_.step);
+    check_rule(
+        ctx, [&] { optimizer_rules::check_scalar_input(step_t, "step", node_.step, dtype::i64); });
     const std::int64_t step = *step_t.data<std::int64_t>();
-    if (step < 1) ctx.fail("step (input {}) is the 1-based step number; got {}", step_, step);
-    c.adam = optim::make_adam_constants(lr, step, beta1_, beta2_, eps_, weight_decay_,
-                                        algo_ == algorithm::adamw);
+    check_rule(ctx, [&] { optimizer_rules::check_step(step, node_.step); });
+    c.adam = optim::make_adam_constants(lr, step, node_.beta1, node_.beta2, node_.eps,
+                                        node_.weight_decay, node_.algo == algorithm::adamw);
     return c;
   }
 
   float read_grad_scale(kernel_context& ctx) const {
-    const tensor& s = ctx.input(scale_);
-    if (s.num_elements() != 1 || s.type() != dtype::f32) {
-      ctx.fail("grad_scale (input {}) must be a float32 scalar, got {}", scale_, s.describe());
-    }
+    const tensor& s = ctx.input(node_.scale);
+    check_rule(ctx, [&] {
+      optimizer_rules::check_scalar_input(s, "grad_scale", node_.scale, dtype::f32);
+    });
     const float v = *s.data<float>();
-    if (!(v > 0.0f) || !std::isfinite(v)) {
-      ctx.fail("grad_scale (input {}) must be finite and > 0, got {}", scale_, v);
-    }
+    check_rule(ctx, [&] { optimizer_rules::check_grad_scale(v, node_.scale); });
     return v;
   }
 
@@ -412,23 +429,7 @@ class optimizer_kernel : public op_kernel {
     *ctx.allocate_output(1, dtype::boolean, shape{}).data<bool>() = found_inf;
   }
 
-  algorithm algo_;
-  bool fused_;
-  double momentum_ = 0.0;
-  double dampening_ = 0.0;
-  bool nesterov_ = false;
-  double beta1_ = 0.9;
-  double beta2_ = 0.999;
-  double eps_ = 1e-8;
-  double weight_decay_ = 0.0;
-  dtype moment_type_ = dtype::f32;
-  double max_grad_norm_ = 0.0;
-  bool check_finite_ = true;
-  std::size_t grads_ = 1;  // index of the first gradient input
-  std::size_t lr_ = 2;
-  std::size_t step_ = 3;
-  std::size_t scale_ = 4;
-  std::vector<param_info> params_;
+  loom::optim::optimizer_node node_;
 };
 
 template <algorithm A, bool Fused>

@@ -1,5 +1,5 @@
 // How the CUDA matmul kernels cut a batched product into cublasLtMatmul calls (Note [cuda
-// matmul layout] in matmul_kernels.cpp). Host-only, so tests check it without a GPU.
+// matmul layout] in nn_matmul.cpp). Host-only, so tests check it without a GPU.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,9 @@
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/rule_check.hpp"
 #include "kernels/bias_add.cuh"
+#include "loom/graph/ops/nn_rules.hpp"
 
 namespace loom::cuda {
 namespace {
@@ -30,23 +32,16 @@ class bias_add_kernel final : public op_kernel {
  public:
   explicit bias_add_kernel(const kernel_construction& c)
       : op_kernel(c),
-        nchw_(c.attr<std::string>("data_format") == "NCHW"),
-        type_(c.attr<dtype>("T")) {}
+        type_(c.attr<dtype>("T")),
+        elem_(elem_of(type_)),
+        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))) {}
 
   void compute(kernel_context& ctx) override {
+    // Every check before the first CUDA call: the shapes (the op's rule), then the dtype.
     const shape s = ctx.input(0).shape();
-    const tensor& bias_in = ctx.input(1);
-    if (s.rank() < 2 || bias_in.rank() != 1) {
-      ctx.fail("bias_add needs an input of rank >= 2 and a bias of rank 1, got {} and {}",
-               ctx.input(0).describe(), bias_in.describe());
-    }
-    const std::size_t axis = nchw_ ? 1 : s.rank() - 1;
-    const std::int64_t channels = s[axis];
-    if (bias_in.dim(0) != channels) {
-      ctx.fail("bias {} does not match the {} channels of input {}", bias_in.describe(), channels,
-               ctx.input(0).describe());
-    }
-    if (!kernels::bias_add_supports(elem_of(type_))) {
+    const nn_rules::bias_add_geometry g = check_rule(
+        ctx, [&] { return nn_rules::bias_add_geometry_of(ctx.input(0), ctx.input(1), nchw_); });
+    if (!kernels::bias_add_supports(elem_)) {
       ctx.fail("bias_add has no kernel for {}", to_string(type_));
     }
     launch_scope scope(ctx);
@@ -55,18 +50,15 @@ class bias_add_kernel final : public op_kernel {
     if (out.num_elements() == 0) return;
     const tensor x = ctx.input_contiguous(0);
     const tensor bias = ctx.input_contiguous(1);
-    std::int64_t inner = 1;
-    if (nchw_) {
-      for (std::size_t i = 2; i < s.rank(); ++i) inner *= s[i];
-    }
-    kernels::launch_bias_add(elem_of(type_), x.raw_data(), bias.raw_data(), out.raw_data(),
-                             s.num_elements(), channels, inner, scope.stream);
+    kernels::launch_bias_add(elem_, x.raw_data(), bias.raw_data(), out.raw_data(),
+                             out.num_elements(), g.channels, g.inner, scope.stream);
     check_launch(ctx, "bias_add");
   }
 
  private:
-  bool nchw_;
   dtype type_;
+  kernels::elem_type elem_;
+  bool nchw_;
 };
 
 }  // namespace

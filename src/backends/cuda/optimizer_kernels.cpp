@@ -1,8 +1,9 @@
 // CUDA kernels of the optimizers: apply_sgd, apply_adam, apply_adamw (one parameter) and
 // fused_sgd, fused_adam, fused_adamw (any number of parameters of mixed dtypes), with the
-// semantics of the CPU kernels (src/backends/cpu/optimizer_kernels.cpp): the same checks and
-// messages, the same state variables (Note [optimizer state], shared code in
-// backends/cpu/optimizer_state.hpp), the same element math rounded the same way.
+// semantics of the CPU kernels (src/backends/cpu/optimizer_kernels.cpp): the same checks
+// (include/loom/graph/ops/optimizer_rules.hpp), the same state variables (Note [optimizer
+// state], shared code in src/kernel/common/optimizer_state.hpp), the same element math
+// rounded the same way.
 //
 // Note [cuda optimizer steps]
 // A step is queued on the compute stream and the host does not wait for it:
@@ -33,11 +34,13 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/optimizer_state.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/optimizer_state.hpp"
+#include "kernel/common/rule_check.hpp"
 #include "kernels/optimizer.cuh"
+#include "loom/graph/ops/optimizer_rules.hpp"
 #include "loom/kernel/multi_tensor_apply.hpp"
 #include "loom/kernel/variable_store.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -46,28 +49,19 @@
 namespace loom::cuda {
 namespace {
 
-using cpu::optim::algorithm;
-using cpu::optim::param_info;
 using kernels::optim_algorithm;
 using kernels::optim_tensor_list;
 using kernels::optim_type;
+using optim::algorithm;
+using optim::param_info;
 
 static_assert(kernels::optim_chunk_elements == multi_tensor_chunk_elements,
               "one chunk per block: the chunk table is loom's");
 
-bool is_float_storage(dtype t) {
-  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
-}
-
 optim_type optim_type_of(dtype t) {
-  switch (t) {
-    case dtype::f16:
-      return optim_type::f16;
-    case dtype::bf16:
-      return optim_type::bf16;
-    default:
-      return optim_type::f32;
-  }
+  static_assert(static_cast<int>(optim_type::f16) == static_cast<int>(dtype::f16) &&
+                static_cast<int>(optim_type::bf16) == static_cast<int>(dtype::bf16));
+  return static_cast<optim_type>(t);  // a float storage type: checked before
 }
 
 bool on_host(const tensor& t) {
@@ -155,7 +149,7 @@ bool prepare_moment(kernel_context& ctx, cudaStream_t stream, const param_info& 
 }
 
 // True when the step would create a state variable of `p`.
-bool creates_state(const cpu::optim::param_variables& v) {
+bool creates_state(const optim::param_variables& v) {
   for (const variable_store::variable* s : {v.momentum, v.adam_m, v.adam_v, v.master}) {
     if (s != nullptr && !s->value.defined()) return true;
   }
@@ -165,49 +159,20 @@ bool creates_state(const cpu::optim::param_variables& v) {
 class optimizer_kernel : public op_kernel {
  public:
   optimizer_kernel(const kernel_construction& c, algorithm algo, bool fused)
-      : op_kernel(c), algo_(algo), fused_(fused) {
-    const loom::node& n = c.node();
+      : op_kernel(c), node_(optim::read_optimizer_node(c, algo, fused)) {
     hyper_.algo = algo == algorithm::sgd    ? optim_algorithm::sgd
                   : algo == algorithm::adam ? optim_algorithm::adam
                                             : optim_algorithm::adamw;
-    if (algo == algorithm::sgd) {
-      hyper_.momentum = c.attr<double>("momentum");
-      hyper_.dampening = c.attr<double>("dampening");
-      hyper_.nesterov = c.attr<bool>("nesterov") ? 1 : 0;
-    } else {
-      hyper_.beta1 = c.attr<double>("beta1");
-      hyper_.beta2 = c.attr<double>("beta2");
-      hyper_.eps = c.attr<double>("eps");
-    }
-    hyper_.weight_decay = c.attr<double>("weight_decay");
-    moment_type_ = c.attr<dtype>("moment_dtype");
-    const bool master_weights = c.attr<bool>("master_weights");
+    hyper_.momentum = node_.momentum;
+    hyper_.dampening = node_.dampening;
+    hyper_.nesterov = node_.nesterov ? 1 : 0;
+    hyper_.beta1 = node_.beta1;
+    hyper_.beta2 = node_.beta2;
+    hyper_.eps = node_.eps;
+    hyper_.weight_decay = node_.weight_decay;
     if (fused) {
-      hyper_.max_grad_norm = c.attr<double>("max_grad_norm");
-      hyper_.check_finite = c.attr<bool>("check_finite") ? 1 : 0;
-    }
-    const std::size_t count =
-        fused ? static_cast<std::size_t>(c.attr<std::int64_t>("N")) : std::size_t{1};
-    grads_ = count;
-    lr_ = 2 * count;
-    step_ = algo == algorithm::sgd ? lr_ : lr_ + 1;
-    scale_ = algo == algorithm::sgd ? lr_ + 1 : lr_ + 2;
-    if (c.graph() == nullptr) c.fail("an optimizer needs the graph to find its variables");
-    for (std::size_t k = 0; k < count; ++k) {
-      const loom::node& src = c.graph()->at(n.inputs.at(k).node);
-      const std::string which =
-          fused ? fmt::format("params[{}] (input {})", k, k) : "param (input 0)";
-      if (src.op() != "variable") {
-        c.fail(fmt::format("{} must come from a variable, not from {}", which, src.describe()));
-      }
-      for (const auto& p : params_) {
-        if (p.name == src.name) {
-          c.fail(fmt::format("{} updates variable '{}', which an earlier parameter updates too",
-                             which, src.name));
-        }
-      }
-      params_.push_back(
-          cpu::optim::describe_param(src, algo, hyper_.momentum != 0.0, master_weights));
+      hyper_.max_grad_norm = node_.max_grad_norm;
+      hyper_.check_finite = node_.check_finite ? 1 : 0;
     }
   }
 
@@ -215,22 +180,9 @@ class optimizer_kernel : public op_kernel {
     const kernels::optim_scalars scalars = read_scalars(ctx);
 
     // Gradients: dense, of their parameters' shapes.
-    const std::size_t count = params_.size();
-    std::vector<tensor> grads(count);
-    std::vector<std::int64_t> sizes(count);
-    for (std::size_t k = 0; k < count; ++k) {
-      grads[k] = ctx.input_contiguous(grads_ + k);
-      const auto& p = params_[k];
-      if (!is_float_storage(grads[k].type())) {
-        ctx.fail("{} is {}; gradients must be float32, float16 or bfloat16", grad_name(k),
-                 grads[k].describe());
-      }
-      if (grads[k].shape() != p.shape) {
-        ctx.fail("{} has shape {} but parameter '{}' has shape {}", grad_name(k),
-                 to_string(grads[k].shape()), p.name, to_string(p.shape));
-      }
-      sizes[k] = p.shape.num_elements();
-    }
+    const std::size_t count = node_.params.size();
+    std::vector<std::int64_t> sizes;
+    const std::vector<tensor> grads = optim::dense_grads(ctx, node_, sizes);
     const auto table = make_chunk_table(sizes);
     const auto groups = group_chunks(table, kernels::optim_list_tensors,
                                      static_cast<std::size_t>(kernels::optim_list_chunks));
@@ -246,21 +198,21 @@ class optimizer_kernel : public op_kernel {
         reinterpret_cast<double*>(static_cast<std::byte*>(scratch.raw_data()) + state_bytes);
     float* norm_out = nullptr;
     bool* found_out = nullptr;
-    if (fused_) {
+    if (node_.fused) {
       norm_out = ctx.allocate_output(0, dtype::f32, shape{}).data<float>();
       found_out = ctx.allocate_output(1, dtype::boolean, shape{}).data<bool>();
     }
     check(ctx, kernels::optim_prologue(hyper_, scalars, state, s.stream), "optimizer prologue");
 
     // Pass 1 (Note [cuda optimizer steps]).
-    const bool pre_pass = fused_ && (hyper_.check_finite != 0 || hyper_.max_grad_norm > 0.0);
+    const bool pre_pass = node_.fused && (hyper_.check_finite != 0 || hyper_.max_grad_norm > 0.0);
     std::vector<device_param> dp(count);
     for (std::size_t k = 0; k < count; ++k) {
       dp[k].grad = grads[k].raw_data();
       dp[k].grad_type = optim_type_of(grads[k].type());
       dp[k].size = sizes[k];
     }
-    const optim_type state_type = optim_type_of(moment_type_);
+    const optim_type state_type = optim_type_of(node_.moment_type);
     if (pre_pass) {
       for (const launch_group& g : groups) {
         const optim_tensor_list list = make_list(table, g, dp, state_type);
@@ -277,20 +229,9 @@ class optimizer_kernel : public op_kernel {
 
     // The variables: looked up (state created empty when missing), locked in address
     // order, checked, then made writable (Note [optimizer state]).
-    auto& store = ctx.variables();
-    std::vector<cpu::optim::param_variables> vars(count);
-    std::vector<std::mutex*> mutexes;
-    for (std::size_t k = 0; k < count; ++k) {
-      vars[k] = cpu::optim::find_variables(store, params_[k]);
-      vars[k].add_mutexes(mutexes);
-    }
-    cpu::optim::ordered_locks locks(std::move(mutexes));
-    for (std::size_t k = 0; k < count; ++k) (void)ctx.take_input(k);  // drop our reads
+    optim::locked_params vars(ctx, node_);
     bool creates = false;
-    for (std::size_t k = 0; k < count; ++k) {
-      cpu::optim::validate_param(ctx, params_[k], vars[k], moment_type_);
-      creates = creates || creates_state(vars[k]);
-    }
+    for (std::size_t k = 0; k < count; ++k) creates = creates || creates_state(vars[k]);
     const bool may_skip = (pre_pass && hyper_.check_finite != 0) || scalars.lr != nullptr ||
                           scalars.step != nullptr || scalars.grad_scale != nullptr;
     if (creates && may_skip && skipped(ctx, s.stream, state)) return;
@@ -298,7 +239,7 @@ class optimizer_kernel : public op_kernel {
     for (std::size_t k = 0; k < count; ++k) prepare(ctx, s.stream, k, vars[k], dp[k]);
 
     // Pass 2: the update.
-    double* update_partial = fused_ && !pre_pass ? partial : nullptr;
+    double* update_partial = node_.fused && !pre_pass ? partial : nullptr;
     for (const launch_group& g : groups) {
       const optim_tensor_list list = make_list(table, g, dp, state_type);
       check(ctx,
@@ -306,7 +247,7 @@ class optimizer_kernel : public op_kernel {
                                   static_cast<std::int64_t>(g.chunk_begin), s.stream),
             "optimizer update");
     }
-    if (fused_ && !pre_pass) {
+    if (node_.fused && !pre_pass) {
       check(ctx,
             kernels::optim_finalize(partial, static_cast<std::int64_t>(table.size()), hyper_, state,
                                     norm_out, found_out, s.stream),
@@ -316,50 +257,40 @@ class optimizer_kernel : public op_kernel {
   }
 
  private:
-  std::string grad_name(std::size_t k) const {
-    return fused_ ? fmt::format("grads[{}] (input {})", k, grads_ + k) : "grad (input 1)";
-  }
-
   // lr, step and grad_scale: dtype and shape checked here; values checked here when they
   // are host tensors (with the CPU kernel's messages), else on the device.
   kernels::optim_scalars read_scalars(kernel_context& ctx) const {
     kernels::optim_scalars sc;
-    const tensor& lr_t = ctx.input(lr_);
-    if (lr_t.num_elements() != 1 || lr_t.type() != dtype::f32) {
-      ctx.fail("lr (input {}) must be a float32 scalar, got {}", lr_, lr_t.describe());
-    }
+    const tensor& lr_t = ctx.input(node_.lr);
+    check_rule(ctx, [&] { optimizer_rules::check_scalar_input(lr_t, "lr", node_.lr, dtype::f32); });
     if (on_host(lr_t)) {
       const double lr = *lr_t.data<float>();
-      if (!(lr >= 0.0) || !std::isfinite(lr)) {
-        ctx.fail("lr (input {}) must be finite and >= 0, got {}", lr_, lr);
-      }
+      check_rule(ctx, [&] { optimizer_rules::check_lr(lr, node_.lr); });
       sc.lr_value = *lr_t.data<float>();
     } else {
       sc.lr = lr_t.data<float>();
     }
-    if (algo_ != algorithm::sgd) {
-      const tensor& step_t = ctx.input(step_);
-      if (step_t.num_elements() != 1 || step_t.type() != dtype::i64) {
-        ctx.fail("step (input {}) must be an int64 scalar, got {}", step_, step_t.describe());
-      }
+    if (node_.algo != algorithm::sgd) {
+      const tensor& step_t = ctx.input(node_.step);
+      check_rule(ctx, [&] {
+        optimizer_rules::check_scalar_input(step_t, "step", node_.step, dtype::i64);
+      });
       if (on_host(step_t)) {
         const std::int64_t step = *step_t.data<std::int64_t>();
-        if (step < 1) ctx.fail("step (input {}) is the 1-based step number; got {}", step_, step);
+        check_rule(ctx, [&] { optimizer_rules::check_step(step, node_.step); });
         sc.step_value = step;
       } else {
         sc.step = step_t.data<std::int64_t>();
       }
     }
-    if (fused_) {
-      const tensor& st = ctx.input(scale_);
-      if (st.num_elements() != 1 || st.type() != dtype::f32) {
-        ctx.fail("grad_scale (input {}) must be a float32 scalar, got {}", scale_, st.describe());
-      }
+    if (node_.fused) {
+      const tensor& st = ctx.input(node_.scale);
+      check_rule(ctx, [&] {
+        optimizer_rules::check_scalar_input(st, "grad_scale", node_.scale, dtype::f32);
+      });
       if (on_host(st)) {
         const float v = *st.data<float>();
-        if (!(v > 0.0f) || !std::isfinite(v)) {
-          ctx.fail("grad_scale (input {}) must be finite and > 0, got {}", scale_, v);
-        }
+        check_rule(ctx, [&] { optimizer_rules::check_grad_scale(v, node_.scale); });
         sc.grad_scale_value = v;
       } else {
         sc.grad_scale = st.data<float>();
@@ -379,15 +310,15 @@ class optimizer_kernel : public op_kernel {
       ctx.fail(
           "lr (input {}), step or grad_scale is invalid: lr must be finite and >= 0, "
           "step >= 1, grad_scale finite and > 0",
-          lr_);
+          node_.lr);
     }
     return host.skip != 0;
   }
 
   // Parameter k's buffers, writable, its missing state created (Note [optimizer state]).
   void prepare(kernel_context& ctx, cudaStream_t stream, std::size_t k,
-               const cpu::optim::param_variables& v, device_param& out) const {
-    const param_info& p = params_[k];
+               const optim::param_variables& v, device_param& out) const {
+    const param_info& p = node_.params[k];
     auto& var = *v.param;
     make_writable(ctx, var);
     out.param = var.value.raw_data();
@@ -406,26 +337,19 @@ class optimizer_kernel : public op_kernel {
       out.master = m.value.data<float>();
     }
     if (v.momentum != nullptr) {
-      out.first = prepare_moment(ctx, stream, p, *v.momentum, moment_type_);
+      out.first = prepare_moment(ctx, stream, p, *v.momentum, node_.moment_type);
       out.state0 = v.momentum->value.raw_data();
     }
     if (v.adam_m != nullptr) {
-      (void)prepare_moment(ctx, stream, p, *v.adam_m, moment_type_);
-      (void)prepare_moment(ctx, stream, p, *v.adam_v, moment_type_);
+      (void)prepare_moment(ctx, stream, p, *v.adam_m, node_.moment_type);
+      (void)prepare_moment(ctx, stream, p, *v.adam_v, node_.moment_type);
       out.state0 = v.adam_m->value.raw_data();
       out.state1 = v.adam_v->value.raw_data();
     }
   }
 
-  algorithm algo_;
-  bool fused_;
+  optim::optimizer_node node_;
   kernels::optim_hyper hyper_;
-  dtype moment_type_ = dtype::f32;
-  std::size_t grads_ = 1;  // index of the first gradient input
-  std::size_t lr_ = 2;
-  std::size_t step_ = 3;
-  std::size_t scale_ = 4;
-  std::vector<param_info> params_;
 };
 
 template <algorithm A, bool Fused>

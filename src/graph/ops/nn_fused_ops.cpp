@@ -14,6 +14,7 @@
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/nn.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -21,8 +22,7 @@ namespace {
 
 using namespace op_helpers;
 
-constexpr std::array<std::string_view, 6> activations = {"none",      "relu", "gelu",
-                                                         "gelu_tanh", "tanh", "sigmoid"};
+constexpr const auto& activations = nn_rules::activation_names;
 
 attr_def activation_attr() {
   attr_def a = attr("activation", attr_type::string, std::string("none"));

@@ -8,6 +8,7 @@
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "loom/graph/ops/reduction.hpp"
 
 namespace loom {
@@ -51,7 +52,8 @@ grads matmul_grad(const gradient_context& c) {
 grads bias_add_grad(const gradient_context& c) {
   const output dy = c.grad(0);
   const std::size_t rank = c.input_shape(0).rank();
-  const std::size_t channel = c.attr<std::string>("data_format") == "NCHW" ? 1 : rank - 1;
+  const std::size_t channel =
+      nn_rules::channel_axis(rank, nn_rules::is_nchw(c.attr<std::string>("data_format")));
   ints axes;
   for (std::size_t d = 0; d < rank; ++d) {
     if (d != channel) axes.push_back(static_cast<std::int64_t>(d));
@@ -122,7 +124,7 @@ gradient_fn fused_grad(bool conv) {
     grads g = conv ? conv2d_input_grads(c, dz) : matmul_input_grads(c, dz);
     if (c.attr<bool>("has_bias")) {
       const std::size_t rank = c.output_shape(0).rank();
-      const std::size_t channel = conv ? 1 : rank - 1;
+      const std::size_t channel = nn_rules::channel_axis(rank, conv);  // NCHW for conv2d
       ints axes;
       for (std::size_t d = 0; d < rank; ++d) {
         if (d != channel) axes.push_back(static_cast<std::int64_t>(d));

@@ -10,7 +10,7 @@
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/nn.hpp"
-#include "nn_attrs.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -54,40 +54,13 @@ void infer_matmul(inference_context& c) {
     c.set_output(0, a.type, std::nullopt);
     return;
   }
-  const shape& sa = *a.shape;
-  const shape& sb = *b.shape;
-  if (sa.rank() < 2 || sb.rank() < 2) {
-    c.fail(fmt::format("matmul needs inputs of rank >= 2, got a {} and b {}", to_string(sa),
-                       to_string(sb)));
-  }
-  const bool ta = c.attr<bool>("transpose_a");
-  const bool tb = c.attr<bool>("transpose_b");
-  const std::size_t ra = sa.rank();
-  const std::size_t rb = sb.rank();
-  const std::int64_t m = ta ? sa[ra - 1] : sa[ra - 2];
-  const std::int64_t ka = ta ? sa[ra - 2] : sa[ra - 1];
-  const std::int64_t kb = tb ? sb[rb - 1] : sb[rb - 2];
-  const std::int64_t n = tb ? sb[rb - 2] : sb[rb - 1];
-  if (ka >= 0 && kb >= 0 && ka != kb) {
-    c.fail(fmt::format("inner dimensions differ: a {}{} has K = {}, b {}{} has K = {}",
-                       to_string(sa), ta ? " (transposed)" : "", ka, to_string(sb),
-                       tb ? " (transposed)" : "", kb));
-  }
-  shape batch;
-  try {
-    batch = broadcast_shapes(shape(sa.dims().first(ra - 2)), shape(sb.dims().first(rb - 2)));
-  } catch (const invalid_argument&) {
-    c.fail(fmt::format("batch dimensions of a {} and b {} do not broadcast", to_string(sa),
-                       to_string(sb)));
-  }
-  batch.push_back(m);
-  batch.push_back(n);
-  c.set_output(0, a.type, std::move(batch));
+  c.set_output(0, a.type,
+               nn_rules::matmul_dims_of(*a.shape, *b.shape, c.attr<bool>("transpose_a"),
+                                        c.attr<bool>("transpose_b"))
+                   .out);
 }
 
-bool is_nchw(const std::string& format) {
-  return format == "NCHW";
-}
+using nn_rules::is_nchw;
 
 void infer_bias_add(inference_context& c) {
   const tensor_type& x = c.input(0);
@@ -101,7 +74,7 @@ void infer_bias_add(inference_context& c) {
     if (s.rank() < 2) {
       c.fail(fmt::format("bias_add needs an input of rank >= 2, got {}", to_string(s)));
     }
-    const std::int64_t channels = is_nchw(format) ? s[1] : s[s.rank() - 1];
+    const std::int64_t channels = s[nn_rules::channel_axis(s.rank(), is_nchw(format))];
     if (bias.shape && channels >= 0 && (*bias.shape)[0] >= 0 && channels != (*bias.shape)[0]) {
       c.fail(fmt::format("bias {} does not match the {} channels of input {} ({})",
                          to_string(*bias.shape), channels, to_string(s), format));
@@ -110,25 +83,20 @@ void infer_bias_add(inference_context& c) {
   c.set_output(0, x);
 }
 
-// The attributes conv2d and its gradients share.
-struct conv_attrs {
-  std::int64_t groups;
-  std::vector<std::int64_t> strides;
-  std::vector<std::int64_t> dilations;
-  std::array<std::int64_t, 4> pad;
-};
+using nn_rules::conv_window;
 
-conv_attrs read_conv_attrs(const inference_context& c) {
-  return {c.attr<std::int64_t>("groups"), c.attr<std::vector<std::int64_t>>("strides"),
-          c.attr<std::vector<std::int64_t>>("dilations"),
-          nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"))};
+// The window attributes conv2d and its gradients share.
+conv_window read_conv_attrs(const inference_context& c) {
+  return nn_rules::conv_window_of(
+      c.attr<std::int64_t>("groups"), c.attr<std::vector<std::int64_t>>("strides"),
+      c.attr<std::vector<std::int64_t>>("dilations"), c.attr<std::vector<std::int64_t>>("padding"));
 }
 
 // conv2d's output shape for an input `sx` and a filter `sw` of rank 4 (dimensions may be
 // unknown, -1); fails when the channels do not fit the groups or the filter does not fit
 // the padded input. `x_name` names sx in messages ("input", "input_shape").
 shape conv_forward_shape(const inference_context& c, const shape& sx, const shape& sw,
-                         const conv_attrs& a, std::string_view x_name) {
+                         const conv_window& a, std::string_view x_name) {
   const std::int64_t groups = a.groups;
   const auto describe = [&] {
     return fmt::format("{} {}, filter {}, groups {}", x_name, to_string(sx), to_string(sw), groups);
@@ -148,17 +116,12 @@ shape conv_forward_shape(const inference_context& c, const shape& sx, const shap
                     sw[1], sx[1], groups, describe()));
   }
   if (sw[2] == 0 || sw[3] == 0) c.fail(fmt::format("empty filter window ({})", describe()));
-  shape out{sx[0], sw[0], -1, -1};
-  for (std::size_t d = 0; d < 2; ++d) {
-    const std::int64_t size = nn_attrs::window_out_size(
-        sx[2 + d], sw[2 + d], a.strides[d], a.dilations[d], a.pad[2 * d], a.pad[2 * d + 1]);
-    if (size == -2) {
-      c.fail(fmt::format("the filter (dilated) is larger than the padded input ({}, padding {})",
-                         describe(), fmt::join(a.pad, ", ")));
-    }
-    out[2 + d] = size;
+  const nn_rules::conv_geometry g = nn_rules::conv2d_geometry(sx, sw, a);
+  if (!g.window_fits()) {
+    c.fail(fmt::format("the filter (dilated) is larger than the padded input ({}, padding {})",
+                       describe(), fmt::join(a.pad, ", ")));
   }
-  return out;
+  return g.output_shape();
 }
 
 void infer_conv2d(inference_context& c) {
@@ -211,7 +174,7 @@ void infer_conv2d_backprop_input(inference_context& c) {
   const tensor_type& w = c.input(1);
   require_rank4(c, dy, "an NCHW dy");
   require_rank4(c, w, "an OIHW filter");
-  const conv_attrs a = read_conv_attrs(c);
+  const conv_window a = read_conv_attrs(c);
   shape in = c.attr<shape>("input_shape");
   if (in[0] < 0 && dy.shape) in[0] = (*dy.shape)[0];
   if (in[1] < 0 && w.shape && (*w.shape)[1] >= 0) in[1] = (*w.shape)[1] * a.groups;
@@ -233,7 +196,7 @@ void infer_conv2d_backprop_filter(inference_context& c) {
   const tensor_type& dy = c.input(1);
   require_rank4(c, x, "an NCHW input");
   require_rank4(c, dy, "an NCHW dy");
-  const conv_attrs a = read_conv_attrs(c);
+  const conv_window a = read_conv_attrs(c);
   shape fs = c.attr<shape>("filter_shape");
   if (fs[0] < 0 && dy.shape) fs[0] = (*dy.shape)[1];
   if (fs[1] < 0 && x.shape && (*x.shape)[1] >= 0 && (*x.shape)[1] % a.groups == 0) {
@@ -254,26 +217,22 @@ void infer_conv2d_backprop_filter(inference_context& c) {
 // fails for padding not smaller than the window, an empty image, or a window larger than
 // the padded input.
 shape pool_forward_shape(const inference_context& c, const shape& s) {
-  const auto kernel = c.attr<std::vector<std::int64_t>>("kernel");
-  auto strides = c.attr<std::vector<std::int64_t>>("strides");
-  if (strides.empty()) strides = kernel;
-  const auto pad = nn_attrs::padding4(c.attr<std::vector<std::int64_t>>("padding"));
+  const nn_rules::pool_window win = nn_rules::pool_window_of(
+      c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
+      c.attr<std::vector<std::int64_t>>("padding"));
+  const auto& kernel = win.kernel;
+  const auto& pad = win.pad;
   if (pad[0] >= kernel[0] || pad[1] >= kernel[0] || pad[2] >= kernel[1] || pad[3] >= kernel[1]) {
     c.fail(fmt::format("padding [{}] must be smaller than the window [{}]", fmt::join(pad, ", "),
                        fmt::join(kernel, ", ")));
   }
   if (s[2] == 0 || s[3] == 0) c.fail(fmt::format("pooling over an empty image {}", to_string(s)));
-  shape out{s[0], s[1], -1, -1};
-  for (std::size_t d = 0; d < 2; ++d) {
-    const std::int64_t size =
-        nn_attrs::window_out_size(s[2 + d], kernel[d], strides[d], 1, pad[2 * d], pad[2 * d + 1]);
-    if (size == -2) {
-      c.fail(fmt::format("the window [{}] is larger than the padded input {} (padding [{}])",
-                         fmt::join(kernel, ", "), to_string(s), fmt::join(pad, ", ")));
-    }
-    out[2 + d] = size;
+  const nn_rules::pool_geometry g = nn_rules::pool2d_geometry(s, win);
+  if (!g.window_fits()) {
+    c.fail(fmt::format("the window [{}] is larger than the padded input {} (padding [{}])",
+                       fmt::join(kernel, ", "), to_string(s), fmt::join(pad, ", ")));
   }
-  return out;
+  return g.output_shape();
 }
 
 void infer_pool(inference_context& c) {

@@ -4,6 +4,7 @@
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/optimizer.hpp"
+#include "loom/graph/ops/optimizer_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -11,9 +12,7 @@ namespace {
 
 using namespace op_helpers;
 
-bool is_float_storage(dtype t) {
-  return t == dtype::f32 || t == dtype::f16 || t == dtype::bf16;
-}
+using optimizer_rules::is_float_storage;
 
 attr_def checked(std::string name, attr_type t, attr_value def,
                  std::function<void(const attr_value&)> validate) {
@@ -65,13 +64,8 @@ void add_fused_attrs(std::vector<attr_def>& attrs) {
 }
 
 void check_nesterov(inference_context& c) {
-  if (c.attr<bool>("nesterov") &&
-      (c.attr<double>("momentum") <= 0.0 || c.attr<double>("dampening") != 0.0)) {
-    c.fail(
-        fmt::format("nesterov momentum needs momentum > 0 and dampening = 0 (momentum = {}, "
-                    "dampening = {})",
-                    c.attr<double>("momentum"), c.attr<double>("dampening")));
-  }
+  optimizer_rules::check_nesterov(c.attr<bool>("nesterov"), c.attr<double>("momentum"),
+                                  c.attr<double>("dampening"));
 }
 
 void check_scalar(inference_context& c, std::size_t i, const char* what) {

@@ -1,6 +1,6 @@
 // The element-wise epilogue of fused_matmul on the GPU: out = act(out + bias[column] +
 // residual) over a dense row-major [rows, columns] matrix, each step as the unfused op's
-// kernel computes and rounds it (Note [cuda matmul epilogues] in matmul_kernels.cpp).
+// kernel computes and rounds it (Note [cuda matmul epilogues] in nn_matmul.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,10 +10,11 @@
 namespace loom::cuda::kernels {
 
 /// Element types of the epilogue (loom's f16/bf16 are bit-compatible with __half and
-/// __nv_bfloat16).
+/// __nv_bfloat16), numbered as loom::dtype numbers them.
 enum class epilogue_type : int { f32, f64, f16, bf16 };
 
-/// The activations of fused_matmul: the unary kernels' own functors (elementwise_ops.cuh).
+/// The activations of fused_matmul: the unary kernels' own functors (elementwise_ops.cuh),
+/// in the order of loom::nn_rules::activation.
 enum class epilogue_activation : int { none, relu, gelu, gelu_tanh, tanh, sigmoid };
 
 /// out[r, c] = act(out[r, c] + bias[c] + residual[r, c]) for `rows` x `columns` elements,

@@ -12,8 +12,8 @@
 namespace loom::cuda::kernels {
 
 /// Storage types of parameters, gradients and moments (loom's f16/bf16 are bit-compatible
-/// with __half and __nv_bfloat16).
-enum class optim_type : std::uint8_t { f32, f16, bf16 };
+/// with __half and __nv_bfloat16), numbered as loom::dtype numbers them.
+enum class optim_type : std::uint8_t { f32 = 0, f16 = 2, bf16 = 3 };
 
 enum class optim_algorithm : int { sgd, adam, adamw };
 

@@ -40,11 +40,12 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/nn_kernels.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/rule_check.hpp"
 #include "kernels/epilogue.cuh"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "matmul_batches.hpp"
 
 namespace loom::cuda {
@@ -100,16 +101,9 @@ cudaDataType_t data_type_of(dtype t) {
 }
 
 epilogue_type epilogue_type_of(dtype t) {
-  switch (t) {
-    case dtype::f64:
-      return epilogue_type::f64;
-    case dtype::f16:
-      return epilogue_type::f16;
-    case dtype::bf16:
-      return epilogue_type::bf16;
-    default:
-      return epilogue_type::f32;
-  }
+  static_assert(static_cast<int>(epilogue_type::f64) == static_cast<int>(dtype::f64) &&
+                static_cast<int>(epilogue_type::bf16) == static_cast<int>(dtype::bf16));
+  return static_cast<epilogue_type>(static_cast<int>(t));  // the float types: T's constraint
 }
 
 // The largest power of two <= 256 dividing the address and, for batched operands, the batch
@@ -321,14 +315,11 @@ namespace {
 // ---- the kernels ------------------------------------------------------------------------
 
 epilogue_activation activation_of(const kernel_construction& c) {
-  const auto s = c.attr<std::string>("activation");
-  if (s == "none") return epilogue_activation::none;
-  if (s == "relu") return epilogue_activation::relu;
-  if (s == "gelu") return epilogue_activation::gelu;
-  if (s == "gelu_tanh") return epilogue_activation::gelu_tanh;
-  if (s == "tanh") return epilogue_activation::tanh;
-  if (s == "sigmoid") return epilogue_activation::sigmoid;
-  c.fail("unknown activation \"" + s + "\"");
+  static_assert(static_cast<int>(epilogue_activation::sigmoid) ==
+                static_cast<int>(nn_rules::activation::sigmoid));
+  const nn_rules::activation a =
+      check_rule(c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); });
+  return static_cast<epilogue_activation>(static_cast<int>(a));
 }
 
 // matmul and fused_matmul: the product, with the epilogue of a fused node.
@@ -343,18 +334,23 @@ class lt_matmul_kernel : public op_kernel {
       has_bias_ = c.attr<bool>("has_bias");
       has_residual_ = c.attr<bool>("has_residual");
       act_ = activation_of(c);
-      const std::size_t wanted = 2 + std::size_t{has_bias_} + std::size_t{has_residual_};
-      if (c.node().inputs.size() != wanted) {
-        c.fail(fmt::format("has {} inputs, but has_bias = {} and has_residual = {} need {}",
-                           c.node().inputs.size(), has_bias_, has_residual_, wanted));
-      }
+      check_rule(c, [&] {
+        nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
+      });
     }
   }
 
   void compute(kernel_context& ctx) override {
-    const auto [out_shape, k] =
-        cpu::matmul_dims_of(ctx, ctx.input(0), ctx.input(1), transpose_a_, transpose_b_);
-    check_epilogue_args(ctx, out_shape);
+    const nn_rules::matmul_dims dims = check_rule(ctx, [&] {
+      return nn_rules::matmul_dims_of(ctx.input(0), ctx.input(1), transpose_a_, transpose_b_);
+    });
+    const shape& out_shape = dims.out;
+    const std::int64_t k = dims.k;
+    check_rule(ctx, [&] {
+      nn_rules::check_epilogue_args(out_shape, out_shape.rank() - 1,
+                                    has_bias_ ? &ctx.input(2) : nullptr,
+                                    has_residual_ ? &ctx.input(has_bias_ ? 3 : 2) : nullptr);
+    });
     launch_scope s(ctx);
     // A new buffer: the product is the plain matmul's, the residual is read after it
     // (Note [cuda matmul epilogues]).
@@ -409,24 +405,6 @@ class lt_matmul_kernel : public op_kernel {
   }
 
  private:
-  // The checks of the CPU kernel (nn_fused.cpp), with its messages.
-  void check_epilogue_args(kernel_context& ctx, const shape& out) const {
-    if (has_bias_) {
-      const tensor& b = ctx.input(2);
-      const std::size_t axis = out.rank() - 1;
-      if (b.rank() != 1 || b.dim(0) != out[axis]) {
-        ctx.fail("bias {} does not match the {} channels (dimension {}) of the output {}",
-                 b.describe(), out[axis], axis, to_string(out));
-      }
-    }
-    if (has_residual_) {
-      const tensor& r = ctx.input(has_bias_ ? 3 : 2);
-      if (r.shape() != out) {
-        ctx.fail("residual {} must have the output's shape {}", r.describe(), to_string(out));
-      }
-    }
-  }
-
   void launch_epilogue(kernel_context& ctx, cudaStream_t stream, tensor& out, const tensor& bias,
                        const void* residual, std::int64_t rows, std::int64_t n,
                        epilogue_activation act) const {

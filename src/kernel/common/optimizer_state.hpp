@@ -1,6 +1,8 @@
-// The optimizer kernels' view of their variables: the parameters (graph variables) and the
-// state each keeps in the session's variable_store under derived names, locked together
-// and made writable for one step.
+// What the optimizer kernels of every device share: the node as they read it, their view of
+// their variables (the parameters, graph variables, and the state each keeps in the
+// session's variable_store under derived names, locked together for one step), and their
+// checks of the gradients. Each backend makes the buffers writable and creates missing
+// state its own way (src/backends/*/optimizer_kernels.cpp).
 //
 // Note [optimizer state]
 // A parameter `w` (a `variable` node) has, created lazily on its first step:
@@ -23,7 +25,7 @@
 #include "loom/kernel/op_kernel.hpp"
 #include "loom/kernel/variable_store.hpp"
 
-namespace loom::cpu::optim {
+namespace loom::optim {
 
 /// Which optimizer a kernel runs.
 enum class algorithm { sgd, adam, adamw };
@@ -54,20 +56,6 @@ class ordered_locks {
   std::vector<std::mutex*> held_;
 };
 
-/// One parameter's buffers for one step, all writable by this step (resolved under the
-/// locks by prepare_param).
-struct param_buffers {
-  void* param = nullptr;
-  dtype param_type = dtype::f32;
-  float* master = nullptr;  // nullptr: none
-  const void* grad = nullptr;
-  dtype grad_type = dtype::f32;
-  void* state[2] = {nullptr, nullptr};  // adam: m, v; sgd: momentum (or none)
-  dtype state_type = dtype::f32;
-  std::int64_t size = 0;
-  bool first = false;  // SGD: the momentum buffer is new this step
-};
-
 /// The variables of one parameter, looked up (created when missing) in the store.
 struct param_variables {
   variable_store::variable* param = nullptr;
@@ -86,10 +74,54 @@ param_variables find_variables(variable_store& store, const param_info& p);
 void validate_param(kernel_context& ctx, const param_info& p, const param_variables& v,
                     dtype moment_type);
 
-/// Under the locks, after validate_param: creates missing state (zeros; the master from
-/// the parameter), makes every buffer writable (copy on write) and returns the pointers.
-/// `grad` must be contiguous and of the parameter's shape.
-param_buffers prepare_param(kernel_context& ctx, const param_info& p, const param_variables& v,
-                            const tensor& grad, dtype moment_type);
+/// An optimizer node as its kernels read it when they are made: the hyper-parameters, the
+/// positions of its inputs and its parameters.
+struct optimizer_node {
+  algorithm algo = algorithm::adam;
+  bool fused = false;
+  double momentum = 0.0;  // SGD
+  double dampening = 0.0;
+  bool nesterov = false;
+  double beta1 = 0.9;  // Adam, AdamW
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  dtype moment_type = dtype::f32;
+  double max_grad_norm = 0.0;  // fused
+  bool check_finite = true;
+  std::size_t grads = 1;  // index of the first gradient input
+  std::size_t lr = 2;
+  std::size_t step = 3;
+  std::size_t scale = 4;
+  std::vector<param_info> params;
 
-}  // namespace loom::cpu::optim
+  /// Gradient k in messages: "grads[k] (input i)", or "grad (input 1)".
+  [[nodiscard]] std::string grad_name(std::size_t k) const;
+};
+
+/// Reads the node's attributes and finds its parameters in the graph. Fails through c
+/// (node_error) without the graph, or when a parameter is not a variable's output or
+/// updates a variable an earlier one updates.
+optimizer_node read_optimizer_node(const kernel_construction& c, algorithm algo, bool fused);
+
+/// The node's gradients, dense (ctx.input_contiguous), each checked against its parameter
+/// (optimizer_rules::check_grad); sizes[k] becomes parameter k's element count.
+std::vector<tensor> dense_grads(kernel_context& ctx, const optimizer_node& n,
+                                std::vector<std::int64_t>& sizes);
+
+/// The variables of a step's parameters, held for the step: looked up (state created empty
+/// when missing), locked in address order; then the kernel's reads of the parameters
+/// (inputs 0 to N - 1) are dropped and every parameter is checked (validate_param).
+class locked_params {
+ public:
+  locked_params(kernel_context& ctx, const optimizer_node& n);
+
+  [[nodiscard]] param_variables& operator[](std::size_t k) { return vars_[k]; }
+  [[nodiscard]] std::size_t size() const noexcept { return vars_.size(); }
+
+ private:
+  std::vector<param_variables> vars_;
+  ordered_locks locks_;
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,229 @@
+// The nn ops' rules: pure functions over shapes and attribute values that give matmul's
+// dimensions, bias_add's channels, the window geometry of conv2d and the pooling ops (and
+// of their gradients), and the fused epilogue's arguments. Shape inference
+// (src/graph/ops/nn_*.cpp) calls them with the shapes it knows, and every backend's
+// kernels with their inputs at run time, so that all agree on every output size and
+// reject the same inputs.
+//
+// Note [nn rule messages]
+// A rule throws loom::invalid_argument; a kernel turns it into its node_error (ctx.fail,
+// through check_rule in src/kernel/common/rule_check.hpp). Shape inference and the kernels
+// have always worded some failures differently: a kernel names each tensor with its dtype
+// and device ("float32[2, 3] on /device:CPU:0") where inference names the shape it knows
+// ("[2, 3]", dimensions -1 when unknown). A rule given an `operand` names it the way its
+// caller does: the shape for inference, the tensor for a kernel.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/core/shape.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom::nn_rules {
+
+/// An input as a rule sees it: its shape, and its name in messages (Note [nn rule
+/// messages]). A view: the shape or tensor must outlive it.
+class operand {
+ public:
+  // Implicit: a rule is called with the shape or the tensor itself.
+  operand(const shape& s) noexcept : shape_(&s) {}                        // NOLINT
+  operand(const tensor& t) noexcept : shape_(&t.shape()), tensor_(&t) {}  // NOLINT
+
+  [[nodiscard]] const shape& dims() const noexcept { return *shape_; }
+  /// True for a kernel's tensor, false for a shape of inference.
+  [[nodiscard]] bool is_tensor() const noexcept { return tensor_ != nullptr; }
+  /// "float32[2, 3] on /device:CPU:0" for a tensor, "[2, 3]" for a shape.
+  [[nodiscard]] std::string name() const {
+    return tensor_ != nullptr ? tensor_->describe() : to_string(*shape_);
+  }
+
+ private:
+  const shape* shape_;
+  const tensor* tensor_ = nullptr;
+};
+
+// ---- matmul ------------------------------------------------------------------------------
+
+/// matmul's output shape for a and b (batch dims broadcast, then [M, N]) and its inner
+/// dimension K.
+struct matmul_dims {
+  shape out;
+  std::int64_t k = 0;
+};
+
+/// The dimensions of op(a) @ op(b) (matmul and fused_matmul). Throws invalid_argument when
+/// a rank is below 2, the K of a and b differ (both known) or the batch dimensions do not
+/// broadcast. At inference, unknown dimensions (-1) stay unknown in the result.
+matmul_dims matmul_dims_of(operand a, operand b, bool transpose_a, bool transpose_b);
+
+// ---- bias_add ----------------------------------------------------------------------------
+
+/// True for the data_format "NCHW" (channels in dimension 1), false for "NHWC" (channels
+/// last).
+inline bool is_nchw(std::string_view data_format) noexcept {
+  return data_format == "NCHW";
+}
+
+/// The channel dimension of bias_add's input of rank `rank` (>= 2): 1 for NCHW, else the
+/// last (NHWC, and a matmul product's columns).
+inline std::size_t channel_axis(std::size_t rank, bool nchw) noexcept {
+  return nchw ? 1 : rank - 1;
+}
+
+/// bias_add's input seen as [outer, channels, inner]: rows of channels for NHWC (inner 1),
+/// N planes of channels x inner (the spatial size) for NCHW.
+struct bias_add_geometry {
+  std::int64_t outer = 1;
+  std::int64_t channels = 0;
+  std::int64_t inner = 1;
+};
+
+/// The geometry of bias_add's input x, checked at run time: x of rank >= 2, a bias of rank
+/// 1 and of the channel count's length. Throws invalid_argument.
+bias_add_geometry bias_add_geometry_of(const tensor& x, const tensor& bias, bool nchw);
+
+// ---- windows: conv2d and pooling ----------------------------------------------------------
+
+/// [top, bottom, left, right] from a padding attribute of 4 values, or of 2 ([h, w],
+/// symmetric). The attribute's validator has checked the length.
+inline std::array<std::int64_t, 4> padding4(const std::vector<std::int64_t>& p) {
+  if (p.size() == 2) return {p[0], p[0], p[1], p[1]};
+  return {p[0], p[1], p[2], p[3]};
+}
+
+/// Output size along one spatial dimension: (in + pad0 + pad1 - dilation * (k - 1) - 1) /
+/// stride + 1; -1 when `in` or `k` is unknown (-1); -2 when the (dilated) window is larger
+/// than the padded input.
+inline std::int64_t window_out_size(std::int64_t in, std::int64_t k, std::int64_t stride,
+                                    std::int64_t dilation, std::int64_t pad0, std::int64_t pad1) {
+  if (in < 0 || k < 0) return -1;
+  const std::int64_t span = dilation * (k - 1) + 1;
+  const std::int64_t padded = in + pad0 + pad1;
+  if (padded < span) return -2;
+  return (padded - span) / stride + 1;
+}
+
+/// The window attributes of conv2d, its gradients and fused_conv2d.
+struct conv_window {
+  std::int64_t groups = 1;
+  std::array<std::int64_t, 2> stride{1, 1};
+  std::array<std::int64_t, 2> dilation{1, 1};
+  std::array<std::int64_t, 4> pad{};  // top, bottom, left, right
+};
+
+/// The window of the attribute values `groups`, `strides`, `dilations` (2 values each) and
+/// `padding` (2 or 4), as the op definitions validate them.
+inline conv_window conv_window_of(std::int64_t groups, const std::vector<std::int64_t>& strides,
+                                  const std::vector<std::int64_t>& dilations,
+                                  const std::vector<std::int64_t>& padding) {
+  return {groups,
+          {strides.at(0), strides.at(1)},
+          {dilations.at(0), dilations.at(1)},
+          padding4(padding)};
+}
+
+/// A convolution x [n, c, h, w] * filter [o, cg, kh, kw] -> y [n, o, oh, ow], cg = c /
+/// groups: what conv2d computes and its gradients differentiate.
+struct conv_geometry {
+  std::int64_t n, c, h, w;     // input
+  std::int64_t o, cg, kh, kw;  // filter
+  std::int64_t oh, ow;         // output: window_out_size's (-1 unknown, -2 too large)
+  std::int64_t groups;
+  std::array<std::int64_t, 2> stride, dilation;
+  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
+
+  /// [n, o, oh, ow].
+  [[nodiscard]] shape output_shape() const { return shape{n, o, oh, ow}; }
+  /// The channels fit the groups (c = cg * groups, o a multiple of groups) and the window
+  /// is not empty: the kernels' check, every dimension known.
+  [[nodiscard]] bool fits() const noexcept {
+    return c == cg * groups && o % groups == 0 && kh != 0 && kw != 0;
+  }
+  /// The filter (dilated) fits the padded input: oh and ow are not -2.
+  [[nodiscard]] bool window_fits() const noexcept { return oh != -2 && ow != -2; }
+};
+
+/// The geometry of input shape `x` and filter shape `w` (rank 4; dimensions may be -1 at
+/// inference) under `win`. Checks nothing: callers check fits() and window_fits() with
+/// their own messages.
+inline conv_geometry conv2d_geometry(const shape& x, const shape& w, const conv_window& win) {
+  conv_geometry g{};
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.o = w[0], g.cg = w[1], g.kh = w[2], g.kw = w[3];
+  g.groups = win.groups;
+  g.stride = win.stride;
+  g.dilation = win.dilation;
+  g.pad = win.pad;
+  g.oh = window_out_size(g.h, g.kh, g.stride[0], g.dilation[0], g.pad[0], g.pad[1]);
+  g.ow = window_out_size(g.w, g.kw, g.stride[1], g.dilation[1], g.pad[2], g.pad[3]);
+  return g;
+}
+
+/// The window attributes of the pooling ops and their gradients.
+struct pool_window {
+  std::array<std::int64_t, 2> kernel{};
+  std::array<std::int64_t, 2> stride{};
+  std::array<std::int64_t, 4> pad{};  // top, bottom, left, right
+};
+
+/// The window of the attribute values `kernel` (2 values), `strides` (2, or none: the
+/// kernel's) and `padding` (2 or 4), as the op definitions validate them.
+inline pool_window pool_window_of(const std::vector<std::int64_t>& kernel,
+                                  const std::vector<std::int64_t>& strides,
+                                  const std::vector<std::int64_t>& padding) {
+  const std::vector<std::int64_t>& s = strides.empty() ? kernel : strides;
+  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding)};
+}
+
+/// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward ops and
+/// their gradients share it).
+struct pool_geometry {
+  std::int64_t n, c, h, w, oh, ow;  // oh, ow: window_out_size's (-1 unknown, -2 too large)
+  std::array<std::int64_t, 2> kernel, stride;
+  std::array<std::int64_t, 4> pad;  // top, bottom, left, right
+
+  /// [n, c, oh, ow].
+  [[nodiscard]] shape output_shape() const { return shape{n, c, oh, ow}; }
+  /// The window fits the padded input: oh and ow are not -2.
+  [[nodiscard]] bool window_fits() const noexcept { return oh != -2 && ow != -2; }
+};
+
+/// The geometry of an input shape `x` (rank 4; dimensions may be -1 at inference) under
+/// `win`. Checks nothing: callers check with their own messages.
+inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
+  pool_geometry g{};
+  g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
+  g.kernel = win.kernel;
+  g.stride = win.stride;
+  g.pad = win.pad;
+  g.oh = window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
+  g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
+  return g;
+}
+
+// ---- fused epilogue (fused_matmul, fused_conv2d) ----------------------------------------
+
+/// The activations of a fused epilogue, in the order of activation_names.
+enum class activation { none, relu, gelu, gelu_tanh, tanh, sigmoid };
+
+/// The values of the "activation" attribute, in the order of `activation`.
+inline constexpr std::array<std::string_view, 6> activation_names = {
+    "none", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
+
+/// The activation named `name`. Throws invalid_argument for another name.
+activation activation_of(std::string_view name);
+
+/// A fused node's input count against its attributes: 2 (the core's) + has_bias +
+/// has_residual. Throws invalid_argument.
+void check_epilogue_inputs(std::size_t inputs, bool has_bias, bool has_residual);
+
+/// At run time: the bias (when not null) is [out[channel]], the residual (when not null)
+/// has shape `out`. Throws invalid_argument.
+void check_epilogue_args(const shape& out, std::size_t channel, const tensor* bias,
+                         const tensor* residual);
+
+}  // namespace loom::nn_rules
