@@ -31,7 +31,7 @@
 #include <string_view>
 
 #include "elementwise_ops.hpp"
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "loom/core/half.hpp"
 #include "nn_kernels.hpp"
 
@@ -148,11 +148,11 @@ class fused_kernel : public op_kernel {
         type_(c.attr<dtype>("T")),
         has_bias_(c.attr<bool>("has_bias")),
         has_residual_(c.attr<bool>("has_residual")),
-        act_(check_rule(
+        act_(common::apply_rule(
             c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); })),
         channel_axis_(channel_axis),
         plain_(plain_kernel(c, plain_op)) {
-    check_rule(c, [&] {
+    common::apply_rule(c, [&] {
       nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
     });
   }
@@ -196,7 +196,7 @@ class fused_kernel : public op_kernel {
 
   // Fails unless the bias is [out[channel]] and the residual has shape `out`.
   void check_args(kernel_context& ctx, const shape& out) const {
-    check_rule(ctx, [&] {
+    common::apply_rule(ctx, [&] {
       nn_rules::check_epilogue_args(out, channel(out), has_bias_ ? &ctx.input(2) : nullptr,
                                     has_residual_ ? &ctx.input(residual_input()) : nullptr);
     });

@@ -3,7 +3,7 @@
 #include "nn_kernels.hpp"
 
 #include "cpu_kernels.hpp"
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -52,7 +52,7 @@ class bias_add_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const shape s = ctx.input(0).shape();
-    const auto g = check_rule(
+    const auto g = common::apply_rule(
         ctx, [&] { return nn_rules::bias_add_geometry_of(ctx.input(0), ctx.input(1), nchw_); });
     // Output first, so that a contiguous input held by this node alone is written in place.
     tensor& out = ctx.forward_input_or_allocate_output(0, 0, s);

@@ -10,7 +10,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "loom/core/half.hpp"
 #include "loom/device/thread_pool.hpp"
 #include "nn_kernels.hpp"
@@ -190,7 +190,7 @@ class matmul_kernel final : public op_kernel {
     const tensor& a = ctx.input(0);
     const tensor& b = ctx.input(1);
     const auto [out_shape, ka] =
-        check_rule(ctx, [&] { return nn_rules::matmul_dims_of(a, b, transpose_a_, transpose_b_); });
+        common::apply_rule(ctx, [&] { return nn_rules::matmul_dims_of(a, b, transpose_a_, transpose_b_); });
     tensor& out = ctx.allocate_output(0, out_shape);
     if (out.num_elements() == 0) return;
     if (ka == 0) {

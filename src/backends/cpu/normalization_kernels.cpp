@@ -606,14 +606,14 @@ const compute_t<T>* params_in_c(const tensor& p, std::vector<compute_t<T>>& hold
 
 // ---- kernels ----------------------------------------------------------------------------
 
-class layer_norm_kernel final : public kernel_common::layer_norm_kernel_base {
+class layer_norm_kernel final : public common::layer_norm_kernel_base {
  public:
   explicit layer_norm_kernel(const kernel_construction& c)
       : layer_norm_kernel_base(c), eps_(c.attr<double>("epsilon")) {}
 
   void compute(kernel_context& ctx) override {
     const normalization_rules::layer_norm_geometry g = forward_geometry(ctx);
-    const kernel_common::layer_norm_tensors io(ctx, g);
+    const common::layer_norm_tensors io(ctx, g);
     const tensor& x = io.x;
     const std::int64_t rows = g.rows;
     const std::int64_t n = g.n;
@@ -662,13 +662,13 @@ std::int64_t group_rows_for(std::int64_t rows, std::int64_t n) {
   return std::max<std::int64_t>(min_group_rows, (rows + groups - 1) / groups);
 }
 
-class layer_norm_grad_kernel final : public kernel_common::layer_norm_kernel_base {
+class layer_norm_grad_kernel final : public common::layer_norm_kernel_base {
  public:
   using layer_norm_kernel_base::layer_norm_kernel_base;
 
   void compute(kernel_context& ctx) override {
     const normalization_rules::layer_norm_geometry g = backward_geometry(ctx);
-    const kernel_common::layer_norm_grad_tensors io(ctx, g);
+    const common::layer_norm_grad_tensors io(ctx, g);
     visit_dtype(io.x.type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (float_type_v<T>) {

@@ -32,7 +32,7 @@
 
 #include "cpu_kernels.hpp"
 #include "kernel/common/optimizer_state.hpp"
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "loom/core/half.hpp"
 #include "loom/graph/ops/optimizer_rules.hpp"
 #include "loom/kernel/multi_tensor_apply.hpp"
@@ -394,9 +394,9 @@ class optimizer_kernel : public op_kernel {
  private:
   step_constants read_constants(kernel_context& ctx) const {
     const tensor& lr_t = ctx.input(node_.lr);
-    check_rule(ctx, [&] { optimizer_rules::check_scalar_input(lr_t, "lr", node_.lr, dtype::f32); });
+    common::apply_rule(ctx, [&] { optimizer_rules::check_scalar_input(lr_t, "lr", node_.lr, dtype::f32); });
     const double lr = *lr_t.data<float>();
-    check_rule(ctx, [&] { optimizer_rules::check_lr(lr, node_.lr); });
+    common::apply_rule(ctx, [&] { optimizer_rules::check_lr(lr, node_.lr); });
     step_constants c;
     c.algo = node_.algo;
     if (node_.algo == algorithm::sgd) {
@@ -405,10 +405,10 @@ class optimizer_kernel : public op_kernel {
       return c;
     }
     const tensor& step_t = ctx.input(node_.step);
-    check_rule(
+    common::apply_rule(
         ctx, [&] { optimizer_rules::check_scalar_input(step_t, "step", node_.step, dtype::i64); });
     const std::int64_t step = *step_t.data<std::int64_t>();
-    check_rule(ctx, [&] { optimizer_rules::check_step(step, node_.step); });
+    common::apply_rule(ctx, [&] { optimizer_rules::check_step(step, node_.step); });
     c.adam = optim::make_adam_constants(lr, step, node_.beta1, node_.beta2, node_.eps,
                                         node_.weight_decay, node_.algo == algorithm::adamw);
     return c;
@@ -416,11 +416,11 @@ class optimizer_kernel : public op_kernel {
 
   float read_grad_scale(kernel_context& ctx) const {
     const tensor& s = ctx.input(node_.scale);
-    check_rule(ctx, [&] {
+    common::apply_rule(ctx, [&] {
       optimizer_rules::check_scalar_input(s, "grad_scale", node_.scale, dtype::f32);
     });
     const float v = *s.data<float>();
-    check_rule(ctx, [&] { optimizer_rules::check_grad_scale(v, node_.scale); });
+    common::apply_rule(ctx, [&] { optimizer_rules::check_grad_scale(v, node_.scale); });
     return v;
   }
 

@@ -153,8 +153,7 @@ C extreme(const C* p, std::int64_t n, bool& saw_nan) noexcept {
 
 // Shared with every backend: dense inputs and rule checks (kernel/common/reduction_helpers.hpp),
 // the split of a shape around an axis (loom/graph/ops/reduction_rules.hpp).
-using kernel_common::by_rule;
-using kernel_common::dense_input;
+using common::dense_input;
 using reduction_rules::axis_split;
 using reduction_rules::split_at;
 

@@ -351,9 +351,9 @@ void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& 
 }
 
 template <reduce_kind K>
-class reduce_kernel final : public kernel_common::reduce_kernel_base<K> {
+class reduce_kernel final : public common::reduce_kernel_base<K> {
  public:
-  using kernel_common::reduce_kernel_base<K>::reduce_kernel_base;
+  using common::reduce_kernel_base<K>::reduce_kernel_base;
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
@@ -461,7 +461,7 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
                    });
 }
 
-class argmax_kernel final : public kernel_common::axis_kernel_base {
+class argmax_kernel final : public common::axis_kernel_base {
  public:
   using axis_kernel_base::axis_kernel_base;
 

@@ -168,7 +168,7 @@ void softmax_into(kernel_context& ctx, const T* x, T* y, const axis_split& sp) {
 }
 
 template <bool Log>
-class softmax_kernel final : public kernel_common::axis_kernel_base {
+class softmax_kernel final : public common::axis_kernel_base {
  public:
   using axis_kernel_base::axis_kernel_base;
 
@@ -260,7 +260,7 @@ class xent_kernel final : public op_kernel {
     tensor hold_l;
     const tensor& x = dense_input(ctx, 0, hold_x);
     const tensor& labels = dense_input(ctx, 1, hold_l);
-    by_rule(ctx, [&] { reduction_rules::check_xent_shapes(x.shape(), labels.shape()); });
+    common::apply_rule(ctx, [&] { reduction_rules::check_xent_shapes(x.shape(), labels.shape()); });
     const std::int64_t rows = x.dim(0);
     const std::int64_t classes = x.dim(1);
     tensor& backprop = ctx.forward_input_or_allocate_output(0, 1, x.shape());

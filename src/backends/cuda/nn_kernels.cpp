@@ -11,7 +11,7 @@
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "kernels/bias_add.cuh"
 #include "loom/graph/ops/nn_rules.hpp"
 
@@ -39,7 +39,7 @@ class bias_add_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     // Every check before the first CUDA call: the shapes (the op's rule), then the dtype.
     const shape s = ctx.input(0).shape();
-    const nn_rules::bias_add_geometry g = check_rule(
+    const nn_rules::bias_add_geometry g = common::apply_rule(
         ctx, [&] { return nn_rules::bias_add_geometry_of(ctx.input(0), ctx.input(1), nchw_); });
     if (!kernels::bias_add_supports(elem_)) {
       ctx.fail("bias_add has no kernel for {}", to_string(type_));

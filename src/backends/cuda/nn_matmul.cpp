@@ -43,7 +43,7 @@
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "kernels/epilogue.cuh"
 #include "loom/graph/ops/nn_rules.hpp"
 #include "matmul_batches.hpp"
@@ -318,7 +318,7 @@ epilogue_activation activation_of(const kernel_construction& c) {
   static_assert(static_cast<int>(epilogue_activation::sigmoid) ==
                 static_cast<int>(nn_rules::activation::sigmoid));
   const nn_rules::activation a =
-      check_rule(c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); });
+      common::apply_rule(c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); });
   return static_cast<epilogue_activation>(static_cast<int>(a));
 }
 
@@ -334,19 +334,19 @@ class lt_matmul_kernel : public op_kernel {
       has_bias_ = c.attr<bool>("has_bias");
       has_residual_ = c.attr<bool>("has_residual");
       act_ = activation_of(c);
-      check_rule(c, [&] {
+      common::apply_rule(c, [&] {
         nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
       });
     }
   }
 
   void compute(kernel_context& ctx) override {
-    const nn_rules::matmul_dims dims = check_rule(ctx, [&] {
+    const nn_rules::matmul_dims dims = common::apply_rule(ctx, [&] {
       return nn_rules::matmul_dims_of(ctx.input(0), ctx.input(1), transpose_a_, transpose_b_);
     });
     const shape& out_shape = dims.out;
     const std::int64_t k = dims.k;
-    check_rule(ctx, [&] {
+    common::apply_rule(ctx, [&] {
       nn_rules::check_epilogue_args(out_shape, out_shape.rank() - 1,
                                     has_bias_ ? &ctx.input(2) : nullptr,
                                     has_residual_ ? &ctx.input(has_bias_ ? 3 : 2) : nullptr);

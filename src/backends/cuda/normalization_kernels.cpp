@@ -20,7 +20,7 @@ using namespace reduction;
 
 // ---- layer_norm ---------------------------------------------------------------------------
 
-class layer_norm_kernel final : public kernel_common::layer_norm_kernel_base {
+class layer_norm_kernel final : public common::layer_norm_kernel_base {
  public:
   explicit layer_norm_kernel(const kernel_construction& c)
       : layer_norm_kernel_base(c), eps_(c.attr<double>("epsilon")) {}
@@ -32,7 +32,7 @@ class layer_norm_kernel final : public kernel_common::layer_norm_kernel_base {
       ctx.fail("layer_norm has no kernel for {}", to_string(t));
     }
     launch_scope scope(ctx);
-    const kernel_common::layer_norm_tensors io(ctx, g);
+    const common::layer_norm_tensors io(ctx, g);
     if (g.rows == 0) return;
     if (g.n == 0) {  // the mean of nothing
       fill(ctx, scope, io.mean, std::numeric_limits<double>::quiet_NaN());
@@ -49,7 +49,7 @@ class layer_norm_kernel final : public kernel_common::layer_norm_kernel_base {
   double eps_;
 };
 
-class layer_norm_grad_kernel final : public kernel_common::layer_norm_kernel_base {
+class layer_norm_grad_kernel final : public common::layer_norm_kernel_base {
  public:
   using layer_norm_kernel_base::layer_norm_kernel_base;
 
@@ -60,7 +60,7 @@ class layer_norm_grad_kernel final : public kernel_common::layer_norm_kernel_bas
       ctx.fail("layer_norm_grad has no kernel for {}", to_string(t));
     }
     launch_scope scope(ctx);
-    const kernel_common::layer_norm_grad_tensors io(ctx, g);
+    const common::layer_norm_grad_tensors io(ctx, g);
     if (g.rows == 0 || g.n == 0) {  // sums over no rows: zeros
       fill(ctx, scope, io.dgamma, 0.0);
       fill(ctx, scope, io.dbeta, 0.0);

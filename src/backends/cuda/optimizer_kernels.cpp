@@ -38,7 +38,7 @@
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
 #include "kernel/common/optimizer_state.hpp"
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "kernels/optimizer.cuh"
 #include "loom/graph/ops/optimizer_rules.hpp"
 #include "loom/kernel/multi_tensor_apply.hpp"
@@ -262,22 +262,22 @@ class optimizer_kernel : public op_kernel {
   kernels::optim_scalars read_scalars(kernel_context& ctx) const {
     kernels::optim_scalars sc;
     const tensor& lr_t = ctx.input(node_.lr);
-    check_rule(ctx, [&] { optimizer_rules::check_scalar_input(lr_t, "lr", node_.lr, dtype::f32); });
+    common::apply_rule(ctx, [&] { optimizer_rules::check_scalar_input(lr_t, "lr", node_.lr, dtype::f32); });
     if (on_host(lr_t)) {
       const double lr = *lr_t.data<float>();
-      check_rule(ctx, [&] { optimizer_rules::check_lr(lr, node_.lr); });
+      common::apply_rule(ctx, [&] { optimizer_rules::check_lr(lr, node_.lr); });
       sc.lr_value = *lr_t.data<float>();
     } else {
       sc.lr = lr_t.data<float>();
     }
     if (node_.algo != algorithm::sgd) {
       const tensor& step_t = ctx.input(node_.step);
-      check_rule(ctx, [&] {
+      common::apply_rule(ctx, [&] {
         optimizer_rules::check_scalar_input(step_t, "step", node_.step, dtype::i64);
       });
       if (on_host(step_t)) {
         const std::int64_t step = *step_t.data<std::int64_t>();
-        check_rule(ctx, [&] { optimizer_rules::check_step(step, node_.step); });
+        common::apply_rule(ctx, [&] { optimizer_rules::check_step(step, node_.step); });
         sc.step_value = step;
       } else {
         sc.step = step_t.data<std::int64_t>();
@@ -285,12 +285,12 @@ class optimizer_kernel : public op_kernel {
     }
     if (node_.fused) {
       const tensor& st = ctx.input(node_.scale);
-      check_rule(ctx, [&] {
+      common::apply_rule(ctx, [&] {
         optimizer_rules::check_scalar_input(st, "grad_scale", node_.scale, dtype::f32);
       });
       if (on_host(st)) {
         const float v = *st.data<float>();
-        check_rule(ctx, [&] { optimizer_rules::check_grad_scale(v, node_.scale); });
+        common::apply_rule(ctx, [&] { optimizer_rules::check_grad_scale(v, node_.scale); });
         sc.grad_scale_value = v;
       } else {
         sc.grad_scale = st.data<float>();

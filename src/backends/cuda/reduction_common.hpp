@@ -23,8 +23,7 @@ static_assert(static_cast<int>(kernels::elem_type::i64) == static_cast<int>(dtyp
 static_assert(static_cast<int>(kernels::elem_type::i8) == static_cast<int>(dtype::i8));
 static_assert(static_cast<int>(kernels::elem_type::u8) == static_cast<int>(dtype::u8));
 
-using kernel_common::by_rule;
-using kernel_common::dense_input;
+using common::dense_input;
 
 /// The device code's element type of t (the same numbering).
 inline kernels::elem_type elem_of(dtype t) {

@@ -42,9 +42,9 @@ static_assert(static_cast<int>(reduce_op::sum) == static_cast<int>(reduce_kind::
 // ---- reduce_* -----------------------------------------------------------------------------
 
 template <reduce_kind K>
-class reduce_kernel final : public kernel_common::reduce_kernel_base<K> {
+class reduce_kernel final : public common::reduce_kernel_base<K> {
  public:
-  using kernel_common::reduce_kernel_base<K>::reduce_kernel_base;
+  using common::reduce_kernel_base<K>::reduce_kernel_base;
 
   void compute(kernel_context& ctx) override {
     constexpr reduce_op op = static_cast<reduce_op>(static_cast<int>(K));
@@ -131,7 +131,7 @@ class reduce_kernel final : public kernel_common::reduce_kernel_base<K> {
 
 // ---- argmax -----------------------------------------------------------------------------
 
-class argmax_kernel final : public kernel_common::axis_kernel_base {
+class argmax_kernel final : public common::axis_kernel_base {
  public:
   using axis_kernel_base::axis_kernel_base;
 
@@ -157,7 +157,7 @@ class argmax_kernel final : public kernel_common::axis_kernel_base {
 // ---- softmax / log_softmax ----------------------------------------------------------------
 
 template <bool Log>
-class softmax_kernel final : public kernel_common::axis_kernel_base {
+class softmax_kernel final : public common::axis_kernel_base {
  public:
   using axis_kernel_base::axis_kernel_base;
 
@@ -189,7 +189,7 @@ class xent_kernel final : public op_kernel {
     const shape xs = ctx.input(0).shape();
     const shape ls = ctx.input(1).shape();
     const dtype t = ctx.input(0).type();
-    by_rule(ctx, [&] { reduction_rules::check_xent_shapes(xs, ls); });
+    common::apply_rule(ctx, [&] { reduction_rules::check_xent_shapes(xs, ls); });
     if (!kernels::softmax_supports(elem_of(t))) {
       ctx.fail("softmax_cross_entropy has no kernel for {}", to_string(t));
     }

@@ -11,10 +11,12 @@
 
 namespace loom::common {
 
-/// Returns rule()'s result; an invalid_argument it throws becomes ctx.fail(message). Call it
-/// around the rule alone, not around code whose own invalid_argument must pass unchanged.
-template <class Rule>
-decltype(auto) apply_rule(const kernel_context& ctx, Rule&& rule) {
+/// Returns rule()'s result; an invalid_argument it throws becomes ctx.fail(message), where
+/// ctx is a kernel_context (at run time) or a kernel_construction (a check on attributes
+/// when the kernel is made): a node_error naming the node, op and device. Call it around
+/// the rule alone, not around code whose own invalid_argument must pass unchanged.
+template <class Context, class Rule>
+decltype(auto) apply_rule(const Context& ctx, Rule&& rule) {
   try {
     return std::forward<Rule>(rule)();
   } catch (const invalid_argument& e) {

@@ -10,7 +10,7 @@
 #include "loom/graph/ops/normalization_rules.hpp"
 #include "loom/kernel/op_kernel.hpp"
 
-namespace loom::kernel_common {
+namespace loom::common {
 
 /// Base of the layer_norm and layer_norm_grad kernels: the node's axis (and epsilon, for
 /// layer_norm).
@@ -23,7 +23,7 @@ class layer_norm_kernel_base : public op_kernel {
   /// layer_norm's geometry over its input x, checking gamma and beta (inputs 1 and 2); a
   /// rule's failure fails the node.
   normalization_rules::layer_norm_geometry forward_geometry(const kernel_context& ctx) const {
-    return by_rule(ctx, [&] {
+    return common::apply_rule(ctx, [&] {
       const shape& x = ctx.input(0).shape();
       auto g = normalization_rules::layer_norm_geometry_of(x, axis_);
       normalization_rules::check_layer_norm_params(g, x, ctx.input(1).shape(),
@@ -35,7 +35,7 @@ class layer_norm_kernel_base : public op_kernel {
   /// layer_norm_grad's geometry over its input x (input 1), checking dy, gamma, mean and
   /// rstd (inputs 0, 2, 3, 4).
   normalization_rules::layer_norm_geometry backward_geometry(const kernel_context& ctx) const {
-    return by_rule(ctx, [&] {
+    return common::apply_rule(ctx, [&] {
       const shape& x = ctx.input(1).shape();
       auto g = normalization_rules::layer_norm_geometry_of(x, axis_);
       normalization_rules::check_layer_norm_grad_args(g, x, ctx.input(0).shape(),
@@ -106,4 +106,4 @@ class layer_norm_grad_tensors {
   tensor& dbeta;
 };
 
-}  // namespace loom::kernel_common
+}  // namespace loom::common

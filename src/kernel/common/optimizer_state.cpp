@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "kernel/common/rule_check.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "loom/graph/ops/optimizer_rules.hpp"
 
 namespace loom::optim {
@@ -147,7 +147,7 @@ std::vector<tensor> dense_grads(kernel_context& ctx, const optimizer_node& n,
   for (std::size_t k = 0; k < count; ++k) {
     grads[k] = ctx.input_contiguous(n.grads + k);
     const param_info& p = n.params[k];
-    check_rule(ctx,
+    common::apply_rule(ctx,
                [&] { optimizer_rules::check_grad(grads[k], n.grad_name(k), p.name, p.shape); });
     sizes[k] = p.shape.num_elements();
   }

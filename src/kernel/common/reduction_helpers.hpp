@@ -6,28 +6,14 @@
 #pragma once
 
 #include <cstddef>
-#include <string>
-#include <utility>
-
 #include <cstdint>
 #include <vector>
 
-#include "loom/core/error.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "loom/graph/ops/reduction_rules.hpp"
 #include "loom/kernel/op_kernel.hpp"
 
-namespace loom::kernel_common {
-
-/// Calls `rule()` and returns what it returns; a loom::invalid_argument it throws becomes
-/// ctx.fail with the same message (a loom::node_error naming the node and its device).
-template <class Rule>
-decltype(auto) by_rule(const kernel_context& ctx, Rule&& rule) {
-  try {
-    return std::forward<Rule>(rule)();
-  } catch (const invalid_argument& e) {
-    ctx.fail(std::string(e.what()));
-  }
-}
+namespace loom::common {
 
 /// An input as a dense tensor: the input itself when contiguous (a reference into the
 /// context, so forwarding its buffer stays possible), else a copy on the kernel's device
@@ -52,7 +38,7 @@ class reduce_kernel_base : public op_kernel {
   /// The reduction's geometry over an input of shape s (reduce_geometry_of, then
   /// check_identity); a rule's failure fails the node.
   reduction_rules::reduce_geometry geometry(const kernel_context& ctx, const shape& s) const {
-    return by_rule(ctx, [&] {
+    return common::apply_rule(ctx, [&] {
       auto g = reduction_rules::reduce_geometry_of(s, axes_, keepdims_);
       reduction_rules::check_identity(K, g, s);
       return g;
@@ -73,12 +59,12 @@ class axis_kernel_base : public op_kernel {
  protected:
   /// The axis in [0, rank) of s and the split around it; an axis out of range fails the node.
   reduction_rules::along_axis along(const kernel_context& ctx, const shape& s) const {
-    return by_rule(ctx, [&] { return reduction_rules::along_axis_of(s, axis_); });
+    return common::apply_rule(ctx, [&] { return reduction_rules::along_axis_of(s, axis_); });
   }
 
   /// As along, for argmax: an empty axis fails the node too.
   reduction_rules::along_axis argmax_along(const kernel_context& ctx, const shape& s) const {
-    return by_rule(ctx, [&] {
+    return common::apply_rule(ctx, [&] {
       const auto a = reduction_rules::along_axis_of(s, axis_);
       reduction_rules::check_argmax_axis(a, s);
       return a;
@@ -89,4 +75,4 @@ class axis_kernel_base : public op_kernel {
   std::int64_t axis_;
 };
 
-}  // namespace loom::kernel_common
+}  // namespace loom::common
