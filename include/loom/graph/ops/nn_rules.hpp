@@ -7,8 +7,8 @@
 //
 // Note [nn rule messages]
 // A rule throws loom::invalid_argument; a kernel turns it into its node_error (ctx.fail,
-// through check_rule in src/kernel/common/rule_check.hpp). Shape inference and the kernels
-// have always worded some failures differently: a kernel names each tensor with its dtype
+// through common::apply_rule in src/kernel/common/apply_rule.hpp). Shape inference and the
+// kernels have always worded some failures differently: a kernel names each tensor with its dtype
 // and device ("float32[2, 3] on /device:CPU:0") where inference names the shape it knows
 // ("[2, 3]", dimensions -1 when unknown). A rule given an `operand` names it the way its
 // caller does: the shape for inference, the tensor for a kernel.

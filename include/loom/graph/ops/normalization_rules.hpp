@@ -2,7 +2,7 @@
 // at the normalised axis and the checks on gamma, beta, mean and rstd. Written once, for the
 // ops' shape inference (normalization_ops.cpp) and for every backend's kernels at run time;
 // each check throws loom::invalid_argument with the message the node fails with (a kernel
-// reports it through src/kernel/common/reduction_helpers.hpp's by_rule).
+// reports it through common::apply_rule in src/kernel/common/apply_rule.hpp).
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // gradients, as pure functions over dtypes, shapes and values. Shape inference
 // (src/graph/ops/optimizer_ops.cpp) and every backend's optimizer kernels call them, so a
 // bad step fails alike everywhere; each throws loom::invalid_argument, which a kernel
-// reports as its node_error (check_rule, src/kernel/common/rule_check.hpp).
+// reports as its node_error (common::apply_rule, src/kernel/common/apply_rule.hpp).
 #pragma once
 
 #include <cstddef>

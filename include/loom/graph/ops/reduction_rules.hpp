@@ -3,7 +3,7 @@
 // the argument checks. Written once, for the ops' shape inference (reduction_ops.cpp, when
 // shapes are known) and for every backend's kernels at run time. Each check throws
 // loom::invalid_argument with the message the node fails with; a kernel reports it through
-// kernel_context::fail (src/kernel/common/reduction_helpers.hpp, by_rule).
+// kernel_context::fail (common::apply_rule, src/kernel/common/apply_rule.hpp).
 //
 // Graph inference and kernels word two failures differently (inference may see aliases of
 // an axis before the rank is known): `rule_caller` picks the wording.
