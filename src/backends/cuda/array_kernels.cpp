@@ -19,10 +19,10 @@
 #include <cstring>
 #include <optional>
 
-#include "backends/cpu/elementwise_math.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/elementwise_convert.hpp"
 #include "kernels/array.cuh"
 
 namespace loom::cuda {
@@ -51,13 +51,13 @@ std::size_t axis_in(const kernel_context& ctx, std::int64_t axis, const tensor& 
   return static_cast<std::size_t>(axis < 0 ? axis + rank : axis);
 }
 
-// The bits of `v` converted to T as one_hot's values and pad's constant are (CPU:
-// wrap_from_double), in the low bytes.
+// The bits of `v` converted to T as one_hot's values and pad's constant are (wrap_from_double,
+// as on CPU), in the low bytes.
 std::uint64_t element_bits(dtype t, double v) {
   std::uint64_t bits = 0;
   visit_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    const T e = cpu::ew::wrap_from_double<T>(v);
+    const T e = ew::wrap_from_double<T>(v);
     std::memcpy(&bits, &e, sizeof(T));
   });
   return bits;
