@@ -1,6 +1,7 @@
 // Conversions of a double to an element type, shared by every backend's kernels: cast's
 // float-to-integer saturation, and the values of fill / zeros / ones / range (from_double) and
-// of one_hot / pad (wrap_from_double), made once on the host.
+// of one_hot / pad (wrap_from_double), made once on the host. saturate_cast is also device
+// code under nvcc (the CUDA cast kernel's, in kernels/elementwise_device.cuh).
 #pragma once
 
 #include <algorithm>
@@ -9,13 +10,19 @@
 #include <limits>
 #include <type_traits>
 
+#if defined(__CUDACC__)
+#define LOOM_CONVERT_FN __host__ __device__ __forceinline__
+#else
+#define LOOM_CONVERT_FN inline
+#endif
+
 namespace loom::ew {
 
 /// x converted to integer type I: truncated toward zero, saturated at I's range, NaN -> 0.
 /// (C++ leaves out-of-range conversions undefined; NumPy's results there are platform
 /// accidents. Saturation is what Rust's `as` and most accelerators do.)
 template <class I, class F>
-inline I saturate_cast(F x) noexcept {
+LOOM_CONVERT_FN I saturate_cast(F x) noexcept {
   const double v = static_cast<double>(x);
   // 2^(digits) is exact in double for every I here (at most 2^63).
   constexpr double hi = static_cast<double>(std::numeric_limits<I>::max()) + 1.0;
@@ -55,3 +62,5 @@ inline T wrap_from_double(double v) noexcept {
 }
 
 }  // namespace loom::ew
+
+#undef LOOM_CONVERT_FN

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "elementwise.cuh"
+#include "kernel/common/elementwise_convert.hpp"
 
 namespace loom::cuda::kernels::dev {
 
@@ -127,19 +128,11 @@ __device__ __forceinline__ T wrap_neg(T a) {
   }
 }
 
-// ---- conversions (as elementwise_math.hpp on CPU) --------------------------------------------
+// ---- conversions (as src/kernel/common/elementwise_convert.hpp on the host) -----------------
 
-/// x as integer type I: truncated toward zero, saturated at I's range, NaN -> 0.
-template <class I, class F>
-__device__ __forceinline__ I saturate_cast(F x) {
-  const double v = static_cast<double>(x);
-  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max()) + 1.0;
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  if (!(v == v)) return I{0};
-  if (v >= hi) return std::numeric_limits<I>::max();
-  if (v <= lo) return std::numeric_limits<I>::min();
-  return static_cast<I>(v);
-}
+/// x as integer type I: truncated toward zero, saturated at I's range, NaN -> 0 (the host's
+/// function, src/kernel/common/elementwise_convert.hpp).
+using loom::ew::saturate_cast;
 
 /// A double as T, as cast converts one: bool is v != 0, integers saturate, the 16-bit
 /// floats round through float.
