@@ -1,7 +1,8 @@
 // Scalar math for the CPU element-wise kernels: float32 exp / tanh written so that loops over
 // them vectorise (libm's are calls the compiler cannot vectorise), and integer arithmetic
 // that wraps instead of overflowing (NumPy's behaviour, and no undefined behaviour). The
-// conversions from double every backend shares are in src/kernel/common/elementwise_convert.hpp.
+// integer arithmetic and the conversions from double every backend shares are in
+// src/kernel/common/elementwise_binary_ops.hpp and elementwise_convert.hpp.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kernel/common/elementwise_binary_ops.hpp"
 #include "kernel/common/elementwise_convert.hpp"
 
 namespace loom::cpu::ew {
@@ -79,48 +81,13 @@ inline float fast_sigmoid(float x) noexcept {
   return 1.0f / (1.0f + fast_exp(-x));
 }
 
-// ---- integers that wrap ------------------------------------------------------------------------
+// ---- integers that wrap (src/kernel/common/elementwise_binary_ops.hpp) ----------------------
 
-template <class T>
-inline constexpr bool is_signed_int = std::is_integral_v<T>&& std::is_signed_v<T>;
-
-// Wider signed integers compute in their unsigned type, where overflow wraps; int8 and uint8
-// promote to int, where they cannot overflow, and convert back modulo 2^8.
-template <class T>
-inline T wrap_add(T a, T b) noexcept {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return static_cast<T>(a + b);
-  }
-}
-template <class T>
-inline T wrap_sub(T a, T b) noexcept {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-  } else {
-    return static_cast<T>(a - b);
-  }
-}
-template <class T>
-inline T wrap_mul(T a, T b) noexcept {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return static_cast<T>(a * b);
-  }
-}
-template <class T>
-inline T wrap_neg(T a) noexcept {
-  if constexpr (std::is_integral_v<T>) {
-    return wrap_sub(T{0}, a);
-  } else {
-    return -a;
-  }
-}
+using loom::ew::is_signed_int;
+using loom::ew::wrap_add;
+using loom::ew::wrap_mul;
+using loom::ew::wrap_neg;
+using loom::ew::wrap_sub;
 
 // ---- double -> element conversion ---------------------------------------------------------------
 

@@ -26,7 +26,8 @@ std::optional<shape> broadcast_shape(std::span<const std::optional<shape>* const
 
 void check_defined_shape(const shape& s) {
   for (auto dim : s.dims()) {
-    if (dim < 0) throw invalid_argument(fmt::format("shape {} must be fully defined", to_string(s)));
+    if (dim < 0)
+      throw invalid_argument(fmt::format("shape {} must be fully defined", to_string(s)));
   }
 }
 
