@@ -71,47 +71,25 @@ LOOM_EW_FN T wrap_neg(T a) noexcept {
 
 // ---- arithmetic --------------------------------------------------------------------------------
 
-struct add_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  LOOM_EW_OP C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_add(a, b);
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct sub_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  LOOM_EW_OP C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_sub(a, b);
-    } else {
-      return a - b;
-    }
-  }
-};
-
-struct mul_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  LOOM_EW_OP C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_mul(a, b);
-    } else {
-      return a * b;
-    }
-  }
-};
+// add, sub, mul: integers wrap (wrap_add, wrap_sub, wrap_mul), floats as IEEE.
+#define LOOM_ARITHMETIC(name, wrap, op)                \
+  struct name {                                        \
+    template <class T>                                 \
+    static constexpr bool supports = is_number<T>;     \
+    static constexpr bool bool_out = false;            \
+    template <class C>                                 \
+    LOOM_EW_OP C operator()(C a, C b) const noexcept { \
+      if constexpr (std::is_integral_v<C>) {           \
+        return wrap(a, b);                             \
+      } else {                                         \
+        return a op b;                                 \
+      }                                                \
+    }                                                  \
+  };
+LOOM_ARITHMETIC(add_op, wrap_add, +)
+LOOM_ARITHMETIC(sub_op, wrap_sub, -)
+LOOM_ARITHMETIC(mul_op, wrap_mul, *)
+#undef LOOM_ARITHMETIC
 
 // Integer division truncates toward zero, as C's does; INT_MIN / -1 wraps to INT_MIN. A zero
 // divisor gives 0 here: the CPU kernel fails the node before its loop (div_kernel), so the
@@ -136,33 +114,23 @@ struct div_op {
 };
 
 // NumPy's maximum / minimum (Note [NaN rules]): NaN on either side gives NaN; a tie gives b.
-struct maximum_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  LOOM_EW_OP C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_floating_point_v<C>) {
-      return rules::maximum(a, b);
-    } else {
-      return a > b ? a : b;
-    }
-  }
-};
-
-struct minimum_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  LOOM_EW_OP C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_floating_point_v<C>) {
-      return rules::minimum(a, b);
-    } else {
-      return a < b ? a : b;
-    }
-  }
-};
+#define LOOM_EXTREMUM(name, rule, cmp)                 \
+  struct name {                                        \
+    template <class T>                                 \
+    static constexpr bool supports = is_number<T>;     \
+    static constexpr bool bool_out = false;            \
+    template <class C>                                 \
+    LOOM_EW_OP C operator()(C a, C b) const noexcept { \
+      if constexpr (std::is_floating_point_v<C>) {     \
+        return rules::rule(a, b);                      \
+      } else {                                         \
+        return a cmp b ? a : b;                        \
+      }                                                \
+    }                                                  \
+  };
+LOOM_EXTREMUM(maximum_op, maximum, >)
+LOOM_EXTREMUM(minimum_op, minimum, <)
+#undef LOOM_EXTREMUM
 
 // ---- comparisons and logic ---------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 // Conversions of a double to an element type, shared by every backend's kernels: cast's
 // float-to-integer saturation, and the values of fill / zeros / ones / range (from_double) and
-// of one_hot / pad (wrap_from_double), made once on the host. saturate_cast is also device
-// code under nvcc (the CUDA cast kernel's, in kernels/elementwise_device.cuh).
+// of one_hot / pad (wrap_from_double), made once on the host. saturate_cast and from_double
+// are also device code under nvcc (the CUDA cast and range kernels', through
+// kernels/elementwise_device.cuh).
 #pragma once
 
 #include <algorithm>
@@ -34,9 +35,10 @@ LOOM_CONVERT_FN I saturate_cast(F x) noexcept {
 }
 
 /// A double as element type T, as cast converts it: to bool is v != 0; to an integer,
-/// saturate_cast; to float16 / bfloat16, rounded to nearest even through float.
+/// saturate_cast; to float16 / bfloat16, rounded to nearest even through float. Device code
+/// too for the other types (the CUDA kernels convert to their 16-bit types themselves).
 template <class T>
-inline T from_double(double v) noexcept {
+LOOM_CONVERT_FN T from_double(double v) noexcept {
   if constexpr (std::is_same_v<T, bool>) {
     return v != 0.0;
   } else if constexpr (std::is_integral_v<T>) {

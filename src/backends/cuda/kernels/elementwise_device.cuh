@@ -101,18 +101,14 @@ using loom::ew::wrap_sub;
 /// function, src/kernel/common/elementwise_convert.hpp).
 using loom::ew::saturate_cast;
 
-/// A double as T, as cast converts one: bool is v != 0, integers saturate, the 16-bit
-/// floats round through float.
+/// A double as T, as cast converts one: bool is v != 0, integers saturate (the host's
+/// loom::ew::from_double), the 16-bit floats round through float.
 template <class T>
 __device__ __forceinline__ T from_double(double v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    return saturate_cast<T>(v);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    return static_cast<T>(v);
-  } else {
+  if constexpr (is_half_like<T>) {
     return store<T>(static_cast<float>(v));
+  } else {
+    return loom::ew::from_double<T>(v);
   }
 }
 
