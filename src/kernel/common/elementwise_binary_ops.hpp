@@ -71,12 +71,16 @@ LOOM_EW_FN T wrap_neg(T a) noexcept {
 
 // ---- arithmetic --------------------------------------------------------------------------------
 
+// What the ops over numbers that return their operands' type say of themselves.
+struct number_op {
+  template <class T>
+  static constexpr bool supports = is_number<T>;
+  static constexpr bool bool_out = false;
+};
+
 // add, sub, mul: integers wrap (wrap_add, wrap_sub, wrap_mul), floats as IEEE.
 #define LOOM_ARITHMETIC(name, wrap, op)                \
-  struct name {                                        \
-    template <class T>                                 \
-    static constexpr bool supports = is_number<T>;     \
-    static constexpr bool bool_out = false;            \
+  struct name : number_op {                            \
     template <class C>                                 \
     LOOM_EW_OP C operator()(C a, C b) const noexcept { \
       if constexpr (std::is_integral_v<C>) {           \
@@ -95,10 +99,7 @@ LOOM_ARITHMETIC(mul_op, wrap_mul, *)
 // divisor gives 0 here: the CPU kernel fails the node before its loop (div_kernel), so the
 // guard only keeps the loop free of undefined behaviour; the CUDA kernel cannot look (Note
 // [cuda value checks] in src/backends/cuda/elementwise_kernels.cpp).
-struct div_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
+struct div_op : number_op {
   template <class C>
   LOOM_EW_OP C operator()(C a, C b) const noexcept {
     if constexpr (std::is_integral_v<C>) {
@@ -115,10 +116,7 @@ struct div_op {
 
 // NumPy's maximum / minimum (Note [NaN rules]): NaN on either side gives NaN; a tie gives b.
 #define LOOM_EXTREMUM(name, rule, cmp)                 \
-  struct name {                                        \
-    template <class T>                                 \
-    static constexpr bool supports = is_number<T>;     \
-    static constexpr bool bool_out = false;            \
+  struct name : number_op {                            \
     template <class C>                                 \
     LOOM_EW_OP C operator()(C a, C b) const noexcept { \
       if constexpr (std::is_floating_point_v<C>) {     \
@@ -156,10 +154,7 @@ LOOM_COMPARISON(logical_or_op, (a | b) != 0, (std::is_same_v<T, bool>))
 
 // relu's gradient from its output: dy where y > 0, else 0 (one pass, where the composed
 // form would be greater + where; Note [NaN rules]).
-struct relu_grad_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
+struct relu_grad_op : number_op {
   template <class C>
   LOOM_EW_OP C operator()(C dy, C y) const noexcept {
     return rules::relu_grad(dy, y);
