@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "backends/cuda/cuda_check.hpp"
-#include "backends/elementwise_rules.hpp"
 #include "backends/cuda/fused_codegen.hpp"
 #include "backends/cuda/nvrtc_compiler.hpp"
 #include "cuda/cuda_test_support.hpp"
+#include "kernel/common/elementwise_rules.hpp"
 #include "loom/core/half.hpp"
 #include "loom/graph/fused_expr.hpp"
 #include "loom/graph/graph.hpp"

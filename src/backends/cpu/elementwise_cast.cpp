@@ -9,12 +9,6 @@ namespace {
 
 using namespace ew;
 
-const std::vector<dtype>& all_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
-                                    dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-  return t;
-}
-
 // One element From -> To, in compute types (float16 and bfloat16 arrive and leave as float,
 // so they round to nearest even through float). Float to integer truncates toward zero and
 // saturates (NaN -> 0); integer to integer wraps; to bool is x != 0.

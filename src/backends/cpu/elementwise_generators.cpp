@@ -27,19 +27,6 @@ namespace {
 
 using namespace ew;
 
-const std::vector<dtype>& all_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,   dtype::i32,
-                                    dtype::i64, dtype::i8,  dtype::u8,  dtype::boolean};
-  return t;
-}
-
-// The output shape, fully defined since inference checked the shape attribute.
-shape output_shape(const kernel_construction& c) {
-  const auto& s = c.node().outputs.at(0).shape;
-  if (!s || !s->is_fully_defined()) c.fail("the output shape must be fully defined");
-  return *s;
-}
-
 // ---- fill, zeros, ones ------------------------------------------------------------------------
 
 class fill_kernel final : public op_kernel {
@@ -48,7 +35,7 @@ class fill_kernel final : public op_kernel {
   fill_kernel(const kernel_construction& c, std::optional<double> value)
       : op_kernel(c),
         type_(c.attr<dtype>("dtype")),
-        shape_(output_shape(c)),
+        shape_(generator_shape(c)),
         value_(value ? *value : c.attr<double>("value")) {}
 
   void compute(kernel_context& ctx) override {
@@ -77,7 +64,7 @@ class range_kernel final : public op_kernel {
   explicit range_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("dtype")),
-        shape_(output_shape(c)),
+        shape_(generator_shape(c)),
         start_(c.attr<double>("start")),
         delta_(c.attr<double>("delta")) {}
 
@@ -167,7 +154,7 @@ class random_kernel final : public op_kernel {
   explicit random_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("dtype")),
-        shape_(output_shape(c)),
+        shape_(generator_shape(c)),
         seed_(static_cast<std::uint64_t>(c.attr<std::int64_t>("seed"))),
         a_(c.attr<double>(Normal ? "mean" : "minval")),
         b_(c.attr<double>(Normal ? "stddev" : "maxval")) {}
@@ -225,14 +212,12 @@ void register_generator_kernels(kernel_registry& r) {
   r.add(make_kernel_def_with<fill_kernel>("fill", any, std::optional<double>()));
   r.add(make_kernel_def_with<fill_kernel>("zeros", any, std::optional<double>(0.0)));
   r.add(make_kernel_def_with<fill_kernel>("ones", any, std::optional<double>(1.0)));
-  const std::vector<dtype> num{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
-                               dtype::i32, dtype::i64, dtype::i8,  dtype::u8};
-  r.add(make_kernel_def<range_kernel>("range", device_type::cpu, type_constraint(num, "dtype")));
-  const std::vector<dtype> fl{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  r.add(make_kernel_def<range_kernel>("range", device_type::cpu,
+                                      type_constraint(numeric_types(), "dtype")));
   r.add(make_kernel_def<random_kernel<false>>("random_uniform", device_type::cpu,
-                                              type_constraint(fl, "dtype")));
+                                              type_constraint(float_types(), "dtype")));
   r.add(make_kernel_def<random_kernel<true>>("random_normal", device_type::cpu,
-                                             type_constraint(fl, "dtype")));
+                                             type_constraint(float_types(), "dtype")));
 }
 
 }  // namespace loom::cpu

@@ -1,6 +1,8 @@
 // Scalar math for the CPU element-wise kernels: float32 exp / tanh written so that loops over
 // them vectorise (libm's are calls the compiler cannot vectorise), and integer arithmetic
-// that wraps instead of overflowing (NumPy's behaviour, and no undefined behaviour).
+// that wraps instead of overflowing (NumPy's behaviour, and no undefined behaviour). The
+// integer arithmetic and the conversions from double every backend shares are in
+// src/kernel/common/elementwise_binary_ops.hpp and elementwise_convert.hpp.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +11,9 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+
+#include "kernel/common/elementwise_binary_ops.hpp"
+#include "kernel/common/elementwise_convert.hpp"
 
 namespace loom::cpu::ew {
 
@@ -76,92 +81,19 @@ inline float fast_sigmoid(float x) noexcept {
   return 1.0f / (1.0f + fast_exp(-x));
 }
 
-// ---- integers that wrap ------------------------------------------------------------------------
+// ---- integers that wrap (src/kernel/common/elementwise_binary_ops.hpp) ----------------------
 
-template <class T>
-inline constexpr bool is_signed_int = std::is_integral_v<T>&& std::is_signed_v<T>;
+using loom::ew::is_signed_int;
+using loom::ew::wrap_add;
+using loom::ew::wrap_mul;
+using loom::ew::wrap_neg;
+using loom::ew::wrap_sub;
 
-// Wider signed integers compute in their unsigned type, where overflow wraps; int8 and uint8
-// promote to int, where they cannot overflow, and convert back modulo 2^8.
-template <class T>
-inline T wrap_add(T a, T b) noexcept {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return static_cast<T>(a + b);
-  }
-}
-template <class T>
-inline T wrap_sub(T a, T b) noexcept {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-  } else {
-    return static_cast<T>(a - b);
-  }
-}
-template <class T>
-inline T wrap_mul(T a, T b) noexcept {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return static_cast<T>(a * b);
-  }
-}
-template <class T>
-inline T wrap_neg(T a) noexcept {
-  if constexpr (std::is_integral_v<T>) {
-    return wrap_sub(T{0}, a);
-  } else {
-    return -a;
-  }
-}
+// ---- double -> element conversion ---------------------------------------------------------------
 
-// ---- float -> integer conversion ---------------------------------------------------------------
-
-/// x converted to integer type I: truncated toward zero, saturated at I's range, NaN -> 0.
-/// (C++ leaves out-of-range conversions undefined; NumPy's results there are platform
-/// accidents. Saturation is what Rust's `as` and most accelerators do.)
-template <class I, class F>
-inline I saturate_cast(F x) noexcept {
-  const double v = static_cast<double>(x);
-  // 2^(digits) is exact in double for every I here (at most 2^63).
-  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max()) + 1.0;
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  if (!(v == v)) return I{0};
-  if (v >= hi) return std::numeric_limits<I>::max();
-  if (v <= lo) return std::numeric_limits<I>::min();
-  return static_cast<I>(v);
-}
-
-/// A double as element type T, as cast converts it: to bool is v != 0; to an integer,
-/// saturate_cast; to float16 / bfloat16, rounded to nearest even through float.
-template <class T>
-inline T from_double(double v) noexcept {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    return saturate_cast<T>(v);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    return static_cast<T>(v);
-  } else {
-    return T(static_cast<float>(v));
-  }
-}
-
-/// A double as element type T the way a C cast from int64 would for integers: truncated
-/// and wrapped (NaN as 0, never UB), where from_double saturates; bool as != 0; float16 /
-/// bfloat16 rounded through float. The on/off values of one_hot and pad's constant.
-template <class T>
-inline T wrap_from_double(double v) noexcept {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (std::isnan(v)) return T{0};
-    return static_cast<T>(static_cast<std::int64_t>(std::clamp(v, -9.2e18, 9.2e18)));
-  } else {
-    return from_double<T>(v);
-  }
-}
+// saturate_cast, from_double and wrap_from_double: src/kernel/common/elementwise_convert.hpp.
+using loom::ew::from_double;
+using loom::ew::saturate_cast;
+using loom::ew::wrap_from_double;
 
 }  // namespace loom::cpu::ew

@@ -4,7 +4,8 @@
 // (fused_elementwise.cpp) and the matmul / conv2d epilogues (nn_fused.cpp) all compute
 // with these, so a fused kernel computes each op exactly as the op's own kernel does (a
 // graph pass never changes an answer). NaN, infinities and signed zeros follow Note [NaN
-// rules] (src/backends/elementwise_rules.hpp), shared with the CUDA kernels.
+// rules] (src/kernel/common/elementwise_rules.hpp), shared with the CUDA kernels; the binary
+// ops but pow are the CUDA kernels' own functors (src/kernel/common/elementwise_binary_ops.hpp).
 //
 // Each functor says which element types T its op takes (`supports<T>`); binary ones say
 // whether they return bool (`bool_out`).
@@ -14,9 +15,10 @@
 #include <numbers>
 #include <type_traits>
 
-#include "backends/elementwise_rules.hpp"
 #include "elementwise_loop.hpp"
 #include "elementwise_math.hpp"
+#include "kernel/common/elementwise_binary_ops.hpp"
+#include "kernel/common/elementwise_rules.hpp"
 
 namespace loom::cpu::ew {
 
@@ -24,8 +26,7 @@ template <class T>
 inline constexpr bool is_float = std::is_floating_point_v<T> || is_half_like<T>;
 template <class T>
 inline constexpr bool is_signed_number = is_float<T> || is_signed_int<T>;
-template <class T>
-inline constexpr bool is_number = !std::is_same_v<T, bool>;
+using loom::ew::is_number;
 
 // ---- unary -------------------------------------------------------------------------------------
 
@@ -176,70 +177,23 @@ struct logical_not_op {
   bool operator()(bool x) const noexcept { return !x; }
 };
 
-// ---- binary ------------------------------------------------------------------------------------
+// ---- binary (src/kernel/common/elementwise_binary_ops.hpp, but pow) ---------------------------
 
-struct add_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_add(a, b);
-    } else {
-      return a + b;
-    }
-  }
-};
-
-struct sub_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_sub(a, b);
-    } else {
-      return a - b;
-    }
-  }
-};
-
-struct mul_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      return wrap_mul(a, b);
-    } else {
-      return a * b;
-    }
-  }
-};
-
-// Integer division truncates toward zero, as C's does. A zero divisor is caught before the
-// loop (div_kernel); the guards here only keep the loop free of undefined behaviour:
-// INT_MIN / -1 wraps to INT_MIN.
-struct div_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_integral_v<C>) {
-      if (b == 0) return C{0};
-      if constexpr (std::is_signed_v<C>) {
-        if (b == C{-1}) return wrap_neg(a);
-      }
-      return static_cast<C>(a / b);
-    } else {
-      return a / b;
-    }
-  }
-};
+using loom::ew::add_op;
+using loom::ew::div_op;
+using loom::ew::equal_op;
+using loom::ew::greater_equal_op;
+using loom::ew::greater_op;
+using loom::ew::less_equal_op;
+using loom::ew::less_op;
+using loom::ew::logical_and_op;
+using loom::ew::logical_or_op;
+using loom::ew::maximum_op;
+using loom::ew::minimum_op;
+using loom::ew::mul_op;
+using loom::ew::not_equal_op;
+using loom::ew::relu_grad_op;
+using loom::ew::sub_op;
 
 struct pow_op {
   template <class T>
@@ -248,67 +202,6 @@ struct pow_op {
   template <class C>
   C operator()(C a, C b) const noexcept {
     return std::pow(a, b);
-  }
-};
-
-// NumPy's maximum / minimum (Note [NaN rules]): NaN on either side gives NaN; a tie gives b.
-struct maximum_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_floating_point_v<C>) {
-      return rules::maximum(a, b);
-    } else {
-      return a > b ? a : b;
-    }
-  }
-};
-
-struct minimum_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C a, C b) const noexcept {
-    if constexpr (std::is_floating_point_v<C>) {
-      return rules::minimum(a, b);
-    } else {
-      return a < b ? a : b;
-    }
-  }
-};
-
-#define LOOM_COMPARISON(name, expr, types)     \
-  struct name {                                \
-    template <class T>                         \
-    static constexpr bool supports = types;    \
-    static constexpr bool bool_out = true;     \
-    template <class C>                         \
-    bool operator()(C a, C b) const noexcept { \
-      return expr;                             \
-    }                                          \
-  };
-LOOM_COMPARISON(equal_op, a == b, true)
-LOOM_COMPARISON(not_equal_op, a != b, true)
-LOOM_COMPARISON(less_op, a < b, is_number<T>)
-LOOM_COMPARISON(less_equal_op, a <= b, is_number<T>)
-LOOM_COMPARISON(greater_op, a > b, is_number<T>)
-LOOM_COMPARISON(greater_equal_op, a >= b, is_number<T>)
-LOOM_COMPARISON(logical_and_op, (a & b) != 0, (std::is_same_v<T, bool>))
-LOOM_COMPARISON(logical_or_op, (a | b) != 0, (std::is_same_v<T, bool>))
-#undef LOOM_COMPARISON
-
-// relu's gradient from its output: dy where y > 0, else 0 (one pass, where the composed
-// form would be greater + where; Note [NaN rules]).
-struct relu_grad_op {
-  template <class T>
-  static constexpr bool supports = is_number<T>;
-  static constexpr bool bool_out = false;
-  template <class C>
-  C operator()(C dy, C y) const noexcept {
-    return rules::relu_grad(dy, y);
   }
 };
 

@@ -43,6 +43,7 @@
 #include "elementwise_loop.hpp"
 #include "elementwise_math.hpp"
 #include "elementwise_ops.hpp"
+#include "kernel/common/elementwise_checks.hpp"
 #include "loom/graph/fused_expr.hpp"
 
 namespace loom::cpu {
@@ -474,14 +475,7 @@ tiles_fn<T, C> tiles_of(isa_level isa) {
 class fused_elementwise_kernel final : public op_kernel {
  public:
   explicit fused_elementwise_kernel(const kernel_construction& c)
-      : op_kernel(c), type_(c.attr<dtype>("T")) {
-    try {
-      expr_ = fused_expr::parse(c.attr<std::string>("expr"),
-                                static_cast<std::int32_t>(c.attr<std::int64_t>("N")),
-                                c.attr<std::vector<std::int64_t>>("results"));
-    } catch (const invalid_argument& e) {
-      c.fail(e.what());
-    }
+      : op_kernel(c), type_(c.attr<dtype>("T")), expr_(fused_expr_of(c)) {
     // Values some result needs; the others are never computed.
     live_.assign(static_cast<std::size_t>(expr_.num_values()), false);
     for (std::int32_t r : expr_.results) live_[static_cast<std::size_t>(r)] = true;
@@ -527,22 +521,8 @@ void fused_elementwise_kernel::run(kernel_context& ctx) const {
   const auto n_in = static_cast<std::size_t>(expr_.num_inputs);
   const auto n_instr = static_cast<int>(expr_.instrs.size());
   const std::size_t n_out = expr_.results.size();
-  if (ctx.num_inputs() != n_in || ctx.num_outputs() != n_out) {
-    ctx.fail("the node has {} inputs and {} outputs, its expression {} and {}", ctx.num_inputs(),
-             ctx.num_outputs(), n_in, n_out);
-  }
-
   // The output shape: all the inputs broadcast.
-  shape s;
-  for (std::size_t i = 0; i < n_in; ++i) {
-    try {
-      s = broadcast_shapes(s, ctx.input(i).shape());
-    } catch (const invalid_argument& e) {
-      std::vector<std::string> shapes;
-      for (std::size_t k = 0; k < n_in; ++k) shapes.push_back(to_string(ctx.input(k).shape()));
-      ctx.fail("inputs of shapes {} do not broadcast: {}", fmt::join(shapes, ", "), e.what());
-    }
-  }
+  const shape s = fused_shape_of(ctx, expr_);
   const std::int64_t count = s.num_elements();
   if (count == 0) {
     for (std::size_t j = 0; j < n_out; ++j) (void)ctx.allocate_output(j, s);

@@ -22,11 +22,11 @@
 #include <cstring>
 #include <utility>
 
-#include "backends/cpu/elementwise_math.hpp"
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
 #include "kernel/common/array_views.hpp"
+#include "kernel/common/elementwise_convert.hpp"
 #include "kernels/array.cuh"
 #include "loom/graph/ops/array_rules.hpp"
 
@@ -43,12 +43,12 @@ kernel_def cuda_def(std::string op, constraints c = {}) {
 }
 
 // The bits of `v` converted to T as one_hot's values and pad's constant are (CPU:
-// wrap_from_double), in the low bytes.
+// ew::wrap_from_double, kernel/common/elementwise_convert.hpp), in the low bytes.
 std::uint64_t element_bits(dtype t, double v) {
   std::uint64_t bits = 0;
   visit_dtype(t, [&](auto tag) {
     using T = decltype(tag);
-    const T e = cpu::ew::wrap_from_double<T>(v);
+    const T e = ew::wrap_from_double<T>(v);
     std::memcpy(&bits, &e, sizeof(T));
   });
   return bits;

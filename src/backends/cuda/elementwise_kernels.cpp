@@ -6,7 +6,8 @@
 // have no CUDA kernel: placement puts them on the CPU.
 //
 // The semantics, the registered dtypes and the error messages are the CPU kernels'
-// (src/backends/cpu/elementwise_*.cpp), whose broadcasting helpers this file shares. Each
+// (src/backends/cpu/elementwise_*.cpp), whose plan, checks and conversions this file shares
+// (src/kernel/common/elementwise_*.hpp). Each
 // kernel checks what it can before it touches CUDA (launch_scope), so a bad node fails the
 // same way on both devices, with the same message.
 //
@@ -21,10 +22,11 @@
 #include <cstring>
 #include <optional>
 
-#include "backends/cpu/elementwise_loop.hpp"
-#include "backends/cpu/elementwise_math.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/elementwise_checks.hpp"
+#include "kernel/common/elementwise_convert.hpp"
+#include "kernel/common/elementwise_plan.hpp"
 #include "kernels/elementwise.cuh"
 
 namespace loom::cuda {
@@ -59,12 +61,12 @@ kernels::ew_layout ew_layout_of(const kernel_context& ctx, const shape& out,
   l.count = out.num_elements();
   bool flat = true;
   for (std::size_t k = 0; k < K; ++k) {
-    const std::int64_t s = cpu::ew::flat_stride(*inputs[k], l.count);
+    const std::int64_t s = ew::flat_stride(*inputs[k], l.count);
     flat = flat && s >= 0;
     l.flat[k] = s;
   }
   if (flat) return l;
-  const auto p = cpu::ew::make_plan<K + 1>(out, inputs);
+  const auto p = ew::make_plan<K + 1>(out, inputs);
   const std::size_t rank = p.dims.rank();
   if (rank > static_cast<std::size_t>(kernels::ew_max_dims)) {
     ctx.fail("the CUDA element-wise kernels take at most {} dimensions after merging; {} has {}",
@@ -78,8 +80,8 @@ kernels::ew_layout ew_layout_of(const kernel_context& ctx, const shape& out,
   return l;
 }
 
-using cpu::ew::broadcast_shape_of;
-using cpu::ew::forward_or_allocate;
+using ew::broadcast_shape_of;
+using ew::forward_or_allocate;
 using ew_types = std::vector<dtype>;
 
 // ---- unary -----------------------------------------------------------------------------------
@@ -198,23 +200,16 @@ class where_kernel final : public op_kernel {
 
 // ---- generators ------------------------------------------------------------------------------
 
-// The output shape, fully defined since inference checked the shape attribute.
-shape output_shape(const kernel_construction& c) {
-  const auto& s = c.node().outputs.at(0).shape;
-  if (!s || !s->is_fully_defined()) c.fail("the output shape must be fully defined");
-  return *s;
-}
-
 class fill_kernel final : public op_kernel {
  public:
   // `value`: zeros' and ones' value; fill's comes from its attribute.
   fill_kernel(const kernel_construction& c, std::optional<double> value)
-      : op_kernel(c), type_(c.attr<dtype>("dtype")), shape_(output_shape(c)) {
+      : op_kernel(c), type_(c.attr<dtype>("dtype")), shape_(ew::generator_shape(c)) {
     const double v = value ? *value : c.attr<double>("value");
     // The element's bits, made once as the CPU kernel makes the element.
     visit_dtype(type_, [&](auto tag) {
       using T = decltype(tag);
-      const T e = cpu::ew::from_double<T>(v);
+      const T e = ew::from_double<T>(v);
       std::memcpy(&bits_, &e, sizeof(T));
     });
   }
@@ -240,7 +235,7 @@ class range_kernel final : public op_kernel {
   explicit range_kernel(const kernel_construction& c)
       : op_kernel(c),
         type_(c.attr<dtype>("dtype")),
-        shape_(output_shape(c)),
+        shape_(ew::generator_shape(c)),
         start_(c.attr<double>("start")),
         delta_(c.attr<double>("delta")) {}
 
@@ -288,13 +283,11 @@ std::vector<std::pair<std::string, std::vector<dtype>>> on_t(ew_types types) {
 void register_elementwise_kernels(kernel_registry& r) {
   using kernels::binary_op;
   using kernels::unary_op;
-  const ew_types fl{dtype::f32, dtype::f64, dtype::f16, dtype::bf16};
+  const ew_types& fl = float_types();
   const ew_types sig{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
                      dtype::i32, dtype::i64, dtype::i8};
-  const ew_types num{dtype::f32, dtype::f64, dtype::f16, dtype::bf16,
-                     dtype::i32, dtype::i64, dtype::i8,  dtype::u8};
-  ew_types all = num;
-  all.push_back(dtype::boolean);
+  const ew_types& num = numeric_types();
+  const ew_types& all = all_types();
 
   r.add(def_with<unary_kernel>("neg", on_t(sig), unary_op::neg));
   r.add(def_with<unary_kernel>("abs", on_t(sig), unary_op::abs));

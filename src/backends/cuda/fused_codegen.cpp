@@ -8,7 +8,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "backends/elementwise_rules.hpp"
+#include "kernel/common/elementwise_rules.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/half.hpp"
 

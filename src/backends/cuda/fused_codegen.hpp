@@ -25,7 +25,7 @@
 // every op built from IEEE arithmetic gives the CPU's result bit for bit. log, erf, gelu's
 // erfc, pow, and the float64 transcendental functions are CUDA's libdevice functions
 // (within 1-4 ulp of glibc's, not bit-identical). relu, maximum, minimum and relu_grad are
-// loom::rules' (Note [NaN rules] in src/backends/elementwise_rules.hpp), whose source the
+// loom::rules' (Note [NaN rules] in src/kernel/common/elementwise_rules.hpp), whose source the
 // program carries: the very text the CPU and nvcc kernels compile. The source includes no
 // header: NVRTC's built-in math functions and bit casts only.
 //

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "loom/graph/op_registry.hpp"
+#include "loom/graph/ops/math_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -25,16 +26,12 @@ const std::vector<dtype>& signed_types() {
 }
 
 // The broadcast shape of the inputs' shapes (unknown when any rank is unknown).
-// broadcast_shapes throws loom::invalid_argument naming both shapes, and graph::add_node
-// prefixes the node.
+// math_rules::broadcast_shape throws loom::invalid_argument naming both shapes, and
+// graph::add_node prefixes the node.
 std::optional<shape> broadcast_inputs(const inference_context& c) {
-  std::optional<shape> out = shape{};
-  for (std::size_t i = 0; i < c.num_inputs(); ++i) {
-    const auto& s = c.input(i).shape;
-    if (!s) return std::nullopt;
-    out = broadcast_shapes(*out, *s);
-  }
-  return out;
+  std::vector<const std::optional<shape>*> shapes(c.num_inputs());
+  for (std::size_t i = 0; i < c.num_inputs(); ++i) shapes[i] = &c.input(i).shape;
+  return math_rules::broadcast_shape(shapes);
 }
 
 void add_unary(op_registry& r, const char* name, const std::vector<dtype>& types,
@@ -68,14 +65,7 @@ void add_binary(op_registry& r, const char* name, const std::vector<dtype>& type
 // A shape attribute that must be fully defined (generators allocate it).
 attr_def defined_shape_attr() {
   attr_def a = attr("shape", attr_type::shape);
-  a.validate = [](const attr_value& v) {
-    const shape s = v.as<shape>();
-    for (auto dim : s.dims()) {
-      if (dim < 0) {
-        throw invalid_argument(fmt::format("shape {} must be fully defined", to_string(s)));
-      }
-    }
-  };
+  a.validate = [](const attr_value& v) { math_rules::check_defined_shape(v.as<shape>()); };
   return a;
 }
 
@@ -99,24 +89,6 @@ void add_generator(op_registry& r, const char* name, const std::vector<dtype>& t
     c.set_output(0, c.attr<dtype>("dtype"), c.attr<shape>("shape"));
   };
   r.add(std::move(d));
-}
-
-// The number of elements of range(start, limit, delta): ceil((limit - start) / delta), at
-// least 0. Throws loom::invalid_argument for delta = 0, a non-finite count or one too large
-// to allocate. (The kernel reads the length from the node's inferred shape.)
-std::int64_t range_length(double start, double limit, double delta) {
-  if (delta == 0.0) throw invalid_argument("range: delta must not be 0");
-  const double n = std::ceil((limit - start) / delta);
-  if (!std::isfinite(n)) {
-    throw invalid_argument(
-        fmt::format("range({}, {}, {}) has no finite length", start, limit, delta));
-  }
-  if (n <= 0) return 0;
-  if (n > static_cast<double>(std::int64_t{1} << 48)) {
-    throw invalid_argument(fmt::format("range({}, {}, {}) has {} elements, too many to allocate",
-                                       start, limit, delta, n));
-  }
-  return static_cast<std::int64_t>(n);
 }
 
 }  // namespace
@@ -220,8 +192,9 @@ void register_elementwise_ops(op_registry& r) {
     };
     d.attrs = {finite_real_attr("start"), finite_real_attr("limit"), std::move(delta), t};
     d.infer = [](inference_context& c) {
-      const std::int64_t n =
-          range_length(c.attr<double>("start"), c.attr<double>("limit"), c.attr<double>("delta"));
+      // The kernels read the length from the node's inferred shape.
+      const std::int64_t n = math_rules::range_length(
+          c.attr<double>("start"), c.attr<double>("limit"), c.attr<double>("delta"));
       c.set_output(0, c.attr<dtype>("dtype"), shape{n});
     };
     r.add(std::move(d));

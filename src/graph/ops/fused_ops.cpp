@@ -20,6 +20,7 @@
 
 #include "loom/graph/fused_expr.hpp"
 #include "loom/graph/op_registry.hpp"
+#include "loom/graph/ops/math_rules.hpp"
 #include "op_def_helpers.hpp"
 
 namespace loom {
@@ -44,16 +45,10 @@ void infer_fused(inference_context& c) {
   // Throws loom::invalid_argument naming the position and the problem; graph::add_node
   // prefixes the node.
   (void)fused_expr::parse(c.attr<std::string>("expr"), static_cast<std::int32_t>(n), results);
-  std::optional<shape> out = shape{};
-  for (std::size_t i = 0; i < c.num_inputs(); ++i) {
-    const auto& s = c.input(i).shape;
-    if (!s) {
-      out.reset();
-      break;
-    }
-    // Throws loom::invalid_argument naming both shapes.
-    out = broadcast_shapes(*out, *s);
-  }
+  // Throws loom::invalid_argument naming both shapes.
+  std::vector<const std::optional<shape>*> shapes(c.num_inputs());
+  for (std::size_t i = 0; i < c.num_inputs(); ++i) shapes[i] = &c.input(i).shape;
+  const std::optional<shape> out = math_rules::broadcast_shape(shapes);
   const dtype t = c.attr<dtype>("T");
   for (std::size_t j = 0; j < c.num_outputs(); ++j) c.set_output(j, t, out);
 }

@@ -6,12 +6,13 @@
 // The output is always dense; every input is described against the output's row-major index
 // i by an ew_layout: either flat (rank 0: input k's element i is at i * flat[k], flat[k] being
 // 1 for a dense operand of the output's size and 0 for a single element, the common cases and
-// the fast path), or general: the output's dimensions after the CPU kernels' simplification
+// the fast path), or general: the output's dimensions after the plan's simplification
 // (size-1 dimensions dropped, neighbours merged where every operand steps through them as
-// through one; cpu::ew::make_plan) with each input's element stride along each, 0 where it
-// is broadcast. The kernels unravel i against dims (in 32-bit arithmetic when the count
-// allows, which is several times cheaper than 64-bit division on the GPU) and add up the
-// strides. Pointers passed in point at each operand's element 0 (the tensor's offset applied).
+// through one; ew::make_plan, src/kernel/common/elementwise_plan.hpp) with each input's
+// element stride along each, 0 where it is broadcast. The kernels unravel i against dims (in
+// 32-bit arithmetic when the count allows, which is several times cheaper than 64-bit
+// division on the GPU) and add up the strides. Pointers passed in point at each operand's
+// element 0 (the tensor's offset applied).
 //
 // Every launcher queues its work on `stream` and returns; an empty output launches nothing.
 // Float16 and bfloat16 are computed in float and rounded to nearest even on store, as on CPU.

@@ -12,6 +12,8 @@
 #include <type_traits>
 
 #include "elementwise.cuh"
+#include "kernel/common/elementwise_binary_ops.hpp"
+#include "kernel/common/elementwise_convert.hpp"
 
 namespace loom::cuda::kernels::dev {
 
@@ -24,8 +26,7 @@ template <class T>
 inline constexpr bool is_half_like = std::is_same_v<T, f16> || std::is_same_v<T, bf16>;
 template <class T>
 inline constexpr bool is_float = std::is_floating_point_v<T> || is_half_like<T>;
-template <class T>
-inline constexpr bool is_signed_int = std::is_integral_v<T>&& std::is_signed_v<T>;
+using loom::ew::is_signed_int;
 
 /// The type an element of T is computed in: float for the 16-bit floats, else T.
 template <class T>
@@ -87,72 +88,27 @@ using bits_t = std::conditional_t<
     std::conditional_t<Bytes == 2, std::uint16_t,
                        std::conditional_t<Bytes == 4, std::uint32_t, std::uint64_t>>>;
 
-// ---- integers that wrap (as elementwise_math.hpp on CPU) -------------------------------------
+// ---- integers that wrap (the host's, src/kernel/common/elementwise_binary_ops.hpp) ----------
 
-// Wider signed integers compute in their unsigned type, where overflow wraps; int8 and uint8
-// promote to int, where they cannot overflow, and convert back modulo 2^8.
-template <class T>
-__device__ __forceinline__ T wrap_add(T a, T b) {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-  } else {
-    return static_cast<T>(a + b);
-  }
-}
-template <class T>
-__device__ __forceinline__ T wrap_sub(T a, T b) {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-  } else {
-    return static_cast<T>(a - b);
-  }
-}
-template <class T>
-__device__ __forceinline__ T wrap_mul(T a, T b) {
-  if constexpr (is_signed_int<T> && sizeof(T) >= sizeof(int)) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return static_cast<T>(a * b);
-  }
-}
-template <class T>
-__device__ __forceinline__ T wrap_neg(T a) {
-  if constexpr (std::is_integral_v<T>) {
-    return wrap_sub(T{0}, a);
-  } else {
-    return -a;
-  }
-}
+using loom::ew::wrap_add;
+using loom::ew::wrap_mul;
+using loom::ew::wrap_neg;
+using loom::ew::wrap_sub;
 
-// ---- conversions (as elementwise_math.hpp on CPU) --------------------------------------------
+// ---- conversions (as src/kernel/common/elementwise_convert.hpp on the host) -----------------
 
-/// x as integer type I: truncated toward zero, saturated at I's range, NaN -> 0.
-template <class I, class F>
-__device__ __forceinline__ I saturate_cast(F x) {
-  const double v = static_cast<double>(x);
-  constexpr double hi = static_cast<double>(std::numeric_limits<I>::max()) + 1.0;
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  if (!(v == v)) return I{0};
-  if (v >= hi) return std::numeric_limits<I>::max();
-  if (v <= lo) return std::numeric_limits<I>::min();
-  return static_cast<I>(v);
-}
+/// x as integer type I: truncated toward zero, saturated at I's range, NaN -> 0 (the host's
+/// function, src/kernel/common/elementwise_convert.hpp).
+using loom::ew::saturate_cast;
 
-/// A double as T, as cast converts one: bool is v != 0, integers saturate, the 16-bit
-/// floats round through float.
+/// A double as T, as cast converts one: bool is v != 0, integers saturate (the host's
+/// loom::ew::from_double), the 16-bit floats round through float.
 template <class T>
 __device__ __forceinline__ T from_double(double v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    return saturate_cast<T>(v);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    return static_cast<T>(v);
-  } else {
+  if constexpr (is_half_like<T>) {
     return store<T>(static_cast<float>(v));
+  } else {
+    return loom::ew::from_double<T>(v);
   }
 }
 

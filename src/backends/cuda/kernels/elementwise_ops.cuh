@@ -3,12 +3,12 @@
 // (src/backends/cpu/elementwise_ops.hpp): the unary kernels (elementwise_unary.cu) and
 // fused_matmul's epilogue (epilogue.cu) both compute with these, so an epilogue's
 // activation is bit for bit the unfused op's. relu follows Note [NaN rules]
-// (src/backends/elementwise_rules.hpp), which the CPU kernels and the generated fused code
+// (src/kernel/common/elementwise_rules.hpp), which the CPU kernels and the generated fused code
 // share. Included by .cu files only.
 #pragma once
 
-#include "backends/elementwise_rules.hpp"
 #include "elementwise_device.cuh"
+#include "kernel/common/elementwise_rules.hpp"
 
 namespace loom::cuda::kernels::dev {
 
