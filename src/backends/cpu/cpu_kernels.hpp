@@ -6,13 +6,15 @@
 
 namespace loom::cpu {
 
-void register_state_kernels(kernel_registry& registry);        // placeholder, const, variable, assign*, identity
-void register_transfer_kernels(kernel_registry& registry);     // _send, _recv
+void register_state_kernels(kernel_registry& registry);        // const, variable, assign*
+void register_transfer_kernels(kernel_registry& registry);     // _send
 void register_elementwise_kernels(kernel_registry& registry);  // unary, binary, where, cast, fill, range, random
 void register_nn_kernels(kernel_registry& registry);           // matmul, conv2d, pooling, bias_add (oneDNN)
 void register_reduction_kernels(kernel_registry& registry);    // reductions, softmax, xent, argmax
 void register_normalization_kernels(kernel_registry& registry);  // layer_norm, layer_norm_grad
 void register_array_kernels(kernel_registry& registry);        // reshape, transpose, concat, split, slice, gather, one_hot
+// placeholder, _arg, identity, no_op, _recv, squeeze, expand_dims and broadcast_to are the same
+// on every device: src/kernel/common/neutral_kernels.cpp registers them once.
 void register_optimizer_kernels(kernel_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
 
 }  // namespace loom::cpu
