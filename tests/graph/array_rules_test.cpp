@@ -8,24 +8,16 @@
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "rules_test_support.hpp"
 
 namespace loom {
 namespace {
 
 using ints = std::vector<std::int64_t>;
 namespace rules = array_rules;
+using rules_test::message_of;
 
 const rules::text_fn x = [] { return std::string("X"); };
-
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    (void)f();
-  } catch (const invalid_argument& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 TEST(ArrayRules, WrapAxisAndExpandDimsPosition) {
   EXPECT_EQ(rules::wrap_axis(-1, 3, x), 2u);
