@@ -1,0 +1,302 @@
+// The nn ops' rules (loom/graph/ops/nn_rules.hpp) on their own: matmul's dims with transposes
+// and batch broadcasting as numpy.matmul gives them, bias_add's channel geometry, conv2d and
+// pooling output sizes with padding, stride and dilation as torch.nn.functional.conv2d and
+// max_pool2d give them, the fused epilogue's checks, and the exact messages of every
+// failure, worded for inference (shapes) or a kernel (tensors) (Note [nn rule messages]).
+#include "loom/graph/ops/nn_rules.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "rules_test_support.hpp"
+
+namespace loom {
+namespace {
+
+using pad4 = std::array<std::int64_t, 4>;
+using pair2 = std::array<std::int64_t, 2>;
+using rules_test::host_tensor;
+using rules_test::message_of;
+namespace rules = nn_rules;
+constexpr std::int64_t u = shape::unknown;
+
+tensor f32(shape s) {
+  return host_tensor(dtype::f32, std::move(s));
+}
+
+// ---- matmul ------------------------------------------------------------------------------
+
+TEST(NnRules, MatmulDimsWithTransposes) {
+  const auto plain = rules::matmul_dims_of(shape({2, 3}), shape({3, 4}), false, false);
+  EXPECT_EQ(plain.out, shape({2, 4}));
+  EXPECT_EQ(plain.k, 3);
+  // a.T of a [3, 2], b.T of b [4, 3].
+  EXPECT_EQ(rules::matmul_dims_of(shape({3, 2}), shape({3, 4}), true, false).out, shape({2, 4}));
+  EXPECT_EQ(rules::matmul_dims_of(shape({2, 3}), shape({4, 3}), false, true).out, shape({2, 4}));
+  const auto both = rules::matmul_dims_of(shape({3, 2}), shape({4, 3}), true, true);
+  EXPECT_EQ(both.out, shape({2, 4}));
+  EXPECT_EQ(both.k, 3);
+  // K = 0 gives zeros of [M, N].
+  const auto empty_k = rules::matmul_dims_of(shape({2, 0}), shape({0, 4}), false, false);
+  EXPECT_EQ(empty_k.out, shape({2, 4}));
+  EXPECT_EQ(empty_k.k, 0);
+}
+
+TEST(NnRules, MatmulBroadcastsBatchDims) {
+  // numpy.matmul of (5, 1, 2, 3) and (4, 3, 6) is (5, 4, 2, 6).
+  const auto d = rules::matmul_dims_of(shape({5, 1, 2, 3}), shape({4, 3, 6}), false, false);
+  EXPECT_EQ(d.out, shape({5, 4, 2, 6}));
+  EXPECT_EQ(d.k, 3);
+  EXPECT_EQ(rules::matmul_dims_of(shape({0, 2, 3}), shape({3, 4}), false, false).out,
+            shape({0, 2, 4}));
+  EXPECT_EQ(rules::matmul_dims_of(shape({0, 2, 3}), shape({1, 3, 4}), false, false).out,
+            shape({0, 2, 4}));
+  EXPECT_EQ(message_of([] {
+              return rules::matmul_dims_of(shape({2, 2, 3}), shape({3, 3, 4}), false, false);
+            }),
+            "batch dimensions of a [2, 2, 3] and b [3, 3, 4] do not broadcast");
+}
+
+TEST(NnRules, MatmulKeepsUnknownDimsAtInference) {
+  const auto d = rules::matmul_dims_of(shape({u, 2, 3}), shape({3, u}), false, false);
+  EXPECT_EQ(d.out, shape({u, 2, u}));
+  EXPECT_EQ(d.k, 3);
+  // An unknown K is not checked; the K reported is a's.
+  const auto unknown_k = rules::matmul_dims_of(shape({2, u}), shape({3, 4}), false, false);
+  EXPECT_EQ(unknown_k.out, shape({2, 4}));
+  EXPECT_EQ(unknown_k.k, u);
+}
+
+TEST(NnRules, MatmulFailuresAtInferenceAndInKernels) {
+  // Unlike numpy.matmul, vectors are not promoted.
+  EXPECT_EQ(message_of([] {
+              return rules::matmul_dims_of(shape({3}), shape({3, 4}), false, false);
+            }),
+            "matmul needs inputs of rank >= 2, got a [3] and b [3, 4]");
+  EXPECT_EQ(message_of([] {
+              return rules::matmul_dims_of(shape({2, 4}), shape({3, 5}), false, false);
+            }),
+            "inner dimensions differ: a [2, 4] has K = 4, b [3, 5] has K = 3");
+  EXPECT_EQ(message_of([] {
+              return rules::matmul_dims_of(shape({4, 2}), shape({5, 3}), true, true);
+            }),
+            "inner dimensions differ: a [4, 2] (transposed) has K = 4, b [5, 3] (transposed) has "
+            "K = 3");
+  // A kernel names tensors, and does not mark the transposed operand.
+  const tensor a = f32(shape({2, 4}));
+  const tensor b = f32(shape({5, 3}));
+  EXPECT_EQ(message_of([&] { return rules::matmul_dims_of(a, b, false, true); }),
+            "inner dimensions differ: a float32[2, 4] on cpu:0 has K = 4, b "
+            "float32[5, 3] on cpu:0 has K = 3");
+  const tensor v = f32(shape({4}));
+  EXPECT_EQ(message_of([&] { return rules::matmul_dims_of(a, v, false, false); }),
+            "matmul needs inputs of rank >= 2, got a float32[2, 4] on cpu:0 and b "
+            "float32[4] on cpu:0");
+  const auto ok = rules::matmul_dims_of(f32(shape({3, 2, 4})), f32(shape({4, 5})), false, false);
+  EXPECT_EQ(ok.out, shape({3, 2, 5}));
+  EXPECT_EQ(ok.k, 4);
+}
+
+// ---- bias_add ----------------------------------------------------------------------------
+
+TEST(NnRules, BiasAddChannels) {
+  EXPECT_TRUE(rules::is_nchw("NCHW"));
+  EXPECT_FALSE(rules::is_nchw("NHWC"));
+  EXPECT_FALSE(rules::is_nchw("nchw"));
+  EXPECT_EQ(rules::channel_axis(4, true), 1u);
+  EXPECT_EQ(rules::channel_axis(4, false), 3u);
+  EXPECT_EQ(rules::channel_axis(2, false), 1u);
+
+  const auto nchw = rules::bias_add_geometry_of(f32(shape({2, 3, 4, 5})), f32(shape({3})), true);
+  EXPECT_EQ(nchw.outer, 2);
+  EXPECT_EQ(nchw.channels, 3);
+  EXPECT_EQ(nchw.inner, 20);
+  const auto nhwc = rules::bias_add_geometry_of(f32(shape({2, 3, 4, 5})), f32(shape({5})), false);
+  EXPECT_EQ(nhwc.outer, 24);
+  EXPECT_EQ(nhwc.channels, 5);
+  EXPECT_EQ(nhwc.inner, 1);
+  // A matrix: its columns, whatever the format says.
+  for (bool format : {true, false}) {
+    const auto m = rules::bias_add_geometry_of(f32(shape({6, 4})), f32(shape({4})), format);
+    EXPECT_EQ(m.outer, 6);
+    EXPECT_EQ(m.channels, 4);
+    EXPECT_EQ(m.inner, 1);
+  }
+  const auto no_rows = rules::bias_add_geometry_of(f32(shape({0, 3})), f32(shape({3})), false);
+  EXPECT_EQ(no_rows.outer, 0);
+  EXPECT_EQ(no_rows.channels, 3);
+}
+
+TEST(NnRules, BiasAddFailures) {
+  EXPECT_EQ(message_of([] {
+              return rules::bias_add_geometry_of(f32(shape({4})), f32(shape({4})), false);
+            }),
+            "bias_add needs an input of rank >= 2 and a bias of rank 1, got float32[4] on "
+            "cpu:0 and float32[4] on cpu:0");
+  EXPECT_EQ(message_of([] {
+              return rules::bias_add_geometry_of(f32(shape({2, 4})), f32(shape({1, 4})), false);
+            }),
+            "bias_add needs an input of rank >= 2 and a bias of rank 1, got float32[2, 4] on "
+            "cpu:0 and float32[1, 4] on cpu:0");
+  EXPECT_EQ(message_of([] {
+              return rules::bias_add_geometry_of(f32(shape({2, 3, 4, 5})), f32(shape({4})), true);
+            }),
+            "bias float32[4] on cpu:0 does not match the 3 channels of input "
+            "float32[2, 3, 4, 5] on cpu:0");
+}
+
+// ---- windows -----------------------------------------------------------------------------
+
+TEST(NnRules, PaddingAndWindowOutputSizes) {
+  EXPECT_EQ(rules::padding4({1, 2}), pad4({1, 1, 2, 2}));
+  EXPECT_EQ(rules::padding4({1, 2, 3, 4}), pad4({1, 2, 3, 4}));
+
+  // floor((in + pad0 + pad1 - dilation * (k - 1) - 1) / stride) + 1, as torch computes it.
+  EXPECT_EQ(rules::window_out_size(5, 3, 1, 1, 0, 0), 3);
+  EXPECT_EQ(rules::window_out_size(5, 3, 2, 1, 1, 1), 3);
+  EXPECT_EQ(rules::window_out_size(6, 3, 2, 1, 0, 0), 2);  // the last partial window drops
+  EXPECT_EQ(rules::window_out_size(7, 3, 1, 2, 0, 0), 3);  // dilated span 5
+  EXPECT_EQ(rules::window_out_size(4, 3, 1, 1, 2, 0), 4);  // one-sided padding
+  EXPECT_EQ(rules::window_out_size(2, 3, 1, 1, 1, 0), 1);  // padding makes it fit
+  EXPECT_EQ(rules::window_out_size(0, 1, 1, 1, 1, 1), 2);  // a padded empty input
+  // Windows larger than the padded input: -2.
+  EXPECT_EQ(rules::window_out_size(2, 3, 1, 1, 0, 0), -2);
+  EXPECT_EQ(rules::window_out_size(5, 3, 1, 3, 0, 0), -2);  // dilated span 7
+  EXPECT_EQ(rules::window_out_size(0, 1, 1, 1, 0, 0), -2);
+  // Unknown input or window: -1.
+  EXPECT_EQ(rules::window_out_size(u, 3, 1, 1, 0, 0), -1);
+  EXPECT_EQ(rules::window_out_size(5, u, 1, 1, 0, 0), -1);
+}
+
+TEST(NnRules, ConvWindowAndGeometry) {
+  const auto win = rules::conv_window_of(2, {2, 2}, {1, 1}, {1, 1});
+  EXPECT_EQ(win.groups, 2);
+  EXPECT_EQ(win.stride, pair2({2, 2}));
+  EXPECT_EQ(win.dilation, pair2({1, 1}));
+  EXPECT_EQ(win.pad, pad4({1, 1, 1, 1}));
+  EXPECT_EQ(rules::conv_window_of(1, {1, 2}, {3, 1}, {0, 1, 2, 3}).pad, pad4({0, 1, 2, 3}));
+
+  // conv2d(x [1, 4, 8, 8], w [6, 2, 3, 3], stride=2, padding=1, groups=2) is [1, 6, 4, 4].
+  const auto g = rules::conv2d_geometry(shape({1, 4, 8, 8}), shape({6, 2, 3, 3}), win);
+  EXPECT_EQ(g.output_shape(), shape({1, 6, 4, 4}));
+  EXPECT_EQ(g.cg, 2);
+  EXPECT_EQ(g.groups, 2);
+  EXPECT_TRUE(g.fits());
+  EXPECT_TRUE(g.window_fits());
+
+  // conv2d(x [2, 3, 10, 12], w [8, 3, 3, 3], dilation=(2, 3)) is [2, 8, 6, 6].
+  const auto dilated = rules::conv2d_geometry(shape({2, 3, 10, 12}), shape({8, 3, 3, 3}),
+                                              rules::conv_window_of(1, {1, 1}, {2, 3}, {0, 0}));
+  EXPECT_EQ(dilated.output_shape(), shape({2, 8, 6, 6}));
+  EXPECT_TRUE(dilated.fits());
+}
+
+TEST(NnRules, ConvGeometryThatDoesNotFit) {
+  const auto plain = rules::conv_window_of(1, {1, 1}, {1, 1}, {0, 0});
+  // Channels: c = cg * groups, and o a multiple of groups.
+  EXPECT_FALSE(rules::conv2d_geometry(shape({1, 3, 5, 5}), shape({4, 2, 3, 3}), plain).fits());
+  EXPECT_FALSE(rules::conv2d_geometry(shape({1, 4, 5, 5}), shape({5, 2, 3, 3}),
+                                      rules::conv_window_of(2, {1, 1}, {1, 1}, {0, 0}))
+                   .fits());
+  EXPECT_FALSE(rules::conv2d_geometry(shape({1, 3, 5, 5}), shape({4, 3, 0, 3}), plain).fits());
+  // A window larger than the input, until padding makes room.
+  const auto big = rules::conv2d_geometry(shape({1, 1, 2, 2}), shape({1, 1, 3, 3}), plain);
+  EXPECT_EQ(big.oh, -2);
+  EXPECT_EQ(big.ow, -2);
+  EXPECT_TRUE(big.fits());
+  EXPECT_FALSE(big.window_fits());
+  const auto padded = rules::conv2d_geometry(shape({1, 1, 2, 2}), shape({1, 1, 3, 3}),
+                                             rules::conv_window_of(1, {1, 1}, {1, 1}, {1, 1}));
+  EXPECT_EQ(padded.output_shape(), shape({1, 1, 2, 2}));
+  EXPECT_TRUE(padded.window_fits());
+  // Only one side too small.
+  EXPECT_FALSE(
+      rules::conv2d_geometry(shape({1, 1, 5, 2}), shape({1, 1, 3, 3}), plain).window_fits());
+  // Unknown dims stay unknown.
+  EXPECT_EQ(rules::conv2d_geometry(shape({u, 3, u, 8}), shape({4, 3, 3, 3}), plain).output_shape(),
+            shape({u, 4, u, 6}));
+}
+
+TEST(NnRules, PoolWindowAndGeometry) {
+  // No strides: the kernel's.
+  const auto dflt = rules::pool_window_of({2, 3}, {}, {0, 0});
+  EXPECT_EQ(dflt.kernel, pair2({2, 3}));
+  EXPECT_EQ(dflt.stride, pair2({2, 3}));
+  EXPECT_EQ(dflt.pad, pad4({0, 0, 0, 0}));
+  EXPECT_EQ(rules::pool2d_geometry(shape({2, 5, 6, 9}), dflt).output_shape(), shape({2, 5, 3, 3}));
+
+  // max_pool2d(x [1, 3, 7, 7], 3, stride=2, padding=1) is [1, 3, 4, 4].
+  const auto win = rules::pool_window_of({3, 3}, {2, 2}, {1, 1});
+  EXPECT_EQ(win.pad, pad4({1, 1, 1, 1}));
+  const auto g = rules::pool2d_geometry(shape({1, 3, 7, 7}), win);
+  EXPECT_EQ(g.output_shape(), shape({1, 3, 4, 4}));
+  EXPECT_TRUE(g.window_fits());
+
+  EXPECT_EQ(rules::pool_window_of({3, 3}, {1, 2}, {1, 0, 1, 0}).pad, pad4({1, 0, 1, 0}));
+  EXPECT_EQ(rules::pool2d_geometry(shape({1, 1, 4, 4}),
+                                   rules::pool_window_of({3, 3}, {1, 2}, {1, 0, 1, 0}))
+                .output_shape(),
+            shape({1, 1, 3, 2}));
+
+  const auto big =
+      rules::pool2d_geometry(shape({1, 1, 2, 2}), rules::pool_window_of({3, 3}, {}, {0, 0}));
+  EXPECT_EQ(big.oh, -2);
+  EXPECT_FALSE(big.window_fits());
+  EXPECT_EQ(rules::pool2d_geometry(shape({1, 1, u, 4}), rules::pool_window_of({2, 2}, {}, {0, 0}))
+                .output_shape(),
+            shape({1, 1, u, 2}));
+}
+
+// ---- fused epilogue ----------------------------------------------------------------------
+
+TEST(NnRules, Activations) {
+  EXPECT_EQ(rules::activation_of("none"), rules::activation::none);
+  EXPECT_EQ(rules::activation_of("relu"), rules::activation::relu);
+  EXPECT_EQ(rules::activation_of("gelu"), rules::activation::gelu);
+  EXPECT_EQ(rules::activation_of("gelu_tanh"), rules::activation::gelu_tanh);
+  EXPECT_EQ(rules::activation_of("tanh"), rules::activation::tanh);
+  EXPECT_EQ(rules::activation_of("sigmoid"), rules::activation::sigmoid);
+  EXPECT_EQ(message_of([] { return rules::activation_of("Relu"); }), "unknown activation \"Relu\"");
+  EXPECT_EQ(message_of([] { return rules::activation_of(""); }), "unknown activation \"\"");
+}
+
+TEST(NnRules, EpilogueInputs) {
+  EXPECT_NO_THROW(rules::check_epilogue_inputs(2, false, false));
+  EXPECT_NO_THROW(rules::check_epilogue_inputs(3, true, false));
+  EXPECT_NO_THROW(rules::check_epilogue_inputs(3, false, true));
+  EXPECT_NO_THROW(rules::check_epilogue_inputs(4, true, true));
+  EXPECT_EQ(message_of([] { rules::check_epilogue_inputs(3, false, false); }),
+            "has 3 inputs, but has_bias = false and has_residual = false need 2");
+  EXPECT_EQ(message_of([] { rules::check_epilogue_inputs(2, true, true); }),
+            "has 2 inputs, but has_bias = true and has_residual = true need 4");
+}
+
+TEST(NnRules, EpilogueArguments) {
+  const shape out({2, 3, 4, 4});
+  const tensor bias = f32(shape({3}));
+  const tensor residual = f32(out);
+  EXPECT_NO_THROW(rules::check_epilogue_args(out, 1, &bias, &residual));
+  EXPECT_NO_THROW(rules::check_epilogue_args(out, 1, nullptr, nullptr));
+  const tensor wrong_bias = f32(shape({4}));
+  const tensor wrong_residual = f32(shape({2, 3, 4, 1}));
+  // The bias is checked first.
+  EXPECT_EQ(message_of([&] { rules::check_epilogue_args(out, 1, &wrong_bias, &wrong_residual); }),
+            "bias float32[4] on cpu:0 does not match the 3 channels (dimension 1) of the "
+            "output [2, 3, 4, 4]");
+  // Channels last: the same bias now fits.
+  EXPECT_NO_THROW(rules::check_epilogue_args(out, 3, &wrong_bias, nullptr));
+  const tensor matrix_bias = f32(shape({3, 1}));
+  EXPECT_EQ(message_of([&] { rules::check_epilogue_args(out, 1, &matrix_bias, nullptr); }),
+            "bias float32[3, 1] on cpu:0 does not match the 3 channels (dimension 1) of "
+            "the output [2, 3, 4, 4]");
+  EXPECT_EQ(message_of([&] { rules::check_epilogue_args(out, 1, &bias, &wrong_residual); }),
+            "residual float32[2, 3, 4, 1] on cpu:0 must have the output's shape "
+            "[2, 3, 4, 4]");
+}
+
+}  // namespace
+}  // namespace loom
