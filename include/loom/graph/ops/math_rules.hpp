@@ -16,7 +16,7 @@ namespace loom::math_rules {
 
 /// The shape `shapes` broadcast to together (NumPy's rules, folded left to right from the
 /// scalar shape with broadcast_shapes). Throws loom::invalid_argument naming the two shapes
-/// that do not broadcast.
+/// that do not broadcast: the shapes before it broadcast together, and the next one.
 shape broadcast_shape(std::span<const shape* const> shapes);
 inline shape broadcast_shape(std::initializer_list<const shape*> shapes) {
   return broadcast_shape(std::span<const shape* const>(shapes.begin(), shapes.size()));

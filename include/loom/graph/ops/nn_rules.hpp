@@ -8,8 +8,8 @@
 // Note [nn rule messages]
 // A rule throws loom::invalid_argument; a kernel turns it into its node_error (ctx.fail,
 // through common::apply_rule in src/kernel/common/apply_rule.hpp). Shape inference and the
-// kernels have always worded some failures differently: a kernel names each tensor with its dtype
-// and device ("float32[2, 3] on /device:CPU:0") where inference names the shape it knows
+// kernels have always worded some failures differently: a kernel names each tensor with its
+// dtype and device ("float32[2, 3] on cpu:0") where inference names the shape it knows
 // ("[2, 3]", dimensions -1 when unknown). A rule given an `operand` names it the way its
 // caller does: the shape for inference, the tensor for a kernel.
 #pragma once
@@ -36,7 +36,7 @@ class operand {
   [[nodiscard]] const shape& dims() const noexcept { return *shape_; }
   /// True for a kernel's tensor, false for a shape of inference.
   [[nodiscard]] bool is_tensor() const noexcept { return tensor_ != nullptr; }
-  /// "float32[2, 3] on /device:CPU:0" for a tensor, "[2, 3]" for a shape.
+  /// "float32[2, 3] on cpu:0" for a tensor, "[2, 3]" for a shape.
   [[nodiscard]] std::string name() const {
     return tensor_ != nullptr ? tensor_->describe() : to_string(*shape_);
   }
