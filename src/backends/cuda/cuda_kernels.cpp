@@ -9,7 +9,7 @@ void register_cuda_kernels(kernel_registry& registry) {
   cuda::register_elementwise_kernels(registry);
   cuda::register_array_kernels(registry);
   cuda::register_fused_kernels(registry);
-  cuda::register_matmul_kernels(registry);
+  cuda::register_nn_matmul_kernels(registry);
   cuda::register_optimizer_kernels(registry);
   cuda::register_reduction_kernels(registry);
   cuda::register_normalization_kernels(registry);

@@ -14,7 +14,7 @@ void register_array_kernels(kernel_registry& registry);        // array_kernels.
 void register_reduction_kernels(kernel_registry& registry);    // reduction_kernels.cpp
 void register_normalization_kernels(kernel_registry& registry);  // normalization_kernels.cpp
 void register_nn_kernels(kernel_registry& registry);           // nn_kernels.cpp
-void register_matmul_kernels(kernel_registry& registry);       // nn_matmul.cpp
+void register_nn_matmul_kernels(kernel_registry& registry);    // nn_matmul.cpp (matmul, fused_matmul)
 void register_optimizer_kernels(kernel_registry& registry);    // optimizer_kernels.cpp
 void register_fused_kernels(kernel_registry& registry);        // fused_elementwise.cpp
 

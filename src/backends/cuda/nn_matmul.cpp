@@ -449,7 +449,7 @@ class fused_matmul_kernel final : public lt_matmul_kernel {
 
 }  // namespace
 
-void register_matmul_kernels(kernel_registry& registry) {
+void register_nn_matmul_kernels(kernel_registry& registry) {
   const auto floats = [] {
     return type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16});
   };
