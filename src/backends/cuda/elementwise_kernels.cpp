@@ -204,15 +204,11 @@ class fill_kernel final : public op_kernel {
  public:
   // `value`: zeros' and ones' value; fill's comes from its attribute.
   fill_kernel(const kernel_construction& c, std::optional<double> value)
-      : op_kernel(c), type_(c.attr<dtype>("dtype")), shape_(ew::generator_shape(c)) {
-    const double v = value ? *value : c.attr<double>("value");
-    // The element's bits, made once as the CPU kernel makes the element.
-    visit_dtype(type_, [&](auto tag) {
-      using T = decltype(tag);
-      const T e = ew::from_double<T>(v);
-      std::memcpy(&bits_, &e, sizeof(T));
-    });
-  }
+      : op_kernel(c),
+        type_(c.attr<dtype>("dtype")),
+        shape_(ew::generator_shape(c)),
+        // The element's bits, made once as the CPU kernel makes the element.
+        bits_(ew::element_bits(type_, value ? *value : c.attr<double>("value"))) {}
 
   void compute(kernel_context& ctx) override {
     launch_scope scope(ctx);
@@ -227,7 +223,7 @@ class fill_kernel final : public op_kernel {
  private:
   dtype type_;
   shape shape_;
-  std::uint64_t bits_ = 0;
+  std::uint64_t bits_;
 };
 
 class range_kernel final : public op_kernel {

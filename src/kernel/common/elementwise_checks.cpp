@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "kernel/common/elementwise_convert.hpp"
 #include "loom/graph/ops/math_rules.hpp"
 
 namespace loom::ew {
@@ -64,6 +66,16 @@ shape fused_shape_of(const kernel_context& ctx, const fused_expr& expr) {
     for (const shape* s : shapes) names.push_back(to_string(*s));
     ctx.fail("inputs of shapes {} do not broadcast: {}", fmt::join(names, ", "), e.what());
   }
+}
+
+std::uint64_t element_bits(dtype t, double v) {
+  std::uint64_t bits = 0;
+  visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T e = from_double<T>(v);
+    std::memcpy(&bits, &e, sizeof(T));
+  });
+  return bits;
 }
 
 }  // namespace loom::ew

@@ -4,6 +4,7 @@
 // once per kernel construction or call, never per element.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 
 #include "loom/core/shape.hpp"
@@ -23,6 +24,11 @@ shape broadcast_shape_of(const kernel_context& ctx, std::initializer_list<const 
 /// (kernel_context::forward_input), else a new tensor.
 tensor& forward_or_allocate(kernel_context& ctx, const shape& s,
                             std::initializer_list<std::size_t> candidates);
+
+/// The bits of `v` as one element of dtype t (from_double: as fill, zeros and ones make their
+/// elements), in the low bytes: the value a device fill kernel writes. Made once per kernel
+/// or call, on the host.
+std::uint64_t element_bits(dtype t, double v);
 
 /// A generator's output shape (fill, zeros, ones, range, random_*): the node's, fully
 /// defined since inference checked the shape attribute (math_rules::check_defined_shape).
