@@ -31,6 +31,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 
 import numpy as np
 
@@ -100,9 +101,13 @@ def export_one(name, out_dir, image_size, seq_lens, max_params):
     example = torch.randn(*shapes[0], generator=gen)
     # Exported with autograd on: under no_grad an eval-mode TransformerEncoderLayer takes
     # PyTorch's fused fast path (aten::_transformer_encoder_layer_fwd), which has no export.
-    torch.onnx.export(module, (example,), path, opset_version=OPSET,
-                      input_names=[input_name], output_names=["output"],
-                      dynamic_axes=dynamic, do_constant_folding=True)
+    with warnings.catch_warnings():
+        # The tracer's notes on Python values it records as constants (the attention's
+        # scale, say): fixed by the model's configuration, not by the input.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        torch.onnx.export(module, (example,), path, opset_version=OPSET,
+                          input_names=[input_name], output_names=["output"],
+                          dynamic_axes=dynamic, do_constant_folding=True)
     model = onnx.load(path, load_external_data=False)
     onnx.checker.check_model(path)
     references = []

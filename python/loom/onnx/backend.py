@@ -15,6 +15,7 @@ is_compatible() is False for a model that uses an op outside loom.onnx.supported
 import numpy as np
 import onnx
 import onnx.mapping
+import onnx.shape_inference
 from onnx import helper
 from onnx.backend.base import Backend as _OnnxBackend
 from onnx.backend.base import BackendRep as _OnnxBackendRep
@@ -137,18 +138,25 @@ class Backend(_OnnxBackend):
         graph_inputs = [
             helper.make_tensor_value_info(n, _tensor_type(a.dtype), a.shape)
             for n, a in zip(present, arrays)]
-        outputs = [n for n in node.output if n != ""]
-        graph_outputs = []
-        for k, n in enumerate(outputs):
-            if outputs_info is not None and k < len(outputs_info):
-                dtype, shape = outputs_info[k]
-                graph_outputs.append(helper.make_tensor_value_info(
-                    n, _tensor_type(dtype), shape))
-            else:
-                graph_outputs.append(helper.make_empty_tensor_value_info(n))
-        graph = helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs)
         opset = kwargs.get("opset_version", min(onnx.defs.onnx_opset_version(), 17))
-        model = helper.make_model(graph, opset_imports=[helper.make_operatorsetid("", opset)])
+        opsets = [helper.make_operatorsetid("", opset)]
+        outputs = [n for n in node.output if n != ""]
+        if outputs_info is not None and len(outputs_info) >= len(outputs):
+            graph_outputs = [helper.make_tensor_value_info(n, _tensor_type(dtype), shape)
+                             for n, (dtype, shape) in zip(outputs, outputs_info)]
+        else:
+            # ONNX's shape inference types the outputs (a model's outputs must have types).
+            probe = helper.make_model(
+                helper.make_graph([node], "probe", graph_inputs, []), opset_imports=opsets)
+            inferred = {v.name: v for v in
+                        onnx.shape_inference.infer_shapes(probe).graph.value_info}
+            untyped = [n for n in outputs if n not in inferred]
+            if untyped:
+                raise ValueError(f"node {node.name or node.op_type}: ONNX's shape inference "
+                                 f"gives no type for {', '.join(untyped)}; pass outputs_info")
+            graph_outputs = [inferred[n] for n in outputs]
+        graph = helper.make_graph([node], f"{node.op_type}_node", graph_inputs, graph_outputs)
+        model = helper.make_model(graph, opset_imports=opsets)
         return cls.prepare(model, device).run(arrays)
 
     @classmethod
