@@ -35,6 +35,7 @@ from ._loom import (  # noqa: F401
 )
 from . import ops  # noqa: F401
 from . import cuda  # noqa: F401  (imports PyTorch, CuPy or Numba only when asked to)
+from . import onnx  # noqa: F401  (ONNX import; NumPy only)
 
 float32 = dtype.float32
 float64 = dtype.float64

@@ -99,6 +99,8 @@ void init_module(py::module_& m) {
   bind_memory(memory);
   auto cuda = m.def_submodule("_cuda", "CUDA interop for loom.cuda (python/loom/cuda.py)");
   bind_cuda(cuda);
+  auto onnx = m.def_submodule("_onnx", "ONNX import for loom.onnx (python/loom/onnx)");
+  bind_onnx(onnx);
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // `loom run GRAPH.json --feed name=FILE.npy ... --fetch name ...`: runs a serialized graph
-// and writes each fetch as a .npy file.
+// and writes each fetch as a .npy file. A GRAPH ending in .onnx is an ONNX model: feeds and
+// fetches may name its inputs and outputs, and without --fetch every output is fetched.
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string_view>
 
 #include "commands.hpp"
@@ -11,6 +13,7 @@
 #include "loom/core/input.hpp"
 #include "loom/graph/serialization.hpp"
 #include "loom/memory/npy.hpp"
+#include "loom/onnx/import.hpp"
 #include "loom/passes/pass_manager.hpp"
 #include "loom/runtime/session.hpp"
 
@@ -106,11 +109,12 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--repeat", args->repeat, "Run this many times (the last run is written)")
       ->check(CLI::Range(1, 1000000));
   cmd->callback(guarded("run", [args] {
-    if (args->fetches.empty() && args->targets.empty()) {
+    const bool onnx = std::filesystem::path(args->graph_path).extension() == ".onnx";
+    if (args->fetches.empty() && args->targets.empty() && !onnx) {
       usage_error("--fetch", "nothing to do: give at least one --fetch or --target");
     }
     // Where results go, before any work: a path that cannot be written is a usage error now.
-    if (!args->fetches.empty()) {
+    if (!args->fetches.empty() || onnx) {
       try {
         create_output_directory(args->output_dir, "output directory");
       } catch (const error& e) {
@@ -124,13 +128,32 @@ void add_run_command(CLI::App& app) {
         usage_error("--trace", e.what());
       }
     }
-    graph g = load_graph(args->graph_path);
+    graph g;
+    // An ONNX model's input and output names, as the loom tensors that hold them.
+    std::map<std::string, std::string> onnx_names;
+    if (onnx) {
+      auto m = onnx::import_file(args->graph_path);
+      g = std::move(m.graph);
+      for (const auto& v : m.inputs) onnx_names[v.onnx_name] = v.tensor;
+      for (const auto& v : m.outputs) {
+        onnx_names[v.onnx_name] = v.tensor;
+        if (args->fetches.empty() && args->targets.empty()) args->fetches.push_back(v.onnx_name);
+      }
+    } else {
+      g = load_graph(args->graph_path);
+    }
+    auto loom_name = [&](const std::string& name) {
+      auto it = onnx_names.find(name);
+      return it == onnx_names.end() ? name : it->second;
+    };
+    std::vector<std::string> fetches;
+    for (const auto& f : args->fetches) fetches.push_back(loom_name(f));
     std::vector<feed> feeds;
     for (const auto& f : args->feeds) {
       const auto eq = f.find('=');
       const std::string path = f.substr(eq + 1);
       try {
-        feeds.emplace_back(f.substr(0, eq), memory::read_npy(path));
+        feeds.emplace_back(loom_name(f.substr(0, eq)), memory::read_npy(path));
       } catch (const parse_error& e) {
         throw parse_error(fmt::format("--feed {}: {}", f, e.what()), e.line());
       }
@@ -144,12 +167,12 @@ void add_run_command(CLI::App& app) {
     std::vector<std::string> feed_names;
     for (const auto& f : feeds) feed_names.push_back(f.first);
     if (args->explain) {
-      for (const auto& d : s.explain_placement(feed_names, args->fetches, args->targets)) {
+      for (const auto& d : s.explain_placement(feed_names, fetches, args->targets)) {
         fmt::print("{} ({}) -> {}: {}\n", d.node, d.op, d.device, d.reason);
       }
     }
     if (args->explain_fusion) {
-      const auto log = s.explain_passes(feed_names, args->fetches, args->targets);
+      const auto log = s.explain_passes(feed_names, fetches, args->targets);
       for (const auto& r : log) fmt::print("{}\n", passes::to_string(r));
       if (log.empty()) fmt::print("passes: nothing rewritten or refused\n");
     }
@@ -159,7 +182,7 @@ void add_run_command(CLI::App& app) {
     ro.trace = !args->trace_path.empty();
     for (int i = 0; i < args->repeat; ++i) {
       md = run_metadata();
-      out = s.run(feeds, args->fetches, args->targets, &md, ro);
+      out = s.run(feeds, fetches, args->targets, &md, ro);
     }
     for (tensor& t : out) t = s.host_value(t);  // .npy files hold host memory
     for (std::size_t i = 0; i < out.size(); ++i) {

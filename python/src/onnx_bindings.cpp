@@ -1,0 +1,66 @@
+// loom._loom._onnx: ONNX import for python/loom/onnx (loom.onnx.load).
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include "bindings.hpp"
+#include "loom/onnx/import.hpp"
+
+namespace loom::python {
+namespace {
+
+py::dict value_dict(const onnx::model_value& v) {
+  return py::dict(py::arg("name") = v.onnx_name, py::arg("node") = v.node,
+                  py::arg("tensor") = v.tensor, py::arg("dtype") = v.type,
+                  py::arg("shape") = std::vector<std::int64_t>(v.dims.begin(), v.dims.end()),
+                  py::arg("dim_names") = v.dim_names);
+}
+
+py::dict import_model(const py::object& source, bool initializers_as_variables,
+                      const std::map<std::string, std::vector<std::int64_t>>& input_shapes,
+                      bool check, const std::string& external_data_dir) {
+  onnx::import_options o;
+  o.initializers_as_variables = initializers_as_variables;
+  o.check_model = check;
+  o.external_data_dir = external_data_dir;
+  for (const auto& [name, dims] : input_shapes) o.input_shapes[name] = shape(dims);
+  onnx::imported_model m;
+  if (py::isinstance<py::bytes>(source) || py::isinstance<py::bytearray>(source) ||
+      py::isinstance<py::memoryview>(source)) {
+    const std::string bytes = py::isinstance<py::bytes>(source)
+                                  ? source.cast<std::string>()
+                                  : py::bytes(py::module_::import("builtins").attr("bytes")(source))
+                                        .cast<std::string>();
+    const without_gil unlocked;
+    m = onnx::import_bytes(bytes, o);
+  } else {
+    const auto path = source.cast<std::filesystem::path>();
+    const without_gil unlocked;
+    m = onnx::import_file(path, o);
+  }
+  auto g = std::make_shared<py_graph>();
+  g->g = std::move(m.graph);
+  py::list inputs;
+  py::list outputs;
+  for (const auto& v : m.inputs) inputs.append(value_dict(v));
+  for (const auto& v : m.outputs) outputs.append(value_dict(v));
+  return py::dict(py::arg("graph") = g, py::arg("inputs") = inputs, py::arg("outputs") = outputs,
+                  py::arg("opset") = m.opset, py::arg("file_opset") = m.file_opset,
+                  py::arg("producer") = m.producer, py::arg("variables") = m.variables);
+}
+
+}  // namespace
+
+void bind_onnx(py::module_& m) {
+  m.def("import_model", &import_model, py::arg("source"), py::kw_only(),
+        py::arg("initializers_as_variables") = false,
+        py::arg("input_shapes") = std::map<std::string, std::vector<std::int64_t>>{},
+        py::arg("check") = true, py::arg("external_data_dir") = std::string(),
+        "Imports an ONNX model (a path or the bytes of a ModelProto): a dict with the Graph, "
+        "its inputs and outputs (ONNX names and the loom tensors holding them) and the opset");
+  m.def("supported_ops", &onnx::supported_ops,
+        "The ONNX op types (default domain) loom imports, sorted");
+  m.attr("min_opset") = onnx::min_opset;
+  m.attr("max_opset") = onnx::max_opset;
+}
+
+}  // namespace loom::python

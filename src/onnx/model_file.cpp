@@ -1,0 +1,217 @@
+// Reading an ONNX model with ONNX's own library: parsing, checking, version conversion and
+// tensor data (inline, typed fields or external files).
+#include "model_file.hpp"
+
+#include <fmt/format.h>
+#include <onnx/checker.h>
+#include <onnx/version_converter/convert.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "loom/core/error.hpp"
+#include "loom/graph/graph.hpp"
+#include "loom/memory/tensor_allocation.hpp"
+
+namespace loom::onnx::detail {
+namespace {
+
+const char* onnx_type_name(std::int32_t t) {
+  if (::onnx::TensorProto_DataType_IsValid(t)) {
+    return ::onnx::TensorProto_DataType_Name(static_cast<::onnx::TensorProto_DataType>(t)).c_str();
+  }
+  return "an unknown data type";
+}
+
+// The value of key `key` of an external tensor's location list ("" when absent).
+std::string external_field(const ::onnx::TensorProto& t, std::string_view key) {
+  for (const auto& e : t.external_data()) {
+    if (e.key() == key) return e.value();
+  }
+  return {};
+}
+
+std::int64_t external_number(const ::onnx::TensorProto& t, std::string_view key) {
+  const std::string v = external_field(t, key);
+  if (v.empty()) return -1;
+  try {
+    std::size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used != v.size() || n < 0) throw std::invalid_argument(v);
+    return n;
+  } catch (const std::exception&) {
+    throw invalid_argument(fmt::format("tensor '{}': external data {} '{}' is not a byte count",
+                                       t.name(), key, v));
+  }
+}
+
+// Reads the bytes of an external tensor: `location` relative to `dir` (never outside it).
+std::string read_external(const ::onnx::TensorProto& t, const std::filesystem::path& dir) {
+  const std::string location = external_field(t, "location");
+  if (location.empty()) {
+    throw invalid_argument(
+        fmt::format("tensor '{}': external data without a 'location'", t.name()));
+  }
+  const std::filesystem::path rel(location);
+  if (rel.is_absolute() || rel.lexically_normal().string().starts_with("..")) {
+    throw invalid_argument(fmt::format(
+        "tensor '{}': external data location '{}' is outside the model's directory", t.name(),
+        location));
+  }
+  const std::filesystem::path file = dir / rel;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw not_found(fmt::format("tensor '{}': external data file '{}' cannot be opened",
+                                t.name(), file.string()));
+  }
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<std::int64_t>(in.tellg());
+  const std::int64_t offset = std::max<std::int64_t>(external_number(t, "offset"), 0);
+  std::int64_t length = external_number(t, "length");
+  if (length < 0) length = file_size - offset;
+  if (offset > file_size || length > file_size - offset) {
+    throw not_found(fmt::format(
+        "tensor '{}': external data file '{}' holds {} bytes; the tensor needs {} at offset {}",
+        t.name(), file.string(), file_size, length, offset));
+  }
+  std::string bytes(static_cast<std::size_t>(length), '\0');
+  in.seekg(offset);
+  in.read(bytes.data(), length);
+  if (!in) {
+    throw not_found(fmt::format("tensor '{}': reading external data file '{}' failed",
+                                t.name(), file.string()));
+  }
+  return bytes;
+}
+
+template <class Field>
+void copy_field(const Field& values, tensor& out, std::string_view name) {
+  const auto n = static_cast<std::size_t>(out.num_elements());
+  if (static_cast<std::size_t>(values.size()) != n) {
+    throw invalid_argument(fmt::format("tensor '{}': {} values for shape {}", name,
+                                       values.size(), to_string(out.shape())));
+  }
+  auto copy_as = [&]<class T>(T*) {
+    T* dst = static_cast<T*>(out.raw_data());
+    for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(values[static_cast<int>(i)]);
+  };
+  switch (out.type()) {
+    case dtype::f32: copy_as(static_cast<float*>(nullptr)); break;
+    case dtype::f64: copy_as(static_cast<double*>(nullptr)); break;
+    case dtype::i32: copy_as(static_cast<std::int32_t*>(nullptr)); break;
+    case dtype::i64: copy_as(static_cast<std::int64_t*>(nullptr)); break;
+    case dtype::i8: copy_as(static_cast<std::int8_t*>(nullptr)); break;
+    case dtype::u8:
+    case dtype::boolean: copy_as(static_cast<std::uint8_t*>(nullptr)); break;
+    case dtype::f16:
+    case dtype::bf16: copy_as(static_cast<std::uint16_t*>(nullptr)); break;  // the bits
+  }
+}
+
+}  // namespace
+
+::onnx::ModelProto parse_model(std::string_view bytes, std::string_view origin) {
+  ::onnx::ModelProto m;
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()) ||
+      !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    throw parse_error(fmt::format("'{}' is not an ONNX model: its {} bytes do not parse as an "
+                                  "ONNX ModelProto (truncated or corrupted)",
+                                  origin, bytes.size()),
+                      0);
+  }
+  if (!m.has_graph()) {
+    throw parse_error(fmt::format("'{}' is not an ONNX model: it has no graph ({} bytes; "
+                                  "truncated or not a model file)",
+                                  origin, bytes.size()),
+                      0);
+  }
+  return m;
+}
+
+std::int64_t default_opset(const ::onnx::ModelProto& m) {
+  for (const auto& o : m.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  }
+  return 0;
+}
+
+void check_and_convert(::onnx::ModelProto& m, bool check, std::string_view origin) {
+  if (check) {
+    try {
+      ::onnx::checker::check_model(m);
+    } catch (const std::exception& e) {
+      throw invalid_argument(fmt::format("'{}' fails ONNX's model checker: {}", origin, e.what()));
+    }
+  }
+  const std::int64_t opset = default_opset(m);
+  if (opset > max_opset) {
+    throw unsupported_error(fmt::format(
+        "'{}' uses opset {} of the default ONNX domain; loom imports opsets {} to {}", origin,
+        opset, min_opset, max_opset));
+  }
+  if (opset > 0 && opset < min_opset) {
+    try {
+      m = ::onnx::version_conversion::ConvertVersion(m, 13);
+    } catch (const std::exception& e) {
+      throw unsupported_error(fmt::format(
+          "'{}' uses opset {}; ONNX's version converter could not bring it to opset 13: {}",
+          origin, opset, e.what()));
+    }
+  }
+}
+
+dtype dtype_of(std::int32_t onnx_type, std::string_view what) {
+  using P = ::onnx::TensorProto;
+  switch (onnx_type) {
+    case P::FLOAT: return dtype::f32;
+    case P::DOUBLE: return dtype::f64;
+    case P::FLOAT16: return dtype::f16;
+    case P::BFLOAT16: return dtype::bf16;
+    case P::INT32: return dtype::i32;
+    case P::INT64: return dtype::i64;
+    case P::INT8: return dtype::i8;
+    case P::UINT8: return dtype::u8;
+    case P::BOOL: return dtype::boolean;
+    default:
+      throw unsupported_error(fmt::format("{} has ONNX data type {} ({}), which loom has no dtype for",
+                                          what, onnx_type_name(onnx_type), onnx_type));
+  }
+}
+
+tensor tensor_of(const ::onnx::TensorProto& t, const std::filesystem::path& dir) {
+  const std::string what = fmt::format("tensor '{}'", t.name());
+  const dtype type = dtype_of(t.data_type(), what);
+  shape dims;
+  for (std::int64_t d : t.dims()) {
+    if (d < 0) throw invalid_argument(fmt::format("{}: negative dimension {}", what, d));
+    dims.push_back(d);
+  }
+  try {
+    check_shape_attr(dims);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(fmt::format("{}: {}", what, e.what()));
+  }
+  tensor out = memory::host_tensor(type, dims);
+  const std::size_t bytes = out.nbytes();
+  const bool external = t.data_location() == ::onnx::TensorProto::EXTERNAL;
+  if (external || t.has_raw_data()) {
+    const std::string data = external ? read_external(t, dir) : t.raw_data();
+    if (data.size() != bytes) {
+      throw invalid_argument(fmt::format("{}: {} bytes of data for {}{} ({} bytes)", what,
+                                         data.size(), to_string(type), to_string(dims), bytes));
+    }
+    if (bytes > 0) std::memcpy(out.raw_data(), data.data(), bytes);  // little-endian, as loom
+    return out;
+  }
+  using P = ::onnx::TensorProto;
+  switch (t.data_type()) {
+    case P::FLOAT: copy_field(t.float_data(), out, t.name()); break;
+    case P::DOUBLE: copy_field(t.double_data(), out, t.name()); break;
+    case P::INT64: copy_field(t.int64_data(), out, t.name()); break;
+    default: copy_field(t.int32_data(), out, t.name()); break;  // int32 and narrower, halves
+  }
+  return out;
+}
+
+}  // namespace loom::onnx::detail

@@ -1,0 +1,371 @@
+// ONNX's neural-network ops as loom ops: Conv (1-D and 2-D; groups, dilations, pads,
+// auto_pad), pooling, Gemm and MatMul, the normalizations. ONNX's Conv, pooling and
+// normalization layouts are loom's (NCHW activations, OIHW filters).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "importer.hpp"
+#include "loom/core/error.hpp"
+#include "loom/graph/ops/array.hpp"
+#include "loom/graph/ops/math.hpp"
+#include "loom/graph/ops/nn.hpp"
+#include "loom/graph/ops/normalization.hpp"
+#include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/state.hpp"
+#include "loom/memory/tensor_allocation.hpp"
+
+namespace loom::onnx::detail {
+namespace {
+
+// The spatial geometry of a Conv or pooling node, as loom's 2-D ops take it: a 1-D node is
+// run as 2-D with a height of 1.
+struct window {
+  bool one_d = false;
+  std::vector<std::int64_t> kernel;     // [kh, kw]
+  std::vector<std::int64_t> strides;    // [sh, sw]
+  std::vector<std::int64_t> dilations;  // [dh, dw]
+  std::vector<std::int64_t> padding;    // loom's [top, bottom, left, right]
+};
+
+// Reads kernel_shape (or `kernel` when the weights give it), strides, dilations, pads and
+// auto_pad for an input of rank `rank` whose spatial dimensions are `in` (-1 unknown).
+window read_window(const node_context& c, std::vector<std::int64_t> kernel,
+                   const std::vector<std::int64_t>& in) {
+  const std::size_t n = in.size();
+  if (n != 1 && n != 2) {
+    c.unsupported(fmt::format("{}-D windows (loom runs 1-D and 2-D)", n));
+  }
+  auto per_dim = [&](std::string_view name, std::int64_t fallback) {
+    auto v = c.attr_ints(name);
+    if (v.empty()) v.assign(n, fallback);
+    if (v.size() != n) c.fail(fmt::format("{} has {} values for {} spatial dimensions", name, v.size(), n));
+    return v;
+  };
+  if (c.has_attr("kernel_shape")) kernel = c.attr_ints("kernel_shape");
+  if (kernel.size() != n) c.fail(fmt::format("kernel_shape has {} values for {} spatial dimensions", kernel.size(), n));
+  auto strides = per_dim("strides", 1);
+  auto dilations = per_dim("dilations", 1);
+  std::vector<std::int64_t> pads = c.attr_ints("pads");
+  if (pads.empty()) pads.assign(2 * n, 0);
+  if (pads.size() != 2 * n) c.fail(fmt::format("pads has {} values for {} spatial dimensions", pads.size(), n));
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "VALID") {
+    pads.assign(2 * n, 0);
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t extent = dilations[i] * (kernel[i] - 1) + 1;
+      std::int64_t total = 0;
+      if (in[i] >= 0) {
+        const std::int64_t out = (in[i] + strides[i] - 1) / strides[i];
+        total = std::max<std::int64_t>(0, (out - 1) * strides[i] + extent - in[i]);
+      } else if (strides[i] == 1) {
+        total = extent - 1;
+      } else {
+        c.unsupported("auto_pad SAME with a stride above 1 needs the input's spatial size known at import");
+      }
+      const std::int64_t small = total / 2;
+      pads[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+      pads[i + n] = total - pads[i];
+    }
+  } else if (auto_pad != "NOTSET") {
+    c.fail(fmt::format("auto_pad '{}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad));
+  }
+  window w;
+  w.one_d = n == 1;
+  if (w.one_d) {
+    w.kernel = {1, kernel[0]};
+    w.strides = {1, strides[0]};
+    w.dilations = {1, dilations[0]};
+    w.padding = {0, 0, pads[0], pads[1]};
+  } else {
+    w.kernel = kernel;
+    w.strides = strides;
+    w.dilations = dilations;
+    w.padding = {pads[0], pads[2], pads[1], pads[3]};
+  }
+  return w;
+}
+
+std::vector<std::int64_t> spatial_dims(const node_context& c, std::size_t i) {
+  const std::size_t rank = c.rank(i);
+  if (rank < 3) c.fail(fmt::format("input {} has rank {}; a batch, channels and spatial dimensions are needed", i, rank));
+  const shape& s = *c.type(i).shape;
+  return {s.begin() + 2, s.end()};
+}
+
+// A rank-3 tensor seen as rank 4 (a height of 1) for loom's 2-D ops.
+output as_2d(const node_context& c, output x, std::string_view suffix) {
+  return ops::expand_dims(x, 2, c.aux(suffix));
+}
+
+void conv_lowering(node_context& c) {
+  const auto in = spatial_dims(c, 0);
+  const auto wdims = spatial_dims(c, 1);
+  const window w = read_window(c, wdims, in);
+  output x = c.in(0);
+  output f = c.in(1);
+  if (w.one_d) {
+    x = as_2d(c, x, "x2d");
+    f = as_2d(c, f, "w2d");
+  }
+  ops::conv2d_options o{.strides = w.strides, .padding = w.padding, .dilations = w.dilations,
+                        .groups = c.attr_int("group", 1)};
+  const bool bias = c.has(2);
+  const bool last = !bias && !w.one_d;
+  output y = ops::conv2d(x, f, o, last ? c.opts() : c.aux("conv"));
+  if (bias) y = ops::bias_add(y, c.in(2), "NCHW", w.one_d ? c.aux("bias") : c.opts());
+  if (w.one_d) y = ops::squeeze(y, {2}, c.opts());
+  c.set(0, y);
+}
+
+void pool_lowering(node_context& c, bool max) {
+  const auto in = spatial_dims(c, 0);
+  window w = read_window(c, {}, in);
+  if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("pooling with dilations");
+  if (c.attr_int("storage_order", 0) != 0) c.unsupported("storage_order = 1");
+  if (c.wants(1)) c.unsupported("the Indices output");
+  const bool count_include_pad = c.attr_int("count_include_pad", 0) != 0;
+  if (c.attr_int("ceil_mode", 0) != 0) {
+    // Output sizes rounded up: the windows past the end read extra padding, which max
+    // pooling and average pooling without counted padding both ignore.
+    if (!max && count_include_pad) c.unsupported("ceil_mode with count_include_pad");
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::int64_t dim = w.one_d ? (i == 0 ? 1 : in[0]) : in[i];
+      if (dim < 0) c.unsupported("ceil_mode needs the input's spatial size known at import");
+      const std::int64_t before = w.padding[2 * i];
+      const std::int64_t after = w.padding[2 * i + 1];
+      const std::int64_t span = dim + before + after - w.kernel[i];
+      std::int64_t out = (span + w.strides[i] - 1) / w.strides[i] + 1;
+      if ((out - 1) * w.strides[i] >= dim + before) --out;  // the last window starts inside
+      const std::int64_t extra = (out - 1) * w.strides[i] + w.kernel[i] - (dim + before + after);
+      if (extra > 0) w.padding[2 * i + 1] += extra;
+    }
+  }
+  output x = c.in(0);
+  if (w.one_d) x = as_2d(c, x, "x2d");
+  ops::pool_options o{.kernel = w.kernel, .strides = w.strides, .padding = w.padding,
+                      .count_include_pad = count_include_pad};
+  const auto opts = w.one_d ? c.aux("pool") : c.opts();
+  output y = max ? ops::max_pool2d(x, o, opts) : ops::avg_pool2d(x, o, opts);
+  if (w.one_d) y = ops::squeeze(y, {2}, c.opts());
+  c.set(0, y);
+}
+
+void global_pool_lowering(node_context& c, bool max) {
+  const std::size_t rank = c.rank(0);
+  std::vector<std::int64_t> axes;
+  for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
+  c.set(0, max ? ops::reduce_max(c.in(0), axes, true, c.opts()) : ops::reduce_mean(c.in(0), axes, true, c.opts()));
+}
+
+void gemm_lowering(node_context& c) {
+  const bool ta = c.attr_int("transA", 0) != 0;
+  const bool tb = c.attr_int("transB", 0) != 0;
+  const double alpha = c.attr_float("alpha", 1.0F);
+  const double beta = c.attr_float("beta", 1.0F);
+  const bool bias = c.has(2) && beta != 0.0;
+  const dtype t = c.type(0).type;
+  output y = ops::matmul(c.in(0), c.in(1), ta, tb, bias || alpha != 1.0 ? c.aux("matmul") : c.opts());
+  if (alpha != 1.0) y = ops::mul(y, c.scalar(alpha, t, "alpha"), bias ? c.aux("scaled") : c.opts());
+  if (bias) {
+    output b = c.in(2);
+    if (beta != 1.0) b = ops::mul(b, c.scalar(beta, t, "beta"), c.aux("bias_scaled"));
+    const auto& bs = b.type().shape;
+    const auto& ys = y.type().shape;
+    // A bias along the columns is loom's bias_add, which the epilogue pass fuses.
+    const bool row_bias = bs && ys && ys->rank() == 2 &&
+                          (bs->rank() == 1 || (bs->rank() == 2 && (*bs)[0] == 1)) &&
+                          (*bs)[bs->rank() - 1] == (*ys)[1] && (*ys)[1] >= 0;
+    if (row_bias && bs->rank() == 2) b = ops::reshape(b, {-1}, c.aux("bias_row"));
+    y = row_bias ? ops::bias_add(y, b, "NHWC", c.opts()) : ops::add(y, b, c.opts());
+  }
+  c.set(0, y);
+}
+
+void matmul_lowering(node_context& c) {
+  output a = c.in(0);
+  output b = c.in(1);
+  const std::size_t ra = c.rank(0);
+  const std::size_t rb = c.rank(1);
+  if (ra == 1) a = ops::expand_dims(a, 0, c.aux("a2d"));
+  if (rb == 1) b = ops::expand_dims(b, 1, c.aux("b2d"));
+  const bool squeeze = ra == 1 || rb == 1;
+  output y = ops::matmul(a, b, false, false, squeeze ? c.aux("matmul") : c.opts());
+  if (squeeze) {
+    const auto r = static_cast<std::int64_t>(y.type().shape->rank());
+    std::vector<std::int64_t> axes;
+    if (ra == 1) axes.push_back(r - 2);
+    if (rb == 1) axes.push_back(r - 1);
+    y = ops::squeeze(y, axes, c.opts());
+  }
+  c.set(0, y);
+}
+
+// A per-channel vector [C] reshaped to [C, 1, ..., 1] to broadcast over an NCHW input of
+// rank `rank`.
+tensor channel_column(const std::vector<double>& v, dtype t, std::size_t rank) {
+  shape s = shape::filled(rank - 1, 1);
+  s[0] = static_cast<std::int64_t>(v.size());
+  tensor out = memory::host_tensor(t, s);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (t == dtype::f64) out.data<double>()[i] = v[i];
+    else out.data<float>()[i] = static_cast<float>(v[i]);
+  }
+  return out;
+}
+
+std::vector<double> doubles(const tensor& t) {
+  std::vector<double> out(static_cast<std::size_t>(t.num_elements()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = t.type() == dtype::f64 ? t.data<double>()[i] : t.data<float>()[i];
+  }
+  return out;
+}
+
+void batch_norm_lowering(node_context& c) {
+  if (c.attr_int("training_mode", 0) != 0) c.unsupported("training_mode = 1: loom imports models for inference");
+  for (std::size_t i = 1; i < c.num_outputs(); ++i) {
+    if (c.wants(i)) c.unsupported("the running mean and variance outputs (training mode)");
+  }
+  const std::size_t rank = c.rank(0);
+  if (rank < 2) c.fail(fmt::format("input has rank {}; at least 2 needed", rank));
+  const double epsilon = c.attr_float("epsilon", 1e-5F);
+  const dtype t = c.type(0).type;
+  const tensor* scale = c.constant(1);
+  const tensor* bias = c.constant(2);
+  const tensor* mean = c.constant(3);
+  const tensor* var = c.constant(4);
+  const bool known = scale && bias && mean && var && (t == dtype::f32 || t == dtype::f64);
+  if (!known) {
+    c.set(0, c.b().add1("batch_norm", {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)},
+                        {{"epsilon", epsilon}}, c.opts()));
+    return;
+  }
+  // y = x * a + b per channel, a = scale / sqrt(var + eps), b = bias - mean * a (in double).
+  const auto s = doubles(*scale);
+  const auto bi = doubles(*bias);
+  const auto m = doubles(*mean);
+  const auto v = doubles(*var);
+  if (bi.size() != s.size() || m.size() != s.size() || v.size() != s.size()) {
+    c.fail("scale, B, input_mean and input_var differ in length");
+  }
+  std::vector<double> a(s.size());
+  std::vector<double> b(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    a[i] = s[i] / std::sqrt(v[i] + epsilon);
+    b[i] = bi[i] - m[i] * a[i];
+  }
+  const output scaled = ops::mul(c.in(0), c.constant_node(channel_column(a, t, rank), "a"), c.aux("scaled"));
+  c.set(0, ops::add(scaled, c.constant_node(channel_column(b, t, rank), "b"), c.opts()));
+}
+
+void layer_norm_lowering(node_context& c) {
+  if (c.wants(1) || c.wants(2)) c.unsupported("the Mean and InvStdDev outputs");
+  const auto rank = static_cast<std::int64_t>(c.rank(0));
+  const std::int64_t axis = normalize_axis(c, c.attr_int("axis", -1), rank);
+  const double epsilon = c.attr_float("epsilon", 1e-5F);
+  const output scale = c.in(1);
+  output bias;
+  if (c.has(2)) {
+    bias = c.in(2);
+  } else {
+    const auto& s = scale.type().shape;
+    if (!s || !s->is_fully_defined()) c.unsupported("a LayerNormalization without B needs Scale's shape known");
+    bias = ops::zeros(c.b(), scale.dtype_of(), *s, c.aux("zero_bias"));
+  }
+  c.set(0, ops::layer_norm(c.in(0), scale, bias, axis, epsilon, c.opts()).y);
+}
+
+void lp_norm_lowering(node_context& c) {
+  const std::int64_t p = c.attr_int("p", 2);
+  const std::int64_t axis = c.attr_int("axis", -1);
+  const output x = c.in(0);
+  output norm;
+  if (p == 2) {
+    norm = ops::sqrt(ops::reduce_sum(ops::square(x, c.aux("square")), {axis}, true, c.aux("sum")), c.aux("norm"));
+  } else if (p == 1) {
+    norm = ops::reduce_sum(ops::abs(x, c.aux("abs")), {axis}, true, c.aux("norm"));
+  } else {
+    c.fail(fmt::format("p = {} (1 or 2)", p));
+  }
+  c.set(0, ops::div(x, norm, c.opts()));
+}
+
+void conv_transpose_lowering(node_context& c) {
+  const auto in = spatial_dims(c, 0);
+  if (in.size() != 2) c.unsupported(fmt::format("{}-D ConvTranspose (loom runs 2-D)", in.size()));
+  const auto wdims = spatial_dims(c, 1);
+  if (c.has_attr("output_shape")) c.unsupported("output_shape (give pads instead)");
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") c.unsupported(fmt::format("auto_pad '{}'", auto_pad));
+  auto kernel = c.has_attr("kernel_shape") ? c.attr_ints("kernel_shape") : wdims;
+  auto strides = c.attr_ints("strides", {1, 1});
+  auto dilations = c.attr_ints("dilations", {1, 1});
+  auto pads = auto_pad == "VALID" ? std::vector<std::int64_t>{0, 0, 0, 0} : c.attr_ints("pads", {0, 0, 0, 0});
+  auto output_padding = c.attr_ints("output_padding", {0, 0});
+  if (pads.size() != 4 || strides.size() != 2 || dilations.size() != 2 || output_padding.size() != 2) {
+    c.fail("strides, dilations, pads and output_padding must fit 2 spatial dimensions");
+  }
+  (void)kernel;
+  output y = c.b().add1("conv_transpose2d", {c.in(0), c.in(1)},
+                        {{"strides", strides},
+                         {"padding", std::vector<std::int64_t>{pads[0], pads[2], pads[1], pads[3]}},
+                         {"dilations", dilations},
+                         {"groups", c.attr_int("group", 1)},
+                         {"output_padding", output_padding}},
+                        c.has(2) ? c.aux("conv") : c.opts());
+  if (c.has(2)) y = ops::bias_add(y, c.in(2), "NCHW", c.opts());
+  c.set(0, y);
+}
+
+void resize_lowering(node_context& c) {
+  const std::string mode = c.attr_string("mode", "nearest");
+  if (mode != "nearest" && mode != "linear") c.unsupported(fmt::format("mode '{}'", mode));
+  if (c.attr_int("exclude_outside", 0) != 0) c.unsupported("exclude_outside = 1");
+  const std::string transform = c.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (transform == "tf_crop_and_resize") c.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'");
+  const auto rank = c.rank(0);
+  const shape& in = *c.type(0).shape;
+  std::vector<std::int64_t> sizes;
+  std::vector<double> scales;
+  const std::size_t scales_input = c.opset() >= 11 ? 2 : 1;
+  if (c.opset() >= 11 && c.has(3)) {
+    sizes = c.ints(3, "sizes");
+  } else {
+    const tensor* s = c.constant(scales_input);
+    if (s == nullptr || s->type() != dtype::f32) c.unsupported("scales must be float32 values known at import");
+    for (std::int64_t i = 0; i < s->num_elements(); ++i) scales.push_back(s->data<float>()[i]);
+    if (scales.size() != rank) c.fail(fmt::format("{} scales for a rank-{} input", scales.size(), rank));
+    for (std::size_t i = 0; i < rank; ++i) {
+      if (in[i] < 0) c.unsupported("scales need the input's shape known at import");
+      sizes.push_back(static_cast<std::int64_t>(std::floor(static_cast<double>(in[i]) * scales[i])));
+    }
+  }
+  if (sizes.size() != rank) c.fail(fmt::format("{} sizes for a rank-{} input", sizes.size(), rank));
+  attr_map a{{"sizes", sizes},
+             {"mode", mode},
+             {"coordinate_transformation_mode", transform},
+             {"nearest_mode", c.attr_string("nearest_mode", "round_prefer_floor")}};
+  if (!scales.empty()) a["scales"] = scales;
+  c.set(0, c.b().add1("resize", {c.in(0)}, a, c.opts()));
+}
+
+}  // namespace
+
+void add_nn_ops(op_table& t) {
+  t["Conv"] = {conv_lowering, {"conv2d", "bias_add"}};
+  t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); }, {"max_pool2d"}};
+  t["AveragePool"] = {[](node_context& c) { pool_lowering(c, false); }, {"avg_pool2d"}};
+  t["GlobalAveragePool"] = {[](node_context& c) { global_pool_lowering(c, false); }, {"reduce_mean"}};
+  t["GlobalMaxPool"] = {[](node_context& c) { global_pool_lowering(c, true); }, {"reduce_max"}};
+  t["Gemm"] = {gemm_lowering, {"matmul", "bias_add"}};
+  t["MatMul"] = {matmul_lowering, {"matmul"}};
+  t["BatchNormalization"] = {batch_norm_lowering, {"mul", "add"}};
+  t["LayerNormalization"] = {layer_norm_lowering, {"layer_norm"}};
+  t["LpNormalization"] = {lp_norm_lowering, {"reduce_sum"}};
+  t["ConvTranspose"] = {conv_transpose_lowering, {"conv_transpose2d"}};
+  t["Resize"] = {resize_lowering, {"resize"}};
+}
+
+}  // namespace loom::onnx::detail
