@@ -6,6 +6,7 @@ Agreement is relative to the output's scale: max |loom - torch| <= 1e-4 * max |t
 element-wise relative bound means nothing for logits near zero). The image models run at
 64x64 to keep the run short; the transformer at two sequence lengths on one loaded model (its
 batch and sequence dimensions are dynamic), the image models at a second batch size too.
+A model that uses ONNX ops loom does not import yet reports xfail, naming them.
 """
 import os
 import sys
@@ -44,7 +45,16 @@ def loaded(exported):
 
     def get(name):
         if name not in cache:
-            cache[name] = lo.load(os.path.join(out, entries[name]["file"]), threads=2)
+            try:
+                cache[name] = lo.load(os.path.join(out, entries[name]["file"]), threads=2)
+            except TypeError as e:
+                # loom's typed refusal of ops it does not import (one error naming them all):
+                # the model is not runnable yet, which this reports; any other error fails.
+                if "uses ops loom does not import" not in str(e):
+                    raise
+                cache[name] = e
+        if isinstance(cache[name], TypeError):
+            pytest.xfail(" ".join(str(cache[name]).split())[:400])
         return cache[name]
 
     return get

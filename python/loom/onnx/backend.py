@@ -12,6 +12,8 @@ order, as a tuple that also answers to output names. run_node() wraps one NodePr
 model and runs that. Devices: "CPU" always; "CUDA" / "CUDA:k" when loom has a CUDA device.
 is_compatible() is False for a model that uses an op outside loom.onnx.supported_ops().
 """
+import inspect
+
 import numpy as np
 import onnx
 import onnx.mapping
@@ -111,8 +113,10 @@ class Backend(_OnnxBackend):
         if isinstance(model, (bytes, bytearray)):
             model = onnx.load_model_from_string(bytes(model))
         super().prepare(model, device, **kwargs)
-        loaded = _loom_onnx().load(model.SerializeToString(), threads=kwargs.get("threads"),
-                                   device=_loom_device(device))
+        options = {"threads": kwargs.get("threads")}
+        if Device(device).type != DeviceType.CPU:
+            options["device"] = _loom_device(device)
+        loaded = _loom_onnx().load(model.SerializeToString(), **options)
         initializers = {t.name for t in model.graph.initializer}
         fed = [i.name for i in model.graph.input if i.name not in initializers]
         return BackendRep(loaded, fed)
@@ -169,7 +173,9 @@ class Backend(_OnnxBackend):
             return True
         from loom import cuda
 
-        return cuda.is_available() and d.device_id < cuda.device_count()
+        # A model is put on a GPU by load(device=...), where this loom's load takes one.
+        takes_device = "device" in inspect.signature(_loom_onnx().load).parameters
+        return takes_device and cuda.is_available() and d.device_id < cuda.device_count()
 
 
 prepare = Backend.prepare
