@@ -16,9 +16,13 @@ libraries=(
   # oneDNN's dnnl-config.cmake calls find_package(OpenCL); Debian's libdnnl-dev only
   # recommends the package that provides it, and recommends are not installed here.
   ocl-icd-opencl-dev
+  # ONNX import (loom_onnx): ONNX's C++ library; its headers include protobuf's, which
+  # libonnx-dev does not depend on.
+  libonnx-dev libprotobuf-dev
 )
 # What those need at run time or from their headers, beyond a C++ toolchain (--download).
-library_runtime=(libfmt9 libdnnl2 ocl-icd-libopencl1 opencl-c-headers opencl-clhpp-headers)
+library_runtime=(libfmt9 libdnnl2 ocl-icd-libopencl1 opencl-c-headers opencl-clhpp-headers
+                 libonnx1 libonnxifi libprotobuf32 libprotobuf-lite32 zlib1g-dev)
 
 packages=(
   build-essential cmake make pkg-config

@@ -137,18 +137,18 @@ std::int64_t default_opset(const ::onnx::ModelProto& m) {
 }
 
 void check_and_convert(::onnx::ModelProto& m, bool check, std::string_view origin) {
+  const std::int64_t opset = default_opset(m);
+  if (opset > max_opset) {
+    throw unsupported_error(fmt::format(
+        "'{}' uses opset {} of the default ONNX domain; loom imports opsets {} to {}", origin,
+        opset, min_opset, max_opset));
+  }
   if (check) {
     try {
       ::onnx::checker::check_model(m);
     } catch (const std::exception& e) {
       throw invalid_argument(fmt::format("'{}' fails ONNX's model checker: {}", origin, e.what()));
     }
-  }
-  const std::int64_t opset = default_opset(m);
-  if (opset > max_opset) {
-    throw unsupported_error(fmt::format(
-        "'{}' uses opset {} of the default ONNX domain; loom imports opsets {} to {}", origin,
-        opset, min_opset, max_opset));
   }
   if (opset > 0 && opset < min_opset) {
     try {

@@ -1,0 +1,416 @@
+// ONNX import: models built here with ONNX's protobuf classes, imported, run, and checked
+// against float64 references; shape tracking; external data; every kind of bad model.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "loom/core/error.hpp"
+#include "loom/memory/tensor_allocation.hpp"
+#include "loom/onnx/import.hpp"
+#include "loom/runtime/session.hpp"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using P = ::onnx::TensorProto;
+
+// A model under construction.
+struct model_builder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+
+  explicit model_builder(std::int64_t opset = 17) {
+    m.set_ir_version(8);
+    m.set_producer_name("loom-test");
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("test");
+  }
+
+  // A graph input of `type` with dims (-1: symbolic, named "batch").
+  void input(const std::string& name, std::vector<std::int64_t> dims, int type = P::FLOAT) {
+    auto* v = g->add_input();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    auto* s = t->mutable_shape();
+    for (auto d : dims) {
+      auto* dim = s->add_dim();
+      if (d < 0) dim->set_dim_param("batch");
+      else dim->set_dim_value(d);
+    }
+  }
+  void output(const std::string& name, int type = P::FLOAT) {
+    auto* v = g->add_output();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(type);
+    t->mutable_shape();  // rank unknown to the model: loom infers it
+  }
+  ::onnx::TensorProto* init_floats(const std::string& name, std::vector<std::int64_t> dims,
+                                   const std::vector<float>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(P::FLOAT);
+    for (auto d : dims) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+    return t;
+  }
+  void init_ints(const std::string& name, const std::vector<std::int64_t>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(P::INT64);
+    t->add_dims(static_cast<std::int64_t>(v.size()));
+    for (auto x : v) t->add_int64_data(x);
+  }
+  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> in,
+                          std::vector<std::string> out, const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return n;
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+};
+
+void attr_int(::onnx::NodeProto* n, const std::string& name, std::int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+void attr_float(::onnx::NodeProto* n, const std::string& name, float v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(::onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<float> run1(onnx::imported_model& m, const std::vector<std::pair<std::string, tensor>>& feeds) {
+  session s(std::move(m.graph));
+  std::vector<feed> f;
+  for (const auto& [name, t] : feeds) {
+    for (const auto& in : m.inputs) {
+      if (in.onnx_name == name) f.emplace_back(in.tensor, t);
+    }
+  }
+  auto out = s.run(f, {m.outputs.at(0).tensor});
+  auto span = out.at(0).span<float>();
+  return {span.begin(), span.end()};
+}
+
+TEST(OnnxImport, GemmWithAlphaBetaMatchesFloat64) {
+  model_builder mb;
+  mb.input("a", {-1, 3});
+  mb.init_floats("b", {4, 3}, random_floats(12, 1));  // transB: [N, K]
+  mb.init_floats("c", {4}, random_floats(4, 2));
+  auto* n = mb.node("Gemm", {"a", "b", "c"}, {"y"}, "fc");
+  attr_int(n, "transB", 1);
+  attr_float(n, "alpha", 0.5F);
+  attr_float(n, "beta", 2.0F);
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  EXPECT_EQ(m.inputs.at(0).dims, (shape{-1, 3}));
+  EXPECT_EQ(m.inputs.at(0).dim_names.at(0), "batch");
+  const auto a = random_floats(6, 3);
+  const auto b = random_floats(12, 1);
+  const auto c = random_floats(4, 2);
+  const auto y = run1(m, {{"a", memory::host_tensor<float>({2, 3}, a)}});
+  ASSERT_EQ(y.size(), 8U);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      double acc = 0;
+      for (int k = 0; k < 3; ++k) acc += double(a[i * 3 + k]) * b[j * 3 + k];
+      EXPECT_NEAR(y[i * 4 + j], 0.5 * acc + 2.0 * c[j], 1e-5);
+    }
+  }
+}
+
+TEST(OnnxImport, BatchNormalizationMatchesFloat64) {
+  model_builder mb;
+  mb.input("x", {1, 2, 2, 2});
+  mb.init_floats("s", {2}, {1.5F, -0.5F});
+  mb.init_floats("b", {2}, {0.25F, 1.0F});
+  mb.init_floats("m", {2}, {0.1F, -0.2F});
+  mb.init_floats("v", {2}, {0.5F, 2.0F});
+  auto* n = mb.node("BatchNormalization", {"x", "s", "b", "m", "v"}, {"y"}, "bn");
+  attr_float(n, "epsilon", 1e-3F);
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  const auto x = random_floats(8, 4);
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({1, 2, 2, 2}, x)}});
+  const double s[] = {1.5, -0.5}, bb[] = {0.25, 1.0}, mm[] = {0.1, -0.2}, vv[] = {0.5, 2.0};
+  for (int i = 0; i < 8; ++i) {
+    const int ch = i / 4;
+    const double ref = (x[i] - double(float(mm[ch]))) / std::sqrt(double(float(vv[ch])) + double(1e-3F)) *
+                           double(float(s[ch])) + double(float(bb[ch]));
+    EXPECT_NEAR(y[i], ref, 1e-5) << i;
+  }
+}
+
+// Shape -> Gather -> Unsqueeze -> Concat -> Reshape over a symbolic batch: the import knows
+// every element but the batch, so the Reshape is loom's static reshape with -1.
+TEST(OnnxImport, ShapeComputationsFoldWhereDimensionsAreKnown) {
+  model_builder mb;
+  mb.input("x", {-1, 4, 6});
+  mb.node("Shape", {"x"}, {"s"}, "shape");
+  mb.init_ints("i1", {1});
+  mb.init_ints("i2", {2});
+  mb.node("Gather", {"s", "i1"}, {"d1"}, "g1");
+  mb.node("Gather", {"s", "i2"}, {"d2"}, "g2");
+  mb.node("Mul", {"d1", "d2"}, {"n"}, "mul");
+  mb.init_ints("minus1", {-1});
+  mb.node("Concat", {"minus1", "n"}, {"target"}, "concat")->add_attribute()->CopyFrom([] {
+    ::onnx::AttributeProto a;
+    a.set_name("axis");
+    a.set_type(::onnx::AttributeProto::INT);
+    a.set_i(0);
+    return a;
+  }());
+  mb.node("Reshape", {"x", "target"}, {"y"}, "reshape");
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  const node* r = nullptr;
+  for (node_id id = 0; id < static_cast<node_id>(m.graph.num_nodes()); ++id) {
+    if (m.graph.at(id).name == "reshape") r = &m.graph.at(id);
+  }
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->op(), "reshape");
+  EXPECT_EQ(r->attr<std::vector<std::int64_t>>("shape"), (std::vector<std::int64_t>{-1, 24}));
+  session s(std::move(m.graph));
+  for (std::int64_t batch : {1, 3}) {
+    const auto x = random_floats(static_cast<std::size_t>(batch * 24), 5);
+    auto out = s.run({{"x", memory::host_tensor<float>({batch, 4, 6}, x)}}, {"y"});
+    EXPECT_EQ(out[0].shape(), (shape{batch, 24}));
+    auto span = out[0].span<float>();
+    EXPECT_EQ(std::vector<float>(span.begin(), span.end()), x);
+  }
+}
+
+TEST(OnnxImport, ConstantSubgraphsAreEvaluatedAtImport) {
+  model_builder mb;
+  mb.input("x", {2});
+  mb.init_floats("a", {2}, {1, 2});
+  mb.init_floats("b", {2}, {10, 20});
+  mb.node("Add", {"a", "b"}, {"ab"}, "const_add");
+  mb.node("Mul", {"x", "ab"}, {"y"}, "scale");
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  bool folded = false;
+  for (node_id id = 0; id < static_cast<node_id>(m.graph.num_nodes()); ++id) {
+    const node& n = m.graph.at(id);
+    if (n.name == "const_add") folded = n.op() == "const";
+  }
+  EXPECT_TRUE(folded);
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({2}, {2.0F, 3.0F})}});
+  EXPECT_EQ(y, (std::vector<float>{22, 66}));
+}
+
+TEST(OnnxImport, NodeNamesAreKeptAndMadeValid) {
+  model_builder mb;
+  mb.input("in:0", {2});
+  mb.node("Relu", {"in:0"}, {"r"}, "block 1/relu:a");
+  mb.node("Neg", {"r"}, {"out"}, "");
+  mb.output("out");
+  auto m = onnx::import_bytes(mb.bytes());
+  EXPECT_EQ(m.inputs.at(0).tensor, "in_0");
+  std::vector<std::string> names;
+  for (node_id id = 0; id < static_cast<node_id>(m.graph.num_nodes()); ++id) names.push_back(m.graph.at(id).name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "block_1/relu_a"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "Neg_1"), names.end());
+  const auto y = run1(m, {{"in:0", memory::host_tensor<float>({2}, {-1.0F, 2.0F})}});
+  EXPECT_EQ(y, (std::vector<float>{0.0F, -2.0F}));
+}
+
+TEST(OnnxImport, InitializersBecomeVariablesOnRequest) {
+  model_builder mb;
+  mb.input("x", {2});
+  mb.init_floats("w", {2}, {3, 4});
+  mb.node("Mul", {"x", "w"}, {"y"}, "mul");
+  mb.output("y");
+  onnx::import_options o;
+  o.initializers_as_variables = true;
+  auto m = onnx::import_bytes(mb.bytes(), o);
+  ASSERT_EQ(m.variables, (std::vector<std::string>{"w"}));
+  ASSERT_NE(m.graph.find("w"), nullptr);
+  EXPECT_EQ(m.graph.find("w")->op(), "variable");
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({2}, {1.0F, 2.0F})}});
+  EXPECT_EQ(y, (std::vector<float>{3, 8}));
+}
+
+TEST(OnnxImport, OldOpsetsAreConverted) {
+  model_builder mb(9);
+  mb.input("x", {3});
+  mb.node("Relu", {"x"}, {"y"}, "relu");
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  EXPECT_EQ(m.opset, 13);
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({3}, {-1.0F, 0.5F, 2.0F})}});
+  EXPECT_EQ(y, (std::vector<float>{0.0F, 0.5F, 2.0F}));
+}
+
+class OnnxExternalData : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("loom_onnx_ext_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A model whose weight lives in `location` at `offset`; the file holds `file_floats`.
+  std::string model(const std::string& location, std::int64_t offset, std::size_t file_floats) {
+    std::vector<float> data(file_floats);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+    std::ofstream(dir_ / "weights.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
+    model_builder mb;
+    mb.input("x", {2});
+    auto* t = mb.g->add_initializer();
+    t->set_name("w");
+    t->set_data_type(P::FLOAT);
+    t->add_dims(2);
+    t->set_data_location(P::EXTERNAL);
+    auto kv = [&](const std::string& k, const std::string& v) {
+      auto* e = t->add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    kv("location", location);
+    kv("offset", std::to_string(offset));
+    kv("length", "8");
+    mb.node("Add", {"x", "w"}, {"y"}, "add");
+    mb.output("y");
+    const fs::path path = dir_ / "model.onnx";
+    std::ofstream(path, std::ios::binary) << mb.bytes();
+    return path.string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(OnnxExternalData, IsReadFromTheModelsDirectory) {
+  auto m = onnx::import_file(model("weights.bin", 8, 4));
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({2}, {10.0F, 20.0F})}});
+  EXPECT_EQ(y, (std::vector<float>{12, 23}));
+}
+
+TEST_F(OnnxExternalData, MissingOrShortFilesAreNamed) {
+  try {
+    (void)onnx::import_file(model("nowhere.bin", 0, 4));
+    FAIL();
+  } catch (const not_found& e) {
+    EXPECT_NE(std::string(e.what()).find("nowhere.bin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+  }
+  try {
+    (void)onnx::import_file(model("weights.bin", 8, 3));
+    FAIL();
+  } catch (const not_found& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 12 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)onnx::import_file(model("../weights.bin", 0, 4)), invalid_argument);
+}
+
+TEST(OnnxImportErrors, UnsupportedOpsAreListedTogether) {
+  model_builder mb;
+  mb.input("x", {2});
+  mb.node("Relu", {"x"}, {"a"}, "ok");
+  mb.node("Einsteinify", {"a"}, {"b"}, "n1");  // not an ONNX op: the checker refuses it
+  mb.output("b");
+  onnx::import_options o;
+  o.check_model = false;
+  try {
+    (void)onnx::import_bytes(mb.bytes(), o, "m.onnx");
+    FAIL();
+  } catch (const unsupported_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ai.onnx Einsteinify (opset 17): 1 node 'n1'"), std::string::npos) << what;
+  }
+  model_builder custom;
+  auto* o2 = custom.m.add_opset_import();
+  o2->set_domain("com.example");
+  o2->set_version(1);
+  custom.input("x", {2});
+  custom.node("Frobnicate", {"x"}, {"a"}, "f1")->set_domain("com.example");
+  custom.node("Frobnicate", {"a"}, {"b"}, "f2")->set_domain("com.example");
+  custom.output("b");
+  try {
+    (void)onnx::import_bytes(custom.bytes(), o);
+    FAIL();
+  } catch (const unsupported_error& e) {
+    EXPECT_NE(std::string(e.what()).find("com.example Frobnicate (opset 1): 2 nodes 'f1', 'f2'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OnnxImportErrors, BadFilesAndModelsAreTypedErrors) {
+  model_builder mb;
+  mb.input("x", {2});
+  mb.node("Relu", {"x"}, {"y"}, "relu");
+  mb.output("y");
+  const std::string good = mb.bytes();
+  EXPECT_THROW((void)onnx::import_bytes(good.substr(0, good.size() / 2)), error);
+  EXPECT_THROW((void)onnx::import_bytes("\xff\xff\xff\xff garbage"), parse_error);
+  EXPECT_THROW((void)onnx::import_file("/nonexistent/model.onnx"), not_found);
+
+  model_builder future(18);
+  future.input("x", {2});
+  future.node("Relu", {"x"}, {"y"});
+  future.output("y");
+  EXPECT_THROW((void)onnx::import_bytes(future.bytes()), unsupported_error);
+
+  model_builder dangling;
+  dangling.input("x", {2});
+  dangling.node("Add", {"x", "nowhere"}, {"y"}, "add");
+  dangling.output("y");
+  EXPECT_THROW((void)onnx::import_bytes(dangling.bytes()), invalid_argument);
+
+  // A node whose inputs do not fit: named in the error.
+  model_builder mismatch;
+  mismatch.input("a", {2, 3});
+  mismatch.input("b", {4, 5});
+  mismatch.node("MatMul", {"a", "b"}, {"y"}, "mm");
+  mismatch.output("y");
+  try {
+    (void)onnx::import_bytes(mismatch.bytes());
+    FAIL();
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("'mm'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(OnnxImportErrors, FeedsThatContradictTheModelFailAndTheSessionGoesOn) {
+  model_builder mb;
+  mb.input("x", {-1, 3});
+  mb.node("Relu", {"x"}, {"y"}, "relu");
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  session s(std::move(m.graph));
+  EXPECT_THROW((void)s.run({{"x", memory::host_tensor<float>({2, 4}, std::vector<float>(8))}}, {"y"}),
+               invalid_argument);
+  EXPECT_THROW((void)s.run({{"x", memory::host_tensor<double>({2, 3}, std::vector<double>(6))}}, {"y"}),
+               invalid_argument);
+  auto out = s.run({{"x", memory::host_tensor<float>({1, 3}, {-1.0F, 0.0F, 1.0F})}}, {"y"});
+  auto v = out[0].span<float>();
+  EXPECT_EQ(std::vector<float>(v.begin(), v.end()), (std::vector<float>{0, 0, 1}));
+}
+
+}  // namespace
+}  // namespace loom
