@@ -132,6 +132,10 @@ def main():
     p.add_argument("--json", dest="json_out")
     a = p.parse_args()
 
+    if not os.path.isdir(os.path.join(os.path.dirname(NODE_SCRIPT), "node_modules",
+                                      "onnxruntime-node")):
+        raise SystemExit("onnx_vs_ort: ONNX Runtime is not installed: run "
+                         "`npm ci --ignore-scripts` in bench/onnx")
     names = [n for n in a.models.split(",") if n]
     entries = ensure_models(a.models_dir, names, a.image_size)
     load, loom_missing = loom_loader()

@@ -111,3 +111,7 @@ def test_is_compatible_follows_supported_ops():
     assert Backend.is_compatible(model) == ({"Add", "Relu", "Mul"} <= supported)
     model.graph.node.append(helper.make_node("NoSuchOp", ["s"], ["t"]))
     assert not Backend.is_compatible(model)
+
+
+def test_backend_is_exported_by_loom_onnx():
+    assert lo.Backend is Backend
