@@ -22,10 +22,8 @@ Ratios: loom/ORT = ORT median / loom median (> 1 means loom is faster); loom/tor
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -33,19 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import onnx_models  # noqa: E402
+from layer_norm_torch import median_ms  # noqa: E402  (median of timed calls after warm-up)
 
 NODE_SCRIPT = os.path.join(ROOT, "bench", "onnx", "ort_bench.js")
-
-
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
 
 
 def input_shape(entry, batch, seq_len):
