@@ -9,7 +9,8 @@ prepare() checks the model with ONNX's checker and imports it with loom.onnx.loa
 returned BackendRep's run(inputs) takes the graph inputs in graph order (a list or tuple, one
 array for a one-input model) or by name (a dict) and returns the outputs in graph-output
 order, as a tuple that also answers to output names. run_node() wraps one NodeProto in a
-model and runs that. Devices: "CPU" always; "CUDA" / "CUDA:k" when loom has a CUDA device.
+model and runs that. Devices: "CPU" always; "CUDA" / "CUDA:k" where loom has that CUDA device
+and its loom.onnx.load takes a device.
 is_compatible() is False for a model that uses an op outside loom.onnx.supported_ops().
 """
 import inspect
@@ -25,7 +26,7 @@ from onnx.backend.base import Device, DeviceType, namedtupledict
 
 
 def _loom_onnx():
-    # The package's own module; imported late so that this file imports before it is built.
+    # Imported when first used: loom.onnx itself loads this module on first use (Backend).
     from loom import onnx as loom_onnx
 
     return loom_onnx
