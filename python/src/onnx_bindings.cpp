@@ -17,10 +17,11 @@ py::dict value_dict(const onnx::model_value& v) {
 
 py::dict import_model(const py::object& source, bool initializers_as_variables,
                       const std::map<std::string, std::vector<std::int64_t>>& input_shapes,
-                      bool check, const std::string& external_data_dir) {
+                      bool check, bool fuse_patterns, const std::string& external_data_dir) {
   onnx::import_options o;
   o.initializers_as_variables = initializers_as_variables;
   o.check_model = check;
+  o.fuse_patterns = fuse_patterns;
   o.external_data_dir = external_data_dir;
   for (const auto& [name, dims] : input_shapes) o.input_shapes[name] = shape(dims);
   onnx::imported_model m;
@@ -45,7 +46,8 @@ py::dict import_model(const py::object& source, bool initializers_as_variables,
   for (const auto& v : m.outputs) outputs.append(value_dict(v));
   return py::dict(py::arg("graph") = g, py::arg("inputs") = inputs, py::arg("outputs") = outputs,
                   py::arg("opset") = m.opset, py::arg("file_opset") = m.file_opset,
-                  py::arg("producer") = m.producer, py::arg("variables") = m.variables);
+                  py::arg("producer") = m.producer, py::arg("variables") = m.variables,
+                  py::arg("rewrites") = m.rewrites);
 }
 
 }  // namespace
@@ -54,7 +56,8 @@ void bind_onnx(py::module_& m) {
   m.def("import_model", &import_model, py::arg("source"), py::kw_only(),
         py::arg("initializers_as_variables") = false,
         py::arg("input_shapes") = std::map<std::string, std::vector<std::int64_t>>{},
-        py::arg("check") = true, py::arg("external_data_dir") = std::string(),
+        py::arg("check") = true, py::arg("fuse_patterns") = true,
+        py::arg("external_data_dir") = std::string(),
         "Imports an ONNX model (a path or the bytes of a ModelProto): a dict with the Graph, "
         "its inputs and outputs (ONNX names and the loom tensors holding them) and the opset");
   m.def("supported_ops", &onnx::supported_ops,

@@ -15,6 +15,7 @@
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
+#include "import_passes.hpp"
 #include "model_file.hpp"
 
 namespace loom::onnx::detail {
@@ -253,6 +254,7 @@ std::vector<value> importer::evaluate(const ::onnx::NodeProto& n, const std::str
   for (std::size_t i = 0; i < sc.num_outputs(); ++i) {
     if (sc.wants(i) && !sc.results()[i].constant) fetches.push_back(sc.results()[i].out.name());
   }
+  // Copied out of the session's pool before the session (and its pool) goes.
   std::vector<tensor> results;
   if (!fetches.empty()) {
     session_options so;
@@ -260,13 +262,13 @@ std::vector<value> importer::evaluate(const ::onnx::NodeProto& n, const std::str
     so.devices.cuda_device_count = 0;
     so.passes.enabled = false;
     session s(std::move(sg), so);
-    results = s.run({}, fetches);
+    for (const tensor& t : s.run({}, fetches)) results.push_back(host_copy(s.host_value(t)));
   }
   std::vector<value> out(sc.num_outputs());
   std::size_t k = 0;
   for (std::size_t i = 0; i < sc.num_outputs(); ++i) {
     if (!sc.wants(i)) continue;
-    tensor t = sc.results()[i].constant ? *sc.results()[i].constant : host_copy(results.at(k++));
+    tensor t = sc.results()[i].constant ? *sc.results()[i].constant : results.at(k++);
     const std::string node_name = i == 0 ? name : aux_name(name, std::to_string(i));
     out[i].out = ops::constant(b_, t, {.name = node_name, .device = {}});
     out[i].elements = ints_of(t);
@@ -345,8 +347,9 @@ void importer::add_outputs(const ::onnx::GraphProto& g, imported_model& out) {
 
 imported_model importer::run(::onnx::ModelProto& m) {
   check_and_convert(m, options_.check_model, origin_);
-  check_supported(m);
   imported_model out;
+  if (options_.fuse_patterns) out.rewrites = rewrite_patterns(*m.mutable_graph(), dir_);
+  check_supported(m);
   out.file_opset = default_opset(m);
   out.producer = m.producer_name();
   const std::int64_t opset = default_opset(m);

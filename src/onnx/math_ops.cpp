@@ -227,6 +227,15 @@ void add_math_ops(op_table& t) {
   arithmetic(t, "Div", "div");
 
   t["Pow"] = {[](node_context& c) {
+                // x ^ 2 is x * x, bit for bit: square, which layer_norm_fusion recognises in
+                // LayerNorm written out.
+                if (const tensor* e = c.constant(1); e != nullptr && e->num_elements() == 1 &&
+                                                     (e->type() == dtype::f32 || e->type() == dtype::f64) &&
+                                                     c.number(1, "exponent") == 2.0 &&
+                                                     is_floating(c.type(0).type)) {
+                  c.set(0, ops::square(c.in(0), c.opts()));
+                  return;
+                }
                 output y = c.in(1);
                 if (y.dtype_of() != c.type(0).type) y = ops::cast(y, c.type(0).type, c.aux("exponent"));
                 c.set(0, ops::pow(c.in(0), y, c.opts()));
@@ -237,6 +246,14 @@ void add_math_ops(op_table& t) {
                                     c.opts()));
               },
               {"mod"}};
+  t["Gelu"] = {[](node_context& c) {
+                 const std::string approximate = c.attr_string("approximate", "none");
+                 if (approximate != "none" && approximate != "tanh") {
+                   c.fail(fmt::format("approximate '{}' is not none or tanh", approximate));
+                 }
+                 c.set(0, ops::gelu(c.in(0), approximate, c.opts()));
+               },
+               {"gelu"}};
   t["IsInf"] = {[](node_context& c) {
                   c.set(0, c.b().add1("isinf", {c.in(0)},
                                       {{"detect_positive", c.attr_int("detect_positive", 1) != 0},

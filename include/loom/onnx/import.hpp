@@ -47,6 +47,11 @@ struct import_options {
   std::map<std::string, shape> input_shapes;
   /// Run ONNX's checker on the model first (on by default).
   bool check_model = true;
+  /// Rewrite what exporters write in pieces before lowering (on by default): a
+  /// BatchNormalization after a Conv or Gemm with constant weights folded into them (in
+  /// double; the answers then differ from the unfolded model's in rounding), and GELU
+  /// written as x * 0.5 * (1 + erf(x / sqrt(2))) imported as loom's gelu.
+  bool fuse_patterns = true;
 };
 
 /// A graph input or output of the imported model.
@@ -73,9 +78,11 @@ struct imported_model {
   /// The opset the file declared.
   std::int64_t file_opset = 0;
   std::string producer;
-  /// Initializers that became variables, by loom node name, with their values (empty unless
+  /// Initializers that became variables, by loom node name (empty unless
   /// import_options::initializers_as_variables).
   std::vector<std::string> variables;
+  /// What import_options::fuse_patterns rewrote, one line each, naming the ONNX nodes.
+  std::vector<std::string> rewrites;
 };
 
 /// Imports the model in `path` (external data resolved against its directory).

@@ -51,6 +51,7 @@ class Model:
         self.file_opset = info["file_opset"]
         self.producer = info["producer"]
         self.variables = info["variables"]
+        self.rewrites = info["rewrites"]
         self.input_names = [v["name"] for v in self.inputs]
         self.output_names = [v["name"] for v in self.outputs]
         self._tensor = {v["name"]: v["tensor"] for v in self.inputs + self.outputs}
@@ -83,12 +84,14 @@ class Model:
 
 
 def load(source, *, threads=None, passes=True, initializers_as_variables=False,
-         input_shapes=None, check=True, external_data_dir=None):
+         input_shapes=None, check=True, fuse_patterns=True, external_data_dir=None):
     """Imports an ONNX model: a path, the bytes of a ModelProto, or an onnx.ModelProto.
 
     threads: CPU threads of the session (default: every core). input_shapes fixes symbolic
     dimensions ({"input": [1, 3, 224, 224]}) so shape computations fold at import.
-    initializers_as_variables makes float initializers trainable variables."""
+    initializers_as_variables makes float initializers trainable variables. fuse_patterns
+    (default on) folds BatchNormalization into the Conv or Gemm before it and imports GELU
+    written in pieces as loom's gelu (Model.rewrites lists what it did)."""
     if hasattr(source, "SerializeToString"):  # an onnx.ModelProto
         source = source.SerializeToString()
     elif isinstance(source, os.PathLike):
@@ -98,6 +101,7 @@ def load(source, *, threads=None, passes=True, initializers_as_variables=False,
         initializers_as_variables=initializers_as_variables,
         input_shapes={k: [int(d) for d in v] for k, v in (input_shapes or {}).items()},
         check=check,
+        fuse_patterns=fuse_patterns,
         external_data_dir="" if external_data_dir is None else os.fspath(external_data_dir),
     )
     return Model(info, threads=threads, passes=passes)
