@@ -86,6 +86,14 @@ grads pad_grad(const gradient_context& c) {
 }
 
 
+// g, shaped at run time like input 0, given input 0's static shape when that is known (a
+// gradient has its input's type).
+output with_input_shape(const gradient_context& c, output g) {
+  const auto& t = c.input(0).type();
+  if (!t.shape || !t.shape->is_fully_defined()) return g;
+  return ops::reshape(g, t.shape->to_vector());
+}
+
 grads tile_grad(const gradient_context& c) {
   // dy as [m0, d0, m1, d1, ...], summed over the repeats.
   const shape& in = c.input_shape(0);
@@ -137,13 +145,16 @@ void register_array_gradients(gradient_registry& r) {
   r.add_none("shape_of");
   r.add_none("constant_of_shape");
   r.add("dynamic_reshape", [](const gradient_context& c) -> grads {
-    return {ops::dynamic_reshape(c.grad(0), ops::shape_of(c.input(0))), std::nullopt};
+    return {with_input_shape(c, ops::dynamic_reshape(c.grad(0), ops::shape_of(c.input(0)))),
+            std::nullopt};
   });
   r.add("expand", [](const gradient_context& c) -> grads {
-    return {ops::expand_grad(c.grad(0), ops::shape_of(c.input(0))), std::nullopt};
+    return {with_input_shape(c, ops::expand_grad(c.grad(0), ops::shape_of(c.input(0)))),
+            std::nullopt};
   });
   r.add("expand_grad", [](const gradient_context& c) -> grads {
-    return {ops::expand(c.grad(0), ops::shape_of(c.input(0))), std::nullopt};
+    return {with_input_shape(c, ops::expand(c.grad(0), ops::shape_of(c.input(0)))),
+            std::nullopt};
   });
   r.add("tile", tile_grad);
   r.add("flip", [](const gradient_context& c) -> grads {
