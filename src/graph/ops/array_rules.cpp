@@ -304,7 +304,8 @@ shape dynamic_reshape_shape(const ints& spec, const shape& in, bool allowzero,
   }
   if (allowzero && has_zero && infer_at >= 0) fail("with allowzero, 0 and -1 cannot both appear");
   if (infer_at >= 0) {
-    if (known == 0 || n % known != 0) {
+    if (known == 0) fail("the -1 cannot be inferred when the other entries hold 0 elements");
+    if (n % known != 0) {
       fail(fmt::format("the other entries hold {} elements, which do not divide {}", known, n));
     }
     out[static_cast<std::size_t>(infer_at)] = n / known;
