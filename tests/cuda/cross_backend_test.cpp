@@ -258,6 +258,18 @@ std::vector<xcase> cases() {
              [](graph_builder&, const std::vector<output>& in) {
                return std::vector{ops::slice(in[0], {1, 2}, {3, 4}, {})};
              });
+    add_case("tile", "tile " + ts, {{t, {3, 1, 4}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::tile(in[0], {2, 5, 1}, {})};
+             });
+    add_case("flip", "flip " + ts, {{t, {3, 4, 5}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::flip(in[0], {0, -1}, {})};
+             });
+    add_case("strided_slice", "strided_slice " + ts, {{t, {7, 9}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::strided_slice(in[0], {-1, 1}, {0, 100}, {}, {-2, 3}, {})};
+             });
     add_case("pad", "pad " + ts, {{t, {3, 4}}}, [](graph_builder&, const std::vector<output>& in) {
       return std::vector{ops::pad(in[0], {1, 0, 2, 3}, 1.5, {})};
     });
@@ -314,6 +326,10 @@ std::vector<xcase> cases() {
   add_case("argmax", "argmax", {{dtype::f32, {7, 300}}},
            [](graph_builder&, const std::vector<output>& in) {
              return std::vector{ops::argmax(in[0], -1, dtype::i64, {})};
+           });
+  add_case("argmin", "argmin last index keepdims", {{dtype::f32, {7, 300}}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::argmin(in[0], 0, dtype::i64, true, true, {})};
            });
   for (dtype t : floats) {
     const std::string ts = to_string(t);

@@ -260,6 +260,29 @@ TEST(GradientCheck, ShapeOps) {
   });
 }
 
+TEST(GradientCheck, LayoutOps) {
+  using xs_t = std::vector<output>;
+  check("tile", {in{{2, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::tile(x[0], {3, 2}); });
+  check("tile with ones", {in{{2, 1, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::tile(x[0], {1, 4, 1}); });
+  check("flip", {in{{2, 3, 4}}},
+        [](graph_builder&, const xs_t& x) { return ops::flip(x[0], {0, -1}); });
+  check("flip all", {in{{3, 4}}}, [](graph_builder&, const xs_t& x) { return ops::flip(x[0]); });
+  check("strided_slice", {in{{5, 6, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::strided_slice(x[0], {4, 1}, {0, 100}, {0, -2}, {-2, 2});
+  });
+  check("strided_slice_grad", {in{{2, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::strided_slice_grad(x[0], shape{5, 6}, {4, 1}, {0, 6}, {}, {-2, 2});
+  });
+  for (const bool exclusive : {false, true}) {
+    for (const bool reverse : {false, true}) {
+      check(fmt::format("cumsum exclusive={} reverse={}", exclusive, reverse), {in{{3, 4}}},
+            [&](graph_builder&, const xs_t& x) { return ops::cumsum(x[0], -1, exclusive, reverse); });
+    }
+  }
+}
+
 TEST(GradientCheck, SmallMlpEndToEnd) {
   check("mlp", {in{{4, 6}}, in{{6, 5}}, in{{5}}, in{{5, 3}}},
         [](graph_builder& b, const std::vector<output>& x) {

@@ -1,4 +1,5 @@
-// CPU kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod and argmax.
+// CPU kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, argmax and
+// argmin.
 //
 // Note [reduction geometry]
 // A reduction sees its input (any strides) as two lists of dims: the kept dims, in output
@@ -380,24 +381,31 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
   }
 };
 
-// ---- argmax -----------------------------------------------------------------------------
+// ---- argmax, argmin ---------------------------------------------------------------------
 
 template <class T>
 inline constexpr bool argmax_type_v =
     reducible_v<T> || std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>;
 
-// True when v replaces the best so far: larger, or the first NaN (NaN wins, as NumPy).
-template <class C>
-inline bool beats(C v, C best) noexcept {
+// True when v at a later index replaces the best so far: larger (Min: smaller), equal when
+// the last index is selected, or a NaN (NaN wins, as NumPy: the first NaN, or the last one
+// when the last index is selected).
+template <bool Min, class C>
+inline bool beats(C v, C best, bool last) noexcept {
   if constexpr (std::is_floating_point_v<C>) {
-    return v > best || (v != v && best == best);
+    const bool vn = v != v;
+    const bool bn = best != best;
+    if (vn || bn) return vn && (!bn || last);
+  }
+  if constexpr (Min) {
+    return v < best || (last && v == best);
   } else {
-    return v > best;
+    return v > best || (last && v == best);
   }
 }
 
-template <class T, class I>
-void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
+template <bool Min, class T, class I>
+void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp, bool last) {
   using C = compute_t<T>;
   const std::int64_t n = sp.n;
   if (sp.inner == 1) {
@@ -405,14 +413,15 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
       for (std::int64_t o = b; o < e; ++o) {
         const T* p = x + o * n;
         if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C>) {
-          // The maximum first (vectorised), then its first index, or the first NaN's.
+          // The extreme first (vectorised), then its first (or last) index, or the NaN's.
           bool nan = false;
-          const C m = extreme<true>(p, n, nan);
-          std::int64_t i = 0;
-          if (nan) {
-            while (p[i] == p[i]) ++i;
+          const C m = extreme<!Min>(p, n, nan);
+          const auto hit = [&](std::int64_t i) { return nan ? p[i] != p[i] : p[i] == m; };
+          std::int64_t i = last ? n - 1 : 0;
+          if (last) {
+            while (i > 0 && !hit(i)) --i;
           } else {
-            while (i + 1 < n && p[i] != m) ++i;
+            while (i + 1 < n && !hit(i)) ++i;
           }
           y[o] = static_cast<I>(i);
           continue;
@@ -421,7 +430,7 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
         std::int64_t bi = 0;
         for (std::int64_t i = 1; i < n; ++i) {
           const C v = load(p[i]);
-          if (beats(v, best)) {
+          if (beats<Min>(v, best, last)) {
             best = v;
             bi = i;
           }
@@ -450,7 +459,7 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
                          const T* row = p + i * sp.inner;
                          for (std::int64_t j = 0; j < w; ++j) {
                            const C v = load(row[j]);
-                           const bool take = beats(v, best[j]);
+                           const bool take = beats<Min>(v, best[j], last);
                            best[j] = take ? v : best[j];
                            idx[j] = take ? i : idx[j];
                          }
@@ -461,29 +470,37 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
                    });
 }
 
-class argmax_kernel final : public common::axis_kernel_base {
+// argmax and argmin (common::arg_kernel_base reads which, and the attributes).
+class argmax_kernel final : public common::arg_kernel_base {
  public:
-  using axis_kernel_base::axis_kernel_base;
+  using arg_kernel_base::arg_kernel_base;
 
   void compute(kernel_context& ctx) override {
     tensor hold;
     const tensor& x = dense_input(ctx, 0, hold);
     const shape& s = x.shape();
-    const reduction_rules::along_axis a = argmax_along(ctx, s);
+    const reduction_rules::along_axis a = argmax_along(ctx, s, op_name());
     const axis_split& sp = a.split;
-    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis));
+    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis, keepdims_));
     if (sp.outer * sp.inner == 0) return;
     const dtype out_t = out.type();
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (argmax_type_v<T>) {
+        const auto run = [&](auto* y) {
+          if (is_min_) {
+            argmax_into<true, T>(ctx, x.data<T>(), y, sp, last_);
+          } else {
+            argmax_into<false, T>(ctx, x.data<T>(), y, sp, last_);
+          }
+        };
         if (out_t == dtype::i32) {
-          argmax_into<T>(ctx, x.data<T>(), out.data<std::int32_t>(), sp);
+          run(out.data<std::int32_t>());
         } else {
-          argmax_into<T>(ctx, x.data<T>(), out.data<std::int64_t>(), sp);
+          run(out.data<std::int64_t>());
         }
       } else {
-        ctx.fail("argmax has no kernel for {}", to_string(x.type()));
+        ctx.fail("{} has no kernel for {}", op_name(), to_string(x.type()));
       }
     });
   }
@@ -498,6 +515,7 @@ void register_reduce_kernels(kernel_registry& r) {
   r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", cpu));
   r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", cpu));
   r.add(make_kernel_def<argmax_kernel>("argmax", cpu));
+  r.add(make_kernel_def<argmax_kernel>("argmin", cpu));
 }
 
 }  // namespace loom::cpu

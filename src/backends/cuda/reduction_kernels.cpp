@@ -131,26 +131,27 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
 
 // ---- argmax -----------------------------------------------------------------------------
 
-class argmax_kernel final : public common::axis_kernel_base {
+// argmax and argmin (common::arg_kernel_base reads which, and the attributes).
+class argmax_kernel final : public common::arg_kernel_base {
  public:
-  using axis_kernel_base::axis_kernel_base;
+  using arg_kernel_base::arg_kernel_base;
 
   void compute(kernel_context& ctx) override {
     const shape s = ctx.input(0).shape();
     const dtype t = ctx.input(0).type();
-    const reduction_rules::along_axis a = argmax_along(ctx, s);
+    const reduction_rules::along_axis a = argmax_along(ctx, s, op_name());
     const reduction_rules::axis_split& sp = a.split;
     if (!kernels::argmax_supports(elem_of(t))) {
-      ctx.fail("argmax has no kernel for {}", to_string(t));
+      ctx.fail("{} has no kernel for {}", op_name(), to_string(t));
     }
     launch_scope scope(ctx);
-    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis));
+    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis, keepdims_));
     if (sp.outer * sp.inner == 0) return;
     tensor hold;
     const tensor& x = dense_input(ctx, 0, hold);
-    kernels::launch_argmax(elem_of(t), out.type() == dtype::i32, x.raw_data(), out.raw_data(),
-                           sp.outer, sp.n, sp.inner, scope.stream);
-    check_launch(ctx, "argmax");
+    kernels::launch_argmax(elem_of(t), out.type() == dtype::i32, is_min_, last_, x.raw_data(),
+                           out.raw_data(), sp.outer, sp.n, sp.inner, scope.stream);
+    check_launch(ctx, op_name());
   }
 };
 
@@ -222,6 +223,7 @@ void register_reduction_kernels(kernel_registry& r) {
   r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", gpu, "cuda"));
   r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", gpu, "cuda"));
   r.add(make_kernel_def<argmax_kernel>("argmax", gpu, "cuda"));
+  r.add(make_kernel_def<argmax_kernel>("argmin", gpu, "cuda"));
   r.add(make_kernel_def<softmax_kernel<false>>("softmax", gpu, "cuda"));
   r.add(make_kernel_def<softmax_kernel<true>>("log_softmax", gpu, "cuda"));
   r.add(make_kernel_def<xent_kernel>("softmax_cross_entropy", gpu, "cuda"));

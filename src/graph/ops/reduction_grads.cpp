@@ -121,6 +121,7 @@ void register_reduction_gradients(gradient_registry& r) {
   r.add("log_softmax", log_softmax_grad);
   r.add("softmax_cross_entropy", xent_grad);
   r.add_none("argmax");
+  r.add_none("argmin");
 }
 
 }  // namespace loom

@@ -1,5 +1,5 @@
 // reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, softmax, log_softmax,
-// softmax_cross_entropy, argmax: definitions, inference (shape rules in
+// softmax_cross_entropy, argmax, argmin: definitions, inference (shape rules in
 // loom/graph/ops/reduction_rules.hpp) and builders.
 #include <fmt/format.h>
 
@@ -78,7 +78,7 @@ void infer_argmax(inference_context& c) {
   }
   const std::size_t axis = reduction_rules::normalize_axis(
       c.attr<std::int64_t>("axis"), *in.shape, reduction_rules::rule_caller::inference);
-  c.set_output(0, out_t, reduction_rules::argmax_output(*in.shape, axis));
+  c.set_output(0, out_t, reduction_rules::argmax_output(*in.shape, axis, c.attr<bool>("keepdims")));
 }
 
 void add_reduce(op_registry& r, const char* name, const char* summary,
@@ -125,16 +125,18 @@ void register_reduction_ops(op_registry& r) {
     d.infer = infer_xent;
     r.add(std::move(d));
   }
-  {
+  for (const bool is_min : {false, true}) {
     op_def d;
-    d.name = "argmax";
-    d.summary = "index of the maximum along axis (first on ties, NaN wins)";
+    d.name = is_min ? "argmin" : "argmax";
+    d.summary = is_min ? "index of the minimum along axis (first on ties, NaN wins)"
+                       : "index of the maximum along axis (first on ties, NaN wins)";
     d.inputs = {typed("input")};
     d.outputs = {typed("output", "output_type")};
     attr_def out_t = type_attr("output_type", {dtype::i64, dtype::i32});
     out_t.default_value = attr_value(dtype::i64);
     d.attrs = {type_attr("T", argmax_types()), attr("axis", attr_type::integer, attr_value(-1)),
-               std::move(out_t)};
+               std::move(out_t), attr("keepdims", attr_type::boolean, attr_value(false)),
+               attr("select_last_index", attr_type::boolean, attr_value(false))};
     d.infer = infer_argmax;
     r.add(std::move(d));
   }
@@ -181,6 +183,26 @@ softmax_cross_entropy_outputs softmax_cross_entropy(output logits, output labels
 
 output argmax(output x, std::int64_t axis, dtype output_type, const node_options& o) {
   return x.builder().add1("argmax", {x}, {{"axis", axis}, {"output_type", output_type}}, o);
+}
+
+output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims,
+              bool select_last_index, const node_options& o) {
+  return x.builder().add1("argmax", {x},
+                          {{"axis", axis},
+                           {"output_type", output_type},
+                           {"keepdims", keepdims},
+                           {"select_last_index", select_last_index}},
+                          o);
+}
+
+output argmin(output x, std::int64_t axis, dtype output_type, bool keepdims,
+              bool select_last_index, const node_options& o) {
+  return x.builder().add1("argmin", {x},
+                          {{"axis", axis},
+                           {"output_type", output_type},
+                           {"keepdims", keepdims},
+                           {"select_last_index", select_last_index}},
+                          o);
 }
 
 }  // namespace ops

@@ -93,18 +93,22 @@ along_axis along_axis_of(const shape& s, std::int64_t axis) {
   return a;
 }
 
-shape argmax_output(const shape& s, std::size_t axis) {
+shape argmax_output(const shape& s, std::size_t axis, bool keepdims) {
   shape out;
   for (std::size_t k = 0; k < s.rank(); ++k) {
-    if (k != axis) out.push_back(s[k]);
+    if (k != axis) {
+      out.push_back(s[k]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
   }
   return out;
 }
 
-void check_argmax_axis(const along_axis& a, const shape& s) {
+void check_argmax_axis(const along_axis& a, const shape& s, const char* op) {
   if (a.split.n == 0) {
     throw invalid_argument(
-        fmt::format("argmax of an empty axis (axis {} of input shape {})", a.axis, to_string(s)));
+        fmt::format("{} of an empty axis (axis {} of input shape {})", op, a.axis, to_string(s)));
   }
 }
 

@@ -76,12 +76,13 @@ struct along_axis {
 /// normalize_axis, then split_at.
 along_axis along_axis_of(const shape& s, std::int64_t axis);
 
-/// argmax's output shape: `s` without dim `axis` (in [0, rank)).
-shape argmax_output(const shape& s, std::size_t axis);
+/// argmax's and argmin's output shape: `s` without dim `axis` (in [0, rank)), or with it as
+/// 1 when `keepdims`.
+shape argmax_output(const shape& s, std::size_t axis, bool keepdims = false);
 
-/// Fails for an argmax along an empty axis: "argmax of an empty axis (axis K of input shape
-/// S)".
-void check_argmax_axis(const along_axis& a, const shape& s);
+/// Fails for an argmax (or `op`) along an empty axis: "argmax of an empty axis (axis K of
+/// input shape S)".
+void check_argmax_axis(const along_axis& a, const shape& s, const char* op = "argmax");
 
 // ---- softmax_cross_entropy ----------------------------------------------------------------
 

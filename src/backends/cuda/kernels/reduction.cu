@@ -267,7 +267,9 @@ struct arg_pair {
 };
 
 // The better of two candidates: a NaN beats any number (the first NaN wins), a larger value
-// beats a smaller, and ties go to the smaller index (NumPy's argmax).
+// (Min: a smaller one) beats the other, and ties go to the smaller index (NumPy's argmax), or
+// to the larger one with Last (ONNX's select_last_index, for NaNs too).
+template <bool Min, bool Last>
 struct arg_better {
   template <class P>
   __device__ P operator()(P a, P b) const {
@@ -275,20 +277,21 @@ struct arg_better {
     if (a.i < 0) return b;
     const bool na = a.v != a.v;
     const bool nb = b.v != b.v;
+    const P tie = (a.i < b.i) != Last ? a : b;
     if (na || nb) {
-      if (na && nb) return a.i < b.i ? a : b;
+      if (na && nb) return tie;
       return na ? a : b;
     }
-    if (a.v > b.v) return a;
-    if (b.v > a.v) return b;
-    return a.i < b.i ? a : b;
+    if (Min ? a.v < b.v : a.v > b.v) return a;
+    if (Min ? b.v < a.v : b.v > a.v) return b;
+    return tie;
   }
 };
 
 template <class T>
 using arg_value_t = std::conditional_t<sizeof(compute_t<T>) < 4, int, compute_t<T>>;
 
-template <class T>
+template <class T, bool Min, bool Last>
 __global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64_t rows,
                                    std::int64_t n, bool whole_block) {
   using V = arg_value_t<T>;
@@ -301,9 +304,9 @@ __global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64
     const T* p = x + r * n;
     P best{V{}, -1};
     for (std::int64_t i = t.rank; i < n; i += t.size) {
-      best = arg_better{}(best, P{static_cast<V>(load(p[i])), i});
+      best = arg_better<Min, Last>{}(best, P{static_cast<V>(load(p[i])), i});
     }
-    best = team_allreduce(t, best, arg_better{}, P{V{}, -1}, scratch);
+    best = team_allreduce(t, best, arg_better<Min, Last>{}, P{V{}, -1}, scratch);
     if (t.rank == 0) {
       if (out_i32) {
         static_cast<std::int32_t*>(y)[r] = static_cast<std::int32_t>(best.i);
@@ -316,7 +319,7 @@ __global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64
 
 // One thread per output column of [outer, n, inner]: consecutive threads read consecutive
 // columns of a row.
-template <class T>
+template <class T, bool Min, bool Last>
 __global__ void argmax_cols_kernel(const T* x, void* y, bool out_i32, std::int64_t outer,
                                    std::int64_t n, std::int64_t inner) {
   using V = arg_value_t<T>;
@@ -329,7 +332,7 @@ __global__ void argmax_cols_kernel(const T* x, void* y, bool out_i32, std::int64
     const T* p = x + o * n * inner + j;
     P best{static_cast<V>(load(p[0])), 0};
     for (std::int64_t i = 1; i < n; ++i) {
-      best = arg_better{}(best, P{static_cast<V>(load(p[i * inner])), i});
+      best = arg_better<Min, Last>{}(best, P{static_cast<V>(load(p[i * inner])), i});
     }
     if (out_i32) {
       static_cast<std::int32_t*>(y)[q] = static_cast<std::int32_t>(best.i);
@@ -429,20 +432,36 @@ bool argmax_supports(elem_type t) {
   return t != elem_type::boolean;
 }
 
-void launch_argmax(elem_type t, bool out_i32, const void* x, void* y, std::int64_t outer,
-                   std::int64_t n, std::int64_t inner, cudaStream_t stream) {
+void launch_argmax(elem_type t, bool out_i32, bool is_min, bool last, const void* x, void* y,
+                   std::int64_t outer, std::int64_t n, std::int64_t inner, cudaStream_t stream) {
   visit_type(t, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x);
-    if (inner == 1) {
-      const bool whole_block = n > short_row;
-      const std::int64_t per_block = whole_block ? 1 : block_threads / 32;
-      argmax_rows_kernel<T><<<grid_for(ceil_div(outer, per_block)), block_threads, 0, stream>>>(
-          xp, y, out_i32, outer, n, whole_block);
+    const auto launch = [&](auto min_tag, auto last_tag) {
+      constexpr bool Min = decltype(min_tag)::value;
+      constexpr bool Last = decltype(last_tag)::value;
+      if (inner == 1) {
+        const bool whole_block = n > short_row;
+        const std::int64_t per_block = whole_block ? 1 : block_threads / 32;
+        argmax_rows_kernel<T, Min, Last>
+            <<<grid_for(ceil_div(outer, per_block)), block_threads, 0, stream>>>(
+                xp, y, out_i32, outer, n, whole_block);
+      } else {
+        argmax_cols_kernel<T, Min, Last>
+            <<<grid_for(ceil_div(outer * inner, block_threads)), block_threads, 0, stream>>>(
+                xp, y, out_i32, outer, n, inner);
+      }
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
+    if (is_min && last) {
+      launch(yes{}, yes{});
+    } else if (is_min) {
+      launch(yes{}, no{});
+    } else if (last) {
+      launch(no{}, yes{});
     } else {
-      argmax_cols_kernel<T>
-          <<<grid_for(ceil_div(outer * inner, block_threads)), block_threads, 0, stream>>>(
-              xp, y, out_i32, outer, n, inner);
+      launch(no{}, no{});
     }
   });
 }

@@ -58,9 +58,10 @@ void launch_fill(void* p, std::int64_t count, int elem_bytes, std::uint64_t bits
 /// Whether argmax takes t (f32, f64, f16, bf16, i32, i64, i8, u8).
 bool argmax_supports(elem_type t);
 
-/// y[o, j] = the index of the maximum of x[o, :, j] (n > 0): the first on ties, the first NaN
-/// when there is one (NumPy). y is int32 (out_i32) or int64, dense [outer, inner].
-void launch_argmax(elem_type t, bool out_i32, const void* x, void* y, std::int64_t outer,
-                   std::int64_t n, std::int64_t inner, cudaStream_t stream);
+/// y[o, j] = the index of the maximum (is_min: the minimum) of x[o, :, j] (n > 0): the first
+/// on ties, the first NaN when there is one (NumPy); the last of them with `last` (ONNX's
+/// select_last_index). y is int32 (out_i32) or int64, dense [outer, inner].
+void launch_argmax(elem_type t, bool out_i32, bool is_min, bool last, const void* x, void* y,
+                   std::int64_t outer, std::int64_t n, std::int64_t inner, cudaStream_t stream);
 
 }  // namespace loom::cuda::kernels
