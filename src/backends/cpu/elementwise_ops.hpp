@@ -248,7 +248,7 @@ struct mish_op {
 struct elu_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
-  float alpha;
+  double alpha;
   template <class C>
   C operator()(C x) const noexcept {
     return x > C(0) ? x : C(alpha) * std::expm1(x);
@@ -259,8 +259,8 @@ struct elu_op {
 struct selu_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
-  float alpha;
-  float gamma;
+  double alpha;
+  double gamma;
   template <class C>
   C operator()(C x) const noexcept {
     return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x));
@@ -271,7 +271,7 @@ struct selu_op {
 struct celu_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
-  float alpha;
+  double alpha;
   template <class C>
   C operator()(C x) const noexcept {
     return x > C(0) ? x : C(alpha) * std::expm1(x / C(alpha));

@@ -77,26 +77,26 @@ class attr_unary_kernel final : public op_kernel {
   double cost_;
 };
 
-float attr_f(const kernel_construction& c, const char* name) {
-  return static_cast<float>(c.attr<double>(name));
+double real_attr(const kernel_construction& c, const char* name) {
+  return c.attr<double>(name);
 }
 elu_op make_elu(const kernel_construction& c) {
-  return {.alpha = attr_f(c, "alpha")};
+  return {.alpha = real_attr(c, "alpha")};
 }
 selu_op make_selu(const kernel_construction& c) {
-  return {.alpha = attr_f(c, "alpha"), .gamma = attr_f(c, "gamma")};
+  return {.alpha = real_attr(c, "alpha"), .gamma = real_attr(c, "gamma")};
 }
 celu_op make_celu(const kernel_construction& c) {
-  return {.alpha = attr_f(c, "alpha")};
+  return {.alpha = real_attr(c, "alpha")};
 }
 leaky_relu_op make_leaky_relu(const kernel_construction& c) {
-  return {{attr_f(c, "alpha")}};
+  return {{real_attr(c, "alpha")}};
 }
 hard_sigmoid_op make_hard_sigmoid(const kernel_construction& c) {
-  return {{attr_f(c, "alpha"), attr_f(c, "beta")}};
+  return {{real_attr(c, "alpha"), real_attr(c, "beta")}};
 }
 thresholded_relu_op make_thresholded_relu(const kernel_construction& c) {
-  return {{attr_f(c, "alpha")}};
+  return {{real_attr(c, "alpha")}};
 }
 
 template <class Op, Op (*make_op)(const kernel_construction&)>

@@ -127,7 +127,7 @@ class attr_unary_kernel final : public op_kernel {
   static kernels::unary_attrs attrs_of(const kernel_construction& c, kernels::unary_op op) {
     using kernels::unary_op;
     kernels::unary_attrs a;
-    auto real = [&](const char* name) { return static_cast<float>(c.attr<double>(name)); };
+    auto real = [&](const char* name) { return c.attr<double>(name); };
     if (op == unary_op::isinf) {
       a.detect_positive = c.attr<bool>("detect_positive");
       a.detect_negative = c.attr<bool>("detect_negative");

@@ -45,7 +45,7 @@ struct softsign_fn {
 
 /// x < 0 ? alpha x : x (ONNX LeakyRelu); -0 and NaN pass through.
 struct leaky_relu_fn {
-  float alpha;
+  double alpha;
   template <class C>
   LOOM_EW_OP C operator()(C x) const noexcept {
     return x < C(0) ? C(alpha) * x : x;
@@ -54,8 +54,8 @@ struct leaky_relu_fn {
 
 /// max(0, min(1, alpha x + beta)); NaN stays NaN.
 struct hard_sigmoid_fn {
-  float alpha;
-  float beta;
+  double alpha;
+  double beta;
   template <class C>
   LOOM_EW_OP C operator()(C x) const noexcept {
     return rules::maximum(C(0), rules::minimum(C(1), C(alpha) * x + C(beta)));
@@ -74,7 +74,7 @@ struct hard_swish_fn {
 
 /// x > alpha ? x : 0 (ONNX ThresholdedRelu); NaN stays NaN.
 struct thresholded_relu_fn {
-  float alpha;
+  double alpha;
   template <class C>
   LOOM_EW_OP C operator()(C x) const noexcept {
     return (x > C(alpha) || x != x) ? x : C(0);

@@ -101,8 +101,8 @@ enum class unary_op : int {
 
 /// The attribute values of the unary ops that have some (see unary_op).
 struct unary_attrs {
-  float alpha = 0.0f;
-  float beta = 0.0f;
+  double alpha = 0.0;
+  double beta = 0.0;
   bool detect_positive = true;
   bool detect_negative = true;
 };

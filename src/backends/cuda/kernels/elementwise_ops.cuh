@@ -323,7 +323,7 @@ struct mish_f : float_f {
 };
 
 struct elu_f : float_f {
-  float alpha;
+  double alpha;
   template <class C>
   __device__ C operator()(C x) const {
     return x > C(0) ? x : C(alpha) * m_expm1(x);
@@ -331,8 +331,8 @@ struct elu_f : float_f {
 };
 
 struct selu_f : float_f {
-  float alpha;
-  float gamma;
+  double alpha;
+  double gamma;
   template <class C>
   __device__ C operator()(C x) const {
     return C(gamma) * (x > C(0) ? x : C(alpha) * m_expm1(x));
@@ -340,7 +340,7 @@ struct selu_f : float_f {
 };
 
 struct celu_f : float_f {
-  float alpha;
+  double alpha;
   template <class C>
   __device__ C operator()(C x) const {
     return x > C(0) ? x : C(alpha) * m_expm1(x / C(alpha));
