@@ -460,5 +460,25 @@ TEST(ElementwiseMath, ClampThroughASession) {
   }
 }
 
+// Mixed with ops the element-wise fusion takes (mul, add), the new ops stay their own nodes
+// and the graph computes what the references do.
+TEST(ElementwiseMath, InAGraphWithTheStandardPasses) {
+  graph g;
+  graph_builder b(g);
+  const output x = ops::placeholder(b, "x", dtype::f32, {2, 8});
+  const output y = ops::elu(x * 2.0, 0.5) + ops::sin(x) * ops::softplus(x) +
+                   ops::mod(x, ops::scalar(b, 0.75, dtype::f32));
+  const std::string fetch = y.name();
+  session s(std::move(g));
+  const tensor in = random(dtype::f32, {2, 8}, 42, -3, 3);
+  const tensor out = memory::contiguous_copy(s.run({{"x", in}}, {fetch})[0],
+                                             memory::host_resource::instance(), device_id{});
+  std::vector<double> expected;
+  for (double v : values(in)) {
+    expected.push_back(elu(2.0 * v, 0.5) + std::sin(v) * softplus(v) + floor_mod(v, 0.75));
+  }
+  expect_close(out, {2, 8}, expected, 1e-5, 1e-5);
+}
+
 }  // namespace
 }  // namespace loom::testing
