@@ -478,6 +478,15 @@ TEST(ElementwiseMath, InAGraphWithTheStandardPasses) {
     expected.push_back(elu(2.0 * v, 0.5) + std::sin(v) * softplus(v) + floor_mod(v, 0.75));
   }
   expect_close(out, {2, 8}, expected, 1e-5, 1e-5);
+  // The fusion pass took the arithmetic and left each new op a node of its own.
+  const graph& planned = s.planned_graph({"x"}, {fetch});
+  auto count = [&](std::string_view op) {
+    std::size_t n = 0;
+    for (const node& nd : planned.nodes()) n += nd.op() == op;
+    return n;
+  };
+  EXPECT_GE(count("fused_elementwise"), 1u);
+  for (const char* op : {"elu", "sin", "softplus", "mod"}) EXPECT_EQ(count(op), 1u) << op;
 }
 
 }  // namespace
