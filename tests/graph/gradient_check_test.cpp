@@ -126,6 +126,56 @@ TEST(GradientCheck, UnaryOps) {
   }
 }
 
+TEST(GradientCheck, ElementwiseMathAndActivations) {
+  const shape s{3, 4};
+  using fn = std::function<output(output)>;
+  // x in ±[0.2, 1.5]; scaled or shifted into each function's domain, and away from kinks.
+  const std::vector<std::pair<std::string, fn>> cases = {
+      {"sin", [](output x) { return ops::sin(x * 2.0); }},
+      {"cos", [](output x) { return ops::cos(x * 2.0); }},
+      {"tan", [](output x) { return ops::tan(x); }},
+      {"asin", [](output x) { return ops::asin(x * 0.6); }},
+      {"acos", [](output x) { return ops::acos(x * 0.6); }},
+      {"atan", [](output x) { return ops::atan(x * 3.0); }},
+      {"sinh", [](output x) { return ops::sinh(x * 2.0); }},
+      {"cosh", [](output x) { return ops::cosh(x * 2.0); }},
+      {"asinh", [](output x) { return ops::asinh(x * 3.0); }},
+      {"acosh", [](output x) { return ops::acosh(ops::abs(x) * 2.0 + 1.0); }},
+      {"atanh", [](output x) { return ops::atanh(x * 0.6); }},
+      {"log1p", [](output x) { return ops::log1p(x * 0.6); }},
+      {"expm1", [](output x) { return ops::expm1(x * 2.0); }},
+      {"softplus", [](output x) { return ops::softplus(x * 4.0); }},
+      {"softsign", [](output x) { return ops::softsign(x * 4.0); }},
+      {"silu", [](output x) { return ops::silu(x * 4.0); }},
+      {"mish", [](output x) { return ops::mish(x * 4.0); }},
+      {"hard_swish", [](output x) { return ops::hard_swish(x * 4.0); }},
+      {"elu", [](output x) { return ops::elu(x * 2.0); }},
+      {"elu alpha", [](output x) { return ops::elu(x * 2.0, 0.7); }},
+      {"selu", [](output x) { return ops::selu(x * 2.0); }},
+      {"celu", [](output x) { return ops::celu(x * 2.0, 1.5); }},
+      {"leaky_relu", [](output x) { return ops::leaky_relu(x, 0.1); }},
+      {"hard_sigmoid", [](output x) { return ops::hard_sigmoid(x * 4.0); }},
+      {"thresholded_relu", [](output x) { return ops::thresholded_relu(x * 2.0, 0.5); }},
+      {"clamp", [](output x) { return ops::clamp(x, -0.7, 0.9); }},
+      // No gradient flows through the rounding functions and sign: only x's own.
+      {"floor + x", [](output x) { return ops::floor(x * 3.0) + x; }},
+      {"ceil + x", [](output x) { return ops::ceil(x * 3.0) * x; }},
+      {"round + x", [](output x) { return ops::round(x * 3.0) - x; }},
+      {"sign * x", [](output x) { return ops::sign(x) * x; }},
+  };
+  for (const auto& [name, f] : cases) {
+    check(name, {in{s}}, [&f](graph_builder&, const std::vector<output>& x) { return f(x[0]); });
+  }
+  for (const auto& [sa, sb] : std::vector<std::pair<shape, shape>>{{{3, 4}, {3, 4}}, {{3, 4}, {4}}}) {
+    for (bool fmod : {false, true}) {
+      check(fmt::format("mod fmod={} {} {}", fmod, to_string(sa), to_string(sb)),
+            {in{sa}, in{sb}}, [fmod](graph_builder&, const std::vector<output>& x) {
+              return ops::mod(x[0] * 5.0, x[1], fmod);
+            });
+    }
+  }
+}
+
 TEST(GradientCheck, BinaryOpsWithBroadcasting) {
   const std::vector<std::pair<shape, shape>> shapes = {
       {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 3, 4}, {3, 1}}, {{3, 1}, {1, 4}}, {{}, {2, 3}}};
