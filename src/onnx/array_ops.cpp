@@ -363,9 +363,98 @@ void range_lowering(node_context& c) {
   c.set(0, ops::range(c.b(), c.number(0, "start"), c.number(1, "limit"), c.number(2, "delta"), t, c.opts()));
 }
 
+// A constant [rows, cols] bool mask: true where keep(i, j).
+template <class F>
+tensor mask_of(std::int64_t rows, std::int64_t cols, F keep) {
+  tensor m = memory::host_tensor(dtype::boolean, shape{rows, cols});
+  auto* p = static_cast<std::uint8_t*>(m.raw_data());
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) p[i * cols + j] = keep(i, j) ? 1 : 0;
+  }
+  return m;
+}
+
+void one_hot_lowering(node_context& c) {
+  const auto depth = static_cast<std::int64_t>(c.number(1, "depth"));
+  const tensor* values = c.constant(2);
+  if (values == nullptr || values->num_elements() != 2) c.unsupported("values must be two numbers known at import");
+  const dtype t = values->type();
+  double off = 0;
+  double on = 1;
+  switch (t) {
+    case dtype::f32: off = values->data<float>()[0]; on = values->data<float>()[1]; break;
+    case dtype::f64: off = values->data<double>()[0]; on = values->data<double>()[1]; break;
+    case dtype::i64: off = static_cast<double>(values->data<std::int64_t>()[0]); on = static_cast<double>(values->data<std::int64_t>()[1]); break;
+    case dtype::i32: off = values->data<std::int32_t>()[0]; on = values->data<std::int32_t>()[1]; break;
+    default: c.unsupported(fmt::format("values of dtype {}", to_string(t)));
+  }
+  // Indices of any numeric type are read as int64; -depth..-1 count from the end.
+  output idx = c.in(0);
+  if (idx.dtype_of() != dtype::i64) idx = ops::cast(idx, dtype::i64, c.aux("indices"));
+  const output negative = ops::less(idx, c.scalar(0, dtype::i64, "zero"), c.aux("negative"));
+  idx = ops::where(negative, ops::add(idx, c.scalar(static_cast<double>(depth), dtype::i64, "depth"), c.aux("wrapped")),
+                   idx, c.aux("index"));
+  c.set(0, ops::one_hot(idx, depth, t, on, off, c.attr_int("axis", -1), c.opts()));
+}
+
+void trilu_lowering(node_context& c) {
+  const auto dims = dims_of(c, 0);
+  if (dims.size() < 2) c.fail("input has rank below 2");
+  const std::int64_t rows = dims[dims.size() - 2];
+  const std::int64_t cols = dims[dims.size() - 1];
+  if (rows < 0 || cols < 0) c.unsupported("Trilu needs the last two dimensions known at import");
+  const std::int64_t k = c.has(1) ? static_cast<std::int64_t>(c.number(1, "k")) : 0;
+  const bool upper = c.attr_int("upper", 1) != 0;
+  const tensor mask = mask_of(rows, cols, [&](std::int64_t i, std::int64_t j) { return upper ? j - i >= k : j - i <= k; });
+  c.set(0, ops::where(c.constant_node(mask, "mask"), c.in(0), c.scalar(0, c.type(0).type, "zero"), c.opts()));
+}
+
+void eye_like_lowering(node_context& c) {
+  const auto dims = dims_of(c, 0);
+  if (dims.size() != 2 || dims[0] < 0 || dims[1] < 0) c.unsupported("EyeLike needs a 2-D input of known shape");
+  const dtype t = c.has_attr("dtype") ? dtype_of(static_cast<std::int32_t>(c.attr_int("dtype", 1)), "EyeLike's dtype")
+                                      : c.type(0).type;
+  const std::int64_t k = c.attr_int("k", 0);
+  const tensor mask = mask_of(dims[0], dims[1], [&](std::int64_t i, std::int64_t j) { return j - i == k; });
+  c.set(0, ops::cast(c.constant_node(mask, "mask"), t, c.opts()));
+}
+
+// DepthToSpace and SpaceToDepth: a reshape, a transpose and a reshape.
+void depth_space_lowering(node_context& c, bool to_space) {
+  const auto d = dims_of(c, 0);
+  if (d.size() != 4) c.fail(fmt::format("input has rank {}; 4 (NCHW) needed", d.size()));
+  const std::int64_t b = c.attr_int("blocksize", 0);
+  if (b <= 0) c.fail("blocksize must be positive");
+  const std::int64_t ch = d[1], h = d[2], w = d[3];
+  if (ch < 0 || h < 0 || w < 0) c.unsupported("the channels and spatial size must be known at import");
+  std::vector<std::int64_t> split;
+  std::vector<std::int64_t> perm;
+  std::vector<std::int64_t> out;
+  if (to_space) {
+    if (ch % (b * b) != 0) c.fail(fmt::format("{} channels are not a multiple of blocksize^2 = {}", ch, b * b));
+    const bool crd = c.attr_string("mode", "DCR") == "CRD";
+    split = crd ? std::vector<std::int64_t>{-1, ch / (b * b), b, b, h, w} : std::vector<std::int64_t>{-1, b, b, ch / (b * b), h, w};
+    perm = crd ? std::vector<std::int64_t>{0, 1, 4, 2, 5, 3} : std::vector<std::int64_t>{0, 3, 4, 1, 5, 2};
+    out = {-1, ch / (b * b), h * b, w * b};
+  } else {
+    if (h % b != 0 || w % b != 0) c.fail(fmt::format("spatial size {}x{} is not a multiple of blocksize {}", h, w, b));
+    split = {-1, ch, h / b, b, w / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+    out = {-1, ch * b * b, h / b, w / b};
+  }
+  const output r = ops::reshape(c.in(0), split, c.aux("split"));
+  const output t = ops::transpose(r, perm, c.aux("transpose"));
+  c.set(0, ops::reshape(t, out, c.opts()));
+}
+
 }  // namespace
 
 void add_array_ops(op_table& t) {
+  t["OneHot"] = {one_hot_lowering, {"one_hot"}};
+  t["Trilu"] = {trilu_lowering, {"where"}};
+  t["EyeLike"] = {eye_like_lowering, {"cast"}};
+  t["DepthToSpace"] = {[](node_context& c) { depth_space_lowering(c, true); }, {"transpose"}};
+  t["SpaceToDepth"] = {[](node_context& c) { depth_space_lowering(c, false); }, {"transpose"}};
   t["Shape"] = {shape_lowering, {"shape_of"}};
   t["Size"] = {[](node_context& c) {
                  const auto dims = dims_of(c, 0);

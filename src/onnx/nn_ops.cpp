@@ -351,9 +351,37 @@ void resize_lowering(node_context& c) {
   c.set(0, c.b().add1("resize", {c.in(0)}, a, c.opts()));
 }
 
+// (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes`, as ONNX's function body.
+void mvn_lowering(node_context& c) {
+  const auto axes = c.attr_ints("axes", {0, 2, 3});
+  const output x = c.in(0);
+  const output mean = ops::reduce_mean(x, axes, true, c.aux("mean"));
+  const output mean_sq = ops::reduce_mean(ops::square(x, c.aux("square")), axes, true, c.aux("mean_square"));
+  const output var = ops::sub(mean_sq, ops::square(mean, c.aux("mean_squared")), c.aux("variance"));
+  const output std = ops::add(ops::sqrt(var, c.aux("std")), c.scalar(1e-9, x.dtype_of(), "epsilon"), c.aux("std_eps"));
+  c.set(0, ops::div(ops::sub(x, mean, c.aux("centered")), std, c.opts()));
+}
+
+void global_lp_pool_lowering(node_context& c) {
+  const std::int64_t p = c.attr_int("p", 2);
+  const std::size_t rank = c.rank(0);
+  std::vector<std::int64_t> axes;
+  for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
+  const output x = c.in(0);
+  if (p == 1) {
+    c.set(0, ops::reduce_sum(ops::abs(x, c.aux("abs")), axes, true, c.opts()));
+  } else if (p == 2) {
+    c.set(0, ops::sqrt(ops::reduce_sum(ops::square(x, c.aux("square")), axes, true, c.aux("sum")), c.opts()));
+  } else {
+    c.unsupported(fmt::format("p = {} (1 or 2)", p));
+  }
+}
+
 }  // namespace
 
 void add_nn_ops(op_table& t) {
+  t["MeanVarianceNormalization"] = {mvn_lowering, {"reduce_mean"}};
+  t["GlobalLpPool"] = {global_lp_pool_lowering, {"reduce_sum"}};
   t["Conv"] = {conv_lowering, {"conv2d", "bias_add"}};
   t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); }, {"max_pool2d"}};
   t["AveragePool"] = {[](node_context& c) { pool_lowering(c, false); }, {"avg_pool2d"}};
