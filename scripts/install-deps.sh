@@ -37,6 +37,10 @@ packages=(
   python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
   python3-pip python3-venv   # pip install ./python, tested in a virtual environment
   chromium                   # the memory report pages, opened headless by their test
+  # ONNX models (docs/onnx.md): python3-onnx's backend test runner and case generators run
+  # the conformance suite (tests/onnx/conformance.py); torchvision's models, exported by
+  # torch.onnx, are the parity tests' and benchmarks' models (python/bench/onnx_models.py).
+  python3-onnx python3-torchvision
 )
 
 sudo=""
@@ -62,6 +66,12 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# The ONNX Runtime peer (bench/onnx, `npm ci --ignore-scripts` there): Node.js and npm.
+# A Node.js that brings its own npm (NodeSource's package does, and conflicts with Debian's
+# npm) is kept; Debian's nodejs and npm are installed only where npm is missing.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "install-deps: installing ${missing[*]}"

@@ -105,3 +105,13 @@ def load(source, *, threads=None, passes=True, initializers_as_variables=False,
         external_data_dir="" if external_data_dir is None else os.fspath(external_data_dir),
     )
     return Model(info, threads=threads, passes=passes)
+
+
+def __getattr__(name):
+    # loom.onnx.Backend (onnx.backend.base.Backend, loom.onnx.backend) on first use, so that
+    # importing loom.onnx does not need ONNX's Python package.
+    if name == "Backend":
+        from .backend import Backend
+
+        return Backend
+    raise AttributeError(f"module 'loom.onnx' has no attribute '{name}'")
