@@ -115,6 +115,14 @@ void gather_lowering(node_context& c) {
       indices = c.constant_node(wide, "indices");
     }
   }
+  const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
+  if (c.constant(1) == nullptr && dim >= 0) {
+    // Indices fed at run time may be negative too (counting from the end).
+    const dtype it = indices.dtype_of();
+    const output negative = ops::less(indices, c.scalar(0, it, "zero"), c.aux("negative"));
+    indices = ops::where(negative, ops::add(indices, c.scalar(static_cast<double>(dim), it, "dim"), c.aux("wrapped")),
+                         indices, c.aux("indices"));
+  }
   c.set(0, ops::gather(c.in(0), indices, axis, c.opts()));
 }
 
@@ -337,9 +345,49 @@ void constant_of_shape_lowering(node_context& c) {
   c.set(0, c.b().add1("constant_of_shape", {c.in(0)}, {{"dtype", t}, {"value", v}}, c.opts()));
 }
 
+// Pads `x` along `axis` by copies of its edge (mode "edge") or by its mirror image without
+// the edge (mode "reflect"), `before` and `after` elements.
+output pad_mirror(const node_context& c, output x, std::int64_t axis, std::int64_t before, std::int64_t after,
+                  bool reflect) {
+  const shape& s = *x.type().shape;
+  const std::int64_t n = s[static_cast<std::size_t>(axis)];
+  if (n < 0) c.unsupported("mode edge / reflect needs the padded dimensions known at import");
+  if (reflect ? (before >= n || after >= n) : n == 0) {
+    c.fail(fmt::format("pads {} and {} do not fit a dimension of {} in mode {}", before, after, n,
+                       reflect ? "reflect" : "edge"));
+  }
+  const std::size_t rank = s.rank();
+  auto part = [&](std::int64_t from, std::int64_t count, std::string_view name) {
+    std::vector<std::int64_t> begin(rank, 0);
+    std::vector<std::int64_t> size(rank, -1);
+    begin[static_cast<std::size_t>(axis)] = from;
+    size[static_cast<std::size_t>(axis)] = count;
+    return ops::slice(x, begin, size, c.aux(fmt::format("{}{}", name, axis)));
+  };
+  auto copies = [&](output edge, std::int64_t count, std::string_view name) {
+    std::vector<std::int64_t> m(rank, 1);
+    m[static_cast<std::size_t>(axis)] = count;
+    return ops::tile(edge, m, c.aux(fmt::format("{}{}", name, axis)));
+  };
+  std::vector<output> pieces;
+  if (before > 0) {
+    pieces.push_back(reflect ? ops::flip(part(1, before, "left"), {axis}, c.aux(fmt::format("left_flip{}", axis)))
+                             : copies(part(0, 1, "left_edge"), before, "left"));
+  }
+  pieces.push_back(x);
+  if (after > 0) {
+    pieces.push_back(reflect ? ops::flip(part(n - 1 - after, after, "right"), {axis},
+                                         c.aux(fmt::format("right_flip{}", axis)))
+                             : copies(part(n - 1, 1, "right_edge"), after, "right"));
+  }
+  return pieces.size() == 1 ? x : ops::concat(pieces, axis, c.aux(fmt::format("padded{}", axis)));
+}
+
 void pad_lowering(node_context& c) {
   const std::string mode = c.attr_string("mode", "constant");
-  if (mode != "constant") c.unsupported(fmt::format("mode '{}' (loom pads with a constant)", mode));
+  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+    c.fail(fmt::format("mode '{}' is not constant, reflect or edge", mode));
+  }
   const auto rank = static_cast<std::int64_t>(c.rank(0));
   const auto pads = c.opset() >= 11 ? c.ints(1, "pads") : c.required_ints("pads");
   if (static_cast<std::int64_t>(pads.size()) != 2 * rank) {
@@ -355,7 +403,17 @@ void pad_lowering(node_context& c) {
     paddings.push_back(before);
     paddings.push_back(after);
   }
-  c.set(0, ops::pad(c.in(0), paddings, value, c.opts()));
+  if (mode == "constant") {
+    c.set(0, ops::pad(c.in(0), paddings, value, c.opts()));
+    return;
+  }
+  output x = c.in(0);
+  for (std::int64_t i = 0; i < rank; ++i) {
+    const auto before = paddings[static_cast<std::size_t>(2 * i)];
+    const auto after = paddings[static_cast<std::size_t>(2 * i + 1)];
+    if (before > 0 || after > 0) x = pad_mirror(c, x, i, before, after, mode == "reflect");
+  }
+  c.set(0, ops::identity(x, c.opts()));
 }
 
 void range_lowering(node_context& c) {
@@ -377,6 +435,7 @@ tensor mask_of(std::int64_t rows, std::int64_t cols, F keep) {
 void one_hot_lowering(node_context& c) {
   const auto depth = static_cast<std::int64_t>(c.number(1, "depth"));
   const tensor* values = c.constant(2);
+  if (values == nullptr) c.require_value(2, "values");
   if (values == nullptr || values->num_elements() != 2) c.unsupported("values must be two numbers known at import");
   const dtype t = values->type();
   double off = 0;

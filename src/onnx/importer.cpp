@@ -180,7 +180,23 @@ void importer::add_inputs(const ::onnx::GraphProto& g, imported_model& out) {
     }
     v.node = unique_name(in.name(), "input");
     v.tensor = v.node;
-    values_[in.name()].out = ops::placeholder(b_, v.node, v.type, v.dims);
+    auto& value = values_[in.name()];
+    if (auto given = options_.input_values.find(in.name()); given != options_.input_values.end()) {
+      // A value given for the input: a constant, known to everything after it.
+      const tensor& t = given->second;
+      bool fits = t.type() == v.type && t.rank() == v.dims.rank();
+      for (std::size_t i = 0; fits && i < v.dims.rank(); ++i) fits = v.dims[i] < 0 || v.dims[i] == t.dim(i);
+      if (!fits) {
+        throw invalid_argument(fmt::format("{} is {}{}; the value given for it is {}", what, to_string(v.type),
+                                           to_string(v.dims), t.describe()));
+      }
+      value.constant = host_copy(t);
+      value.elements = ints_of(*value.constant);
+      value.out = ops::constant(b_, *value.constant, {.name = v.node, .device = {}});
+      continue;  // not an input of the imported graph
+    }
+    value.out = ops::placeholder(b_, v.node, v.type, v.dims);
+    value.graph_input = true;
     out.inputs.push_back(std::move(v));
   }
 }
@@ -407,9 +423,21 @@ std::optional<known_ints> node_context::elements(std::size_t i) const {
   return inputs_[i]->elements;
 }
 
+void node_context::require_value(std::size_t i, std::string_view what) const {
+  if (has(i) && inputs_[i]->graph_input) {
+    const std::string& input = n_.input(static_cast<int>(i));
+    throw value_required(fmt::format("ONNX node {}: input {} ('{}', the {}) is a graph input whose "
+                                     "value must be known when the model is imported: give it in "
+                                     "import_options::input_values",
+                                     describe(), i, input, what),
+                         input);
+  }
+}
+
 std::vector<std::int64_t> node_context::ints(std::size_t i, std::string_view what) const {
   auto k = elements(i);
   if (!k || !k->all_known()) {
+    require_value(i, what);
     unsupported(fmt::format("input {} ('{}', the {}) must be known when the model is imported: "
                             "it is computed at run time here",
                             i, has(i) ? n_.input(static_cast<int>(i)) : "", what));
@@ -419,6 +447,7 @@ std::vector<std::int64_t> node_context::ints(std::size_t i, std::string_view wha
 
 double node_context::number(std::size_t i, std::string_view what) const {
   const tensor* t = constant(i);
+  if (t == nullptr) require_value(i, what);
   if (t == nullptr || t->num_elements() != 1) {
     unsupported(fmt::format("input {} ('{}', the {}) must be one number known when the model "
                             "is imported",

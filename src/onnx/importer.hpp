@@ -37,6 +37,8 @@ struct known_ints {
 /// One ONNX value as the import knows it.
 struct value {
   output out;
+  /// The ONNX value is a graph input fed at run time.
+  bool graph_input = false;
   std::optional<tensor> constant;
   std::optional<known_ints> elements;
 };
@@ -73,6 +75,8 @@ class node_context {
   [[nodiscard]] std::vector<std::int64_t> ints(std::size_t i, std::string_view what) const;
   /// Input i as one number known at import.
   [[nodiscard]] double number(std::size_t i, std::string_view what) const;
+  /// Throws value_required when input i is a graph input (its value is needed at import).
+  void require_value(std::size_t i, std::string_view what) const;
 
   // ---- attributes ----
   [[nodiscard]] const ::onnx::AttributeProto* attribute(std::string_view name) const;

@@ -236,8 +236,16 @@ void add_math_ops(op_table& t) {
                   c.set(0, ops::square(c.in(0), c.opts()));
                   return;
                 }
+                const dtype type = c.type(0).type;
+                if (!is_floating(type)) {
+                  // Integer powers, computed in double (exact below 2^53) and truncated back.
+                  const output base = ops::cast(c.in(0), dtype::f64, c.aux("base"));
+                  const output e = ops::cast(c.in(1), dtype::f64, c.aux("exponent"));
+                  c.set(0, ops::cast(ops::pow(base, e, c.aux("pow")), type, c.opts()));
+                  return;
+                }
                 output y = c.in(1);
-                if (y.dtype_of() != c.type(0).type) y = ops::cast(y, c.type(0).type, c.aux("exponent"));
+                if (y.dtype_of() != type) y = ops::cast(y, type, c.aux("exponent"));
                 c.set(0, ops::pow(c.in(0), y, c.opts()));
               },
               {"pow"}};

@@ -19,6 +19,10 @@ from .. import Session
 
 _onnx = _loom._onnx
 
+InputValueRequired = _onnx.InputValueRequired
+"""TypeError raised when the import needs a graph input's value (a Reshape's shape fed at
+run time): args are (message, input name); load again with input_values={name: value}."""
+
 min_opset = _onnx.min_opset
 max_opset = _onnx.max_opset
 
@@ -84,11 +88,14 @@ class Model:
 
 
 def load(source, *, threads=None, passes=True, initializers_as_variables=False,
-         input_shapes=None, check=True, fuse_patterns=True, external_data_dir=None):
+         input_shapes=None, input_values=None, check=True, fuse_patterns=True,
+         external_data_dir=None):
     """Imports an ONNX model: a path, the bytes of a ModelProto, or an onnx.ModelProto.
 
     threads: CPU threads of the session (default: every core). input_shapes fixes symbolic
-    dimensions ({"input": [1, 3, 224, 224]}) so shape computations fold at import.
+    dimensions ({"input": [1, 3, 224, 224]}) so shape computations fold at import;
+    input_values gives graph inputs values (they become constants, no longer fed), which
+    the import needs for inputs that decide shapes (InputValueRequired names them).
     initializers_as_variables makes float initializers trainable variables. fuse_patterns
     (default on) folds BatchNormalization into the Conv or Gemm before it and imports GELU
     written in pieces as loom's gelu (Model.rewrites lists what it did)."""
@@ -100,6 +107,7 @@ def load(source, *, threads=None, passes=True, initializers_as_variables=False,
         source,
         initializers_as_variables=initializers_as_variables,
         input_shapes={k: [int(d) for d in v] for k, v in (input_shapes or {}).items()},
+        input_values={k: _as_feed(k, v) for k, v in (input_values or {}).items()},
         check=check,
         fuse_patterns=fuse_patterns,
         external_data_dir="" if external_data_dir is None else os.fspath(external_data_dir),
