@@ -79,8 +79,33 @@ int iterations_for(const onnx_bench_options& o, int batch) {
   return batch <= 1 ? o.iterations : std::max(3, o.iterations * 4 / batch);
 }
 
+// Time per op over traced runs (each op's median over the runs), most first.
+std::vector<op_time> profile_of(session& s, const std::vector<feed>& feeds, const std::vector<std::string>& fetches) {
+  std::map<std::string, std::vector<double>> per_run;
+  std::map<std::string, int> nodes;
+  run_options ro;
+  ro.trace = true;
+  constexpr int runs = 5;
+  for (int i = 0; i < runs; ++i) {
+    run_metadata md;
+    (void)s.run(feeds, fetches, {}, &md, ro);
+    std::map<std::string, double> ms;
+    std::map<std::string, int> count;
+    for (const auto& n : md.nodes) {
+      ms[n.op] += static_cast<double>(n.duration_ns) / 1e6;
+      ++count[n.op];
+    }
+    for (const auto& [op, t] : ms) per_run[op].push_back(t);
+    nodes = count;
+  }
+  std::vector<op_time> out;
+  for (auto& [op, t] : per_run) out.push_back({op, nodes[op], median(t)});
+  std::sort(out.begin(), out.end(), [](const op_time& a, const op_time& b) { return a.ms > b.ms; });
+  return out;
+}
+
 latency run_loom(const onnx_bench_options& o, const std::map<std::string, shape>& shapes,
-                 int batch, int threads) {
+                 int batch, int threads, std::vector<op_time>* profile) {
   onnx::import_options io;
   io.input_shapes = shapes;
   auto m = onnx::import_file(o.model, io);
@@ -97,6 +122,7 @@ latency run_loom(const onnx_bench_options& o, const std::map<std::string, shape>
   std::vector<double> t;
   const int n = iterations_for(o, batch);
   for (int i = 0; i < n; ++i) t.push_back(seconds_of([&] { (void)s.run(feeds, fetches); }));
+  if (profile != nullptr) *profile = profile_of(s, feeds, fetches);
   return stats_of(t, batch);
 }
 
@@ -173,7 +199,7 @@ onnx_bench_result run_onnx_bench(const onnx_bench_options& o) {
         row.ort = l;
         r.ort_version = j->value("ort_version", "");
       }
-      row.loom = run_loom(o, shapes, batch, threads);
+      row.loom = run_loom(o, shapes, batch, threads, o.profile ? &row.profile : nullptr);
       r.rows.push_back(row);
     }
   }
@@ -203,6 +229,17 @@ std::string to_text(const onnx_bench_result& r) {
     }
   }
   out += "loom/ORT: ONNX Runtime's median latency over loom's (above 1: loom is faster)\n";
+  for (const auto& row : r.rows) {
+    if (row.profile.empty()) continue;
+    double total = 0;
+    for (const auto& p : row.profile) total += p.ms;
+    out += fmt::format("loom's time per op, batch {}, {} thread{} (traced; {:.2f} ms in nodes):\n", row.batch,
+                       row.threads, row.threads == 1 ? "" : "s", total);
+    for (const auto& p : row.profile) {
+      if (p.ms < 0.005 * total) continue;
+      out += fmt::format("  {:<22} {:>4} nodes {:>9.2f} ms {:>5.1f}%\n", p.op, p.nodes, p.ms, 100 * p.ms / total);
+    }
+  }
   return out;
 }
 
@@ -214,6 +251,11 @@ nlohmann::json to_json(const onnx_bench_result& r) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& row : r.rows) {
     nlohmann::json j{{"batch", row.batch}, {"threads", row.threads}, {"loom", lat(row.loom)}};
+    if (!row.profile.empty()) {
+      nlohmann::json p = nlohmann::json::array();
+      for (const auto& t : row.profile) p.push_back({{"op", t.op}, {"nodes", t.nodes}, {"ms", t.ms}});
+      j["profile"] = p;
+    }
     if (row.ort) {
       j["ort"] = lat(*row.ort);
       j["loom_over_ort"] = row.ort->p50_ms / row.loom.p50_ms;

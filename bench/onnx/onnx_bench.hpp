@@ -25,6 +25,15 @@ struct onnx_bench_options {
   /// The ONNX Runtime peer: `node <script>`; empty: $LOOM_ORT_BENCH or
   /// bench/onnx/ort_bench.js under the working directory. "none" skips it.
   std::string ort_script;
+  /// Also trace a few runs of each row and report loom's time per op (profile).
+  bool profile = false;
+};
+
+/// loom's time in one op over a traced run: the sum of its nodes' durations.
+struct op_time {
+  std::string op;
+  int nodes = 0;
+  double ms = 0;
 };
 
 struct latency {
@@ -42,6 +51,8 @@ struct onnx_bench_row {
   std::optional<latency> ort;
   /// Why ONNX Runtime did not run, when it did not.
   std::string ort_missing;
+  /// With onnx_bench_options::profile: per op, most time first (the median of 5 traced runs).
+  std::vector<op_time> profile;
 };
 
 struct onnx_bench_result {

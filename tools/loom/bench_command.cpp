@@ -168,6 +168,7 @@ void add_bench_command(CLI::App& app) {
   auto oflags = std::make_shared<onnx_flags>();
   onnx->add_option("model", oflags->options.model, "The .onnx file")->required()->check(CLI::ExistingFile);
   onnx->add_flag("--json", oflags->json, "Print the results as JSON");
+  onnx->add_flag("--profile", oflags->options.profile, "Also print loom's time per op (from traced runs)");
   onnx->add_option("--batch", oflags->options.batches, "Batch sizes (repeatable; default 1 and 32)")
       ->check(CLI::Range(1, 1 << 20));
   onnx->add_option("--threads", oflags->options.threads, "Thread counts (repeatable; default 1 and 2)")
