@@ -85,43 +85,25 @@ void gather_lowering(node_context& c) {
     if (c.set_ints(0, r, c.type(0).type)) return;
   }
   output indices = c.in(1);
-  if (const tensor* t = c.constant(1)) {
-    // ONNX indices may be negative (counting from the end): resolved here when the
-    // dimension is known.
-    const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
-    const auto k = c.elements(1);
-    bool negative = false;
-    if (k) {
-      for (auto v : k->get()) negative = negative || v < 0;
-    } else if (t->type() == dtype::i64 || t->type() == dtype::i32) {
-      tensor wide = memory::host_tensor(dtype::i64, t->shape());
-      for (std::int64_t j = 0; j < t->num_elements(); ++j) {
-        const std::int64_t v = t->type() == dtype::i64 ? t->data<std::int64_t>()[j] : t->data<std::int32_t>()[j];
-        negative = negative || v < 0;
-        wide.data<std::int64_t>()[j] = v;
-      }
-      if (negative && dim >= 0) {
-        for (std::int64_t j = 0; j < wide.num_elements(); ++j) {
-          if (wide.data<std::int64_t>()[j] < 0) wide.data<std::int64_t>()[j] += dim;
-        }
-        indices = c.constant_node(wide, "indices");
-        negative = false;
-      }
-    }
-    if (k && negative && dim >= 0) {
-      tensor wide = memory::host_tensor(dtype::i64, t->shape());
-      auto v = k->get();
-      for (std::size_t j = 0; j < v.size(); ++j) wide.data<std::int64_t>()[j] = v[j] < 0 ? v[j] + dim : v[j];
-      indices = c.constant_node(wide, "indices");
-    }
-  }
   const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
-  if (c.constant(1) == nullptr && dim >= 0) {
-    // Indices fed at run time may be negative too (counting from the end).
-    const dtype it = indices.dtype_of();
-    const output negative = ops::less(indices, c.scalar(0, it, "zero"), c.aux("negative"));
-    indices = ops::where(negative, ops::add(indices, c.scalar(static_cast<double>(dim), it, "dim"), c.aux("wrapped")),
-                         indices, c.aux("indices"));
+  if (dim >= 0) {
+    // ONNX indices may be negative, counting from the end: wrapped here where the dimension
+    // is known (constant indices at import, fed ones by a where).
+    if (const tensor* t = c.constant(1); t != nullptr && is_integer(t->type())) {
+      tensor wrapped = memory::host_tensor(dtype::i64, t->shape());
+      bool negative = false;
+      for (std::int64_t j = 0; j < t->num_elements(); ++j) {
+        const std::int64_t v = int_at(*t, j);
+        negative = negative || v < 0;
+        wrapped.data<std::int64_t>()[j] = v < 0 ? v + dim : v;
+      }
+      if (negative) indices = c.constant_node(wrapped, "indices");
+    } else if (t == nullptr) {
+      const dtype it = indices.dtype_of();
+      const output negative = ops::less(indices, c.scalar(0, it, "zero"), c.aux("negative"));
+      indices = ops::where(negative, ops::add(indices, c.scalar(static_cast<double>(dim), it, "dim"), c.aux("wrapped")),
+                           indices, c.aux("indices"));
+    }
   }
   c.set(0, ops::gather(c.in(0), indices, axis, c.opts()));
 }

@@ -43,15 +43,7 @@ std::optional<known_ints> ints_of(const tensor& t) {
   if (!is_integer(t.type()) || t.rank() > 1) return std::nullopt;
   known_ints k;
   k.scalar = t.rank() == 0;
-  const auto n = static_cast<std::size_t>(t.num_elements());
-  for (std::size_t i = 0; i < n; ++i) {
-    switch (t.type()) {
-      case dtype::i64: k.values.emplace_back(t.data<std::int64_t>()[i]); break;
-      case dtype::i32: k.values.emplace_back(t.data<std::int32_t>()[i]); break;
-      case dtype::i8: k.values.emplace_back(t.data<std::int8_t>()[i]); break;
-      default: k.values.emplace_back(t.data<std::uint8_t>()[i]); break;
-    }
-  }
+  for (std::int64_t i = 0; i < t.num_elements(); ++i) k.values.emplace_back(int_at(t, i));
   return k;
 }
 
@@ -569,8 +561,13 @@ std::int64_t normalize_axis(const node_context& c, std::int64_t axis, std::int64
   return axis < 0 ? axis + rank : axis;
 }
 
-output reshape_to(output x, std::vector<std::int64_t> dims, const node_options& o) {
-  return ops::reshape(x, dims, o);
+std::int64_t int_at(const tensor& t, std::int64_t j) {
+  switch (t.type()) {
+    case dtype::i64: return t.data<std::int64_t>()[j];
+    case dtype::i32: return t.data<std::int32_t>()[j];
+    case dtype::i8: return t.data<std::int8_t>()[j];
+    default: return t.data<std::uint8_t>()[j];
+  }
 }
 
 const op_lowering* find_lowering(std::string_view op) {

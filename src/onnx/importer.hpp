@@ -154,7 +154,7 @@ bool has_loom_attr(std::string_view op, std::string_view attr);
 /// `axis` (negative counts from the end) as an index into a rank-`rank` shape; fails
 /// through `c` when out of range.
 std::int64_t normalize_axis(const node_context& c, std::int64_t axis, std::int64_t rank);
-/// x reshaped to `dims` (-1 at most once), named by `o`.
-output reshape_to(output x, std::vector<std::int64_t> dims, const node_options& o);
+/// Element j of a dense host tensor of an integer dtype, as int64.
+std::int64_t int_at(const tensor& t, std::int64_t j);
 
 }  // namespace loom::onnx::detail
