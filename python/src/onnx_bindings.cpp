@@ -18,11 +18,13 @@ py::dict value_dict(const onnx::model_value& v) {
 py::dict import_model(const py::object& source, bool initializers_as_variables,
                       const std::map<std::string, std::vector<std::int64_t>>& input_shapes,
                       const py::dict& input_values,
-                      bool check, bool fuse_patterns, const std::string& external_data_dir) {
+                      bool check, bool fuse_patterns, const std::string& external_data_dir,
+                      const std::string& device) {
   onnx::import_options o;
   o.initializers_as_variables = initializers_as_variables;
   o.check_model = check;
   o.fuse_patterns = fuse_patterns;
+  o.device = device;
   o.external_data_dir = external_data_dir;
   for (const auto& [name, dims] : input_shapes) o.input_shapes[name] = shape(dims);
   for (const auto& [name, v] : input_values) {
@@ -74,7 +76,7 @@ void bind_onnx(py::module_& m) {
         py::arg("input_shapes") = std::map<std::string, std::vector<std::int64_t>>{},
         py::arg("input_values") = py::dict(),
         py::arg("check") = true, py::arg("fuse_patterns") = true,
-        py::arg("external_data_dir") = std::string(),
+        py::arg("external_data_dir") = std::string(), py::arg("device") = std::string(),
         "Imports an ONNX model (a path or the bytes of a ModelProto): a dict with the Graph, "
         "its inputs and outputs (ONNX names and the loom tensors holding them) and the opset");
   m.def("supported_ops", &onnx::supported_ops,

@@ -363,6 +363,7 @@ imported_model importer::run(::onnx::ModelProto& m) {
   const std::int64_t opset = default_opset(m);
   out.opset = opset;
   const auto& g = m.graph();
+  const auto scope = b_.with_device(options_.device);
   // Graph inputs and outputs keep their ONNX names: reserve them before the nodes' names.
   add_inputs(g, out);
   add_initializers(g, out);

@@ -59,6 +59,9 @@ struct import_options {
   /// Fixes symbolic dimensions of graph inputs, by ONNX input name (-1 keeps one unknown):
   /// the import then folds shape computations that read them.
   std::map<std::string, shape> input_shapes;
+  /// The device every node asks for ("" none: the placer decides; "cuda:0", "cpu"). Nodes
+  /// without a kernel there need the session's allow_soft_placement.
+  std::string device;
   /// Values of graph inputs, by ONNX name: each becomes a constant (its dtype must be the
   /// input's, its shape fit the input's), so what depends on it is known at import.
   std::map<std::string, tensor> input_values;

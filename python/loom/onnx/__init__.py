@@ -47,7 +47,7 @@ class Model:
     input_names / output_names are the model's ONNX names; inputs / outputs describe them
     (dtype, shape with -1 for symbolic dimensions, the symbolic names)."""
 
-    def __init__(self, info, *, threads=None, passes=True):
+    def __init__(self, info, *, threads=None, passes=True, soft_placement=False):
         self.graph = info["graph"]
         self.inputs = info["inputs"]
         self.outputs = info["outputs"]
@@ -59,7 +59,8 @@ class Model:
         self.input_names = [v["name"] for v in self.inputs]
         self.output_names = [v["name"] for v in self.outputs]
         self._tensor = {v["name"]: v["tensor"] for v in self.inputs + self.outputs}
-        self.session = Session(self.graph, threads=threads or 0, passes=passes)
+        self.session = Session(self.graph, threads=threads or 0, passes=passes,
+                               soft_placement=soft_placement)
 
     def tensor_name(self, name):
         """The loom tensor holding ONNX input or output `name` (names not in the model
@@ -87,12 +88,14 @@ class Model:
         return self.run(feeds)
 
 
-def load(source, *, threads=None, passes=True, initializers_as_variables=False,
+def load(source, *, threads=None, device=None, passes=True, initializers_as_variables=False,
          input_shapes=None, input_values=None, check=True, fuse_patterns=True,
          external_data_dir=None):
     """Imports an ONNX model: a path, the bytes of a ModelProto, or an onnx.ModelProto.
 
-    threads: CPU threads of the session (default: every core). input_shapes fixes symbolic
+    threads: CPU threads of the session (default: every core). device ("cuda:0", "cpu")
+    asks every node for that device; nodes without a kernel there run where they can (soft
+    placement). input_shapes fixes symbolic
     dimensions ({"input": [1, 3, 224, 224]}) so shape computations fold at import;
     input_values gives graph inputs values (they become constants, no longer fed), which
     the import needs for inputs that decide shapes (InputValueRequired names them).
@@ -111,8 +114,9 @@ def load(source, *, threads=None, passes=True, initializers_as_variables=False,
         check=check,
         fuse_patterns=fuse_patterns,
         external_data_dir="" if external_data_dir is None else os.fspath(external_data_dir),
+        device="" if device is None else str(device),
     )
-    return Model(info, threads=threads, passes=passes)
+    return Model(info, threads=threads, passes=passes, soft_placement=device is not None)
 
 
 def __getattr__(name):
