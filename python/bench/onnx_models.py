@@ -1,7 +1,7 @@
 """Exports the ONNX models that loom is checked and timed on, with PyTorch's own outputs.
 
     /usr/bin/python3 python/bench/onnx_models.py OUT_DIR [--models resnet18,...] [--all]
-        [--image-size 224] [--seq-lens 16,7] [--max-params N]
+        [--image-size 224] [--seq-lens 16,7] [--max-params N] [--check-loom]
 
 torch.onnx.export at opset 17, random weights (torch.manual_seed(0) before each model is
 built), eval mode; nothing is downloaded. The default set:
@@ -12,7 +12,9 @@ built), eval mode; nothing is downloaded. The default set:
                            [batch, seq, 256], output "output"; batch and seq dynamic.
 --all adds every classification model of torchvision.models (list_models), each at 224x224;
 a model that fails to export is listed with the reason in the manifest's "failed" and on
-stderr. --max-params skips (and lists) models with more parameters than N.
+stderr. --max-params skips (and lists) models with more parameters than N. --check-loom then
+loads every exported model in loom and compares it with the references (max |loom - torch|
+over max |torch|, at most 1e-4 to pass; loom's refusals name the ops).
 
 For every model OUT_DIR gets NAME.onnx and, per reference case k, NAME.ref{k}.in.<input>.npy
 (a seeded random input, batch 2) and NAME.ref{k}.out.<output>.npy (PyTorch's output for it,
@@ -163,6 +165,39 @@ def export(out_dir, names, image_size=224, seq_lens=(16, 7), max_params=None, lo
     return manifest
 
 
+def check_loom(out_dir, manifest, rtol=1e-4, log=sys.stderr):
+    """Loads each exported model in loom and compares it with PyTorch's reference outputs.
+
+    Sets entry["loom"] of each manifest entry: {"result": "pass" | "mismatch", "rel_err"}
+    (max |loom - torch| over max |torch|, worst case), {"result": "refused", "ops",
+    "error"} when loom refuses ops by name, or {"result": "error", "error"}."""
+    import re
+
+    import loom.onnx
+
+    for entry in manifest["models"]:
+        try:
+            model = loom.onnx.load(os.path.join(out_dir, entry["file"]), threads=1)
+            worst = 0.0
+            for ref in entry["references"]:
+                feeds = {k: np.load(os.path.join(out_dir, f)) for k, f in ref["inputs"].items()}
+                outputs = model.run(feeds)
+                for name, y in zip(model.output_names, outputs):
+                    expected = np.load(os.path.join(out_dir, ref["outputs"][name]))
+                    err = np.abs(y.astype(np.float64) - expected).max()
+                    worst = max(worst, float(err / np.abs(expected).max()))
+            entry["loom"] = {"result": "pass" if worst <= rtol else "mismatch", "rel_err": worst}
+        except Exception as e:  # noqa: BLE001 -- every failure is reported, by model
+            text = " ".join(str(e).split())
+            ops = re.findall(r"ai\.onnx (\w+) \(opset", text)
+            entry["loom"] = {"result": "refused" if ops else "error", "ops": ops,
+                             "error": f"{type(e).__name__}: {text[:400]}"}
+        print(f"onnx_models: loom on {entry['name']}: {entry['loom']['result']}", file=log)
+    with open(os.path.join(out_dir, "models.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest
+
+
 def classification_models():
     """Every classification model of torchvision.models, by name."""
     import torchvision
@@ -182,14 +217,21 @@ def main():
     p.add_argument("--seq-lens", default="16,7",
                    help="sequence lengths of the transformer's reference cases")
     p.add_argument("--max-params", type=int, default=None)
+    p.add_argument("--check-loom", action="store_true",
+                   help="load each model in loom (PYTHONPATH=build/python) and compare its "
+                        "outputs with PyTorch's: the manifest's \"loom\" entries")
     a = p.parse_args()
     names = [n for n in a.models.split(",") if n]
     if a.all:
         names += [n for n in classification_models() if n not in names]
     seq_lens = [int(s) for s in a.seq_lens.split(",") if s]
     manifest = export(a.out_dir, names, a.image_size, seq_lens, a.max_params)
-    print(json.dumps({"exported": [m["name"] for m in manifest["models"]],
-                      "failed": manifest["failed"], "skipped": manifest["skipped"]}))
+    summary = {"exported": [m["name"] for m in manifest["models"]],
+               "failed": manifest["failed"], "skipped": manifest["skipped"]}
+    if a.check_loom:
+        check_loom(a.out_dir, manifest)
+        summary["loom"] = {m["name"]: m["loom"] for m in manifest["models"]}
+    print(json.dumps(summary))
     return 1 if manifest["failed"] and not a.all else 0
 
 
