@@ -20,12 +20,14 @@ namespace loom::cpu {
 void register_nn_matmul_kernels(kernel_registry& registry);  // matmul (nn_matmul.cpp)
 void register_nn_conv_kernels(kernel_registry& registry);    // conv2d (nn_conv.cpp)
 void register_nn_pool_kernels(kernel_registry& registry);    // max_pool2d, avg_pool2d (nn_pool.cpp)
-// conv2d_backprop_input, conv2d_backprop_filter (nn_conv_backward.cpp)
+// conv2d_backprop_input, conv2d_backprop_filter, conv_transpose2d (nn_conv_backward.cpp)
 void register_nn_conv_backward_kernels(kernel_registry& registry);
 // max_pool2d_grad, avg_pool2d_grad (nn_pool_backward.cpp)
 void register_nn_pool_backward_kernels(kernel_registry& registry);
 // fused_matmul, fused_conv2d (nn_fused.cpp)
 void register_nn_fused_kernels(kernel_registry& registry);
+// resize (nn_resize.cpp)
+void register_nn_resize_kernels(kernel_registry& registry);
 
 namespace nn_detail {
 

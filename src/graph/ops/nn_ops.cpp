@@ -1,6 +1,6 @@
-// matmul, bias_add, conv2d, max_pool2d, avg_pool2d and the gradients conv2d_backprop_input,
-// conv2d_backprop_filter, max_pool2d_grad, avg_pool2d_grad: definitions, inference and
-// builders.
+// matmul, bias_add, conv2d, conv_transpose2d, max_pool2d, avg_pool2d and the gradients
+// conv2d_backprop_input, conv2d_backprop_filter, max_pool2d_grad, avg_pool2d_grad:
+// definitions, inference and builders (resize: nn_resize_ops.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -140,6 +140,17 @@ void infer_conv2d(inference_context& c) {
     return;
   }
   c.set_output(0, x.type, conv_forward_shape(c, *x.shape, *w.shape, read_conv_attrs(c), "input"));
+}
+
+// conv_transpose2d(input, filter): the rule's shape (nn_rules::conv_transpose2d_output).
+void infer_conv_transpose2d(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  const tensor_type& w = c.input(1);
+  const auto op = c.attr<std::vector<std::int64_t>>("output_padding");
+  const shape sx = x.shape ? *x.shape : shape{-1, -1, -1, -1};
+  const shape sw = w.shape ? *w.shape : shape{-1, -1, -1, -1};
+  c.set_output(0, x.type,
+               nn_rules::conv_transpose2d_output(sx, sw, read_conv_attrs(c), {op.at(0), op.at(1)}));
 }
 
 // Fails unless `dy` (the gradient fed to a backward op) has the forward output's shape
@@ -292,6 +303,7 @@ attr_def shape4_attr(std::string name) {
 }  // namespace
 
 void register_nn_fused_ops(op_registry& r);  // fused_matmul, fused_conv2d (nn_fused_ops.cpp)
+void register_nn_resize_ops(op_registry& r);  // resize (nn_resize_ops.cpp)
 
 void register_nn_ops(op_registry& r) {
   {
@@ -365,6 +377,20 @@ void register_nn_ops(op_registry& r) {
     d.infer = infer_conv2d_backprop_filter;
     r.add(std::move(d));
   }
+  {
+    op_def d;
+    d.name = "conv_transpose2d";
+    d.summary = "2-D transposed convolution (ONNX ConvTranspose), NCHW input";
+    d.inputs = {typed("input"), typed("filter")};
+    d.outputs = {typed("output")};
+    d.attrs = conv_attr_defs();
+    auto output_padding = attr("output_padding", attr_type::ints, ints({0, 0}));
+    output_padding.validate = int_list({2}, 0);
+    d.attrs.push_back(std::move(output_padding));
+    d.infer = infer_conv_transpose2d;
+    r.add(std::move(d));
+  }
+  register_nn_resize_ops(r);
   // The pooling ops and their gradients: the type attribute and the window attributes.
   const auto pool_attr_defs = [](bool avg) {
     auto kernel = attr("kernel", attr_type::ints);
@@ -442,6 +468,17 @@ output conv2d_backprop_input(output dy, output w, shape input_shape, const conv2
                             {"groups", options.groups},
                             {"input_shape", std::move(input_shape)}},
                            o);
+}
+
+output conv_transpose2d(output x, output w, const conv2d_options& options,
+                        std::vector<std::int64_t> output_padding, const node_options& o) {
+  return x.builder().add1("conv_transpose2d", {x, w},
+                          {{"strides", options.strides},
+                           {"padding", options.padding},
+                           {"dilations", options.dilations},
+                           {"groups", options.groups},
+                           {"output_padding", std::move(output_padding)}},
+                          o);
 }
 
 output conv2d_backprop_filter(output x, output dy, shape filter_shape,

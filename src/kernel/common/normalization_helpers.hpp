@@ -1,7 +1,7 @@
 // Device-neutral helpers of the normalization family's kernels (layer_norm,
-// layer_norm_grad), for every backend: the kernels' base, which holds the node's axis and
-// applies loom/graph/ops/normalization_rules.hpp to the inputs' shapes, and the dense inputs
-// and allocated outputs of each op.
+// layer_norm_grad, batch_norm), for every backend: the kernels' base, which holds the node's
+// axis and applies loom/graph/ops/normalization_rules.hpp to the inputs' shapes, the dense
+// inputs and allocated outputs of each op, and batch_norm's checked geometry.
 #pragma once
 
 #include <cstdint>
@@ -105,5 +105,15 @@ class layer_norm_grad_tensors {
   tensor& dgamma;
   tensor& dbeta;
 };
+
+/// batch_norm's geometry over its input x and its four [C] vectors (inputs 1 to 4); a
+/// rule's failure fails the node.
+inline normalization_rules::batch_norm_geometry batch_norm_geometry(const kernel_context& ctx) {
+  return common::apply_rule(ctx, [&] {
+    return normalization_rules::batch_norm_geometry_of(
+        ctx.input(0).shape(), {&ctx.input(1).shape(), &ctx.input(2).shape(),
+                               &ctx.input(3).shape(), &ctx.input(4).shape()});
+  });
+}
 
 }  // namespace loom::common

@@ -1,6 +1,6 @@
 // The nn ops' rules: pure functions over shapes and attribute values that give matmul's
-// dimensions, bias_add's channels, the window geometry of conv2d and the pooling ops (and
-// of their gradients), and the fused epilogue's arguments. Shape inference
+// dimensions, bias_add's channels, the window geometry of conv2d, conv_transpose2d and the
+// pooling ops (and of their gradients), and the fused epilogue's arguments. Shape inference
 // (src/graph/ops/nn_*.cpp) calls them with the shapes it knows, and every backend's
 // kernels with their inputs at run time, so that all agree on every output size and
 // reject the same inputs.
@@ -204,6 +204,75 @@ inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
   g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
   return g;
 }
+
+// ---- conv_transpose2d ---------------------------------------------------------------------
+
+/// conv_transpose2d's output [n, co, oh, ow] for x [n, ci, h, w] and a filter in ONNX's
+/// layout [ci, co / groups, kh, kw] under `win` and `output_padding` ([h, w]):
+/// oh = (h - 1) · stride_h - top - bottom + dilation_h · (kh - 1) + 1 + output_padding_h
+/// (likewise ow); dimensions stay -1 where what they depend on is unknown. It is the input
+/// shape of the conv2d (filter [ci, co / groups, kh, kw], same window) whose output has x's
+/// shape, so conv2d_backprop_input computes it. Throws invalid_argument for an input or
+/// filter not of rank 4, x's channels differing from the filter's dim 0, channels not
+/// dividing into the groups, an empty window, an output_padding not below the stride, an
+/// empty image (h or w 0), or an output size below 1.
+shape conv_transpose2d_output(operand x, operand w, const conv_window& win,
+                              const std::array<std::int64_t, 2>& output_padding);
+
+// ---- resize --------------------------------------------------------------------------------
+
+/// resize's interpolation ("nearest", "linear").
+enum class resize_mode { nearest, linear };
+/// resize's coordinate_transformation_mode values.
+enum class resize_coord {
+  half_pixel,
+  asymmetric,
+  align_corners,
+  pytorch_half_pixel,
+  tf_half_pixel_for_nearest
+};
+/// resize's nearest_mode values.
+enum class resize_rounding { round_prefer_floor, round_prefer_ceil, floor, ceil };
+
+/// The values each string attribute of resize takes, in the order of its enum.
+inline constexpr std::array<std::string_view, 2> resize_mode_names = {"nearest", "linear"};
+inline constexpr std::array<std::string_view, 5> resize_coord_names = {
+    "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+    "tf_half_pixel_for_nearest"};
+inline constexpr std::array<std::string_view, 4> resize_rounding_names = {
+    "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+
+/// resize's attributes, parsed.
+struct resize_params {
+  resize_mode mode = resize_mode::nearest;
+  resize_coord coord = resize_coord::half_pixel;
+  resize_rounding rounding = resize_rounding::round_prefer_floor;
+  std::vector<std::int64_t> sizes;
+  std::vector<double> scales;  // empty: sizes[d] / in[d]
+};
+
+/// The attribute values parsed. Throws invalid_argument naming the attribute and the value
+/// for a string outside its list.
+resize_params resize_params_of(std::string_view mode, std::string_view coord,
+                               std::string_view rounding, std::vector<std::int64_t> sizes,
+                               std::vector<double> scales);
+
+/// resize's output shape for x (dimensions may be -1 at inference): `sizes`. Throws
+/// invalid_argument when sizes or (non-empty) scales do not have x's rank, a scale is not
+/// > 0, or a known empty input dimension is to give a non-empty one.
+shape resize_output(const shape& x, const resize_params& p);
+
+/// The scale of dimension d (in -> out): scales[d] when given, else out / in.
+double resize_scale(const resize_params& p, std::size_t d, std::int64_t in, std::int64_t out);
+
+/// The input coordinate of output index o along a dimension of in -> out elements whose
+/// scale is `scale` (ONNX's coordinate transformations; align_corners and
+/// pytorch_half_pixel test scale · in == 1, as ONNX's reference).
+double resize_source(resize_coord c, std::int64_t o, std::int64_t in, double scale);
+
+/// The input index nearest to coordinate x under `r` (an integral x is itself), clamped to
+/// [0, in).
+std::int64_t resize_nearest_index(resize_rounding r, double x, std::int64_t in);
 
 // ---- fused epilogue (fused_matmul, fused_conv2d) ----------------------------------------
 
