@@ -331,7 +331,7 @@ std::vector<xcase> cases() {
              });
   }
   for (dtype t : floats) {
-    add_case("batch_norm", "batch_norm " + to_string(t),
+    add_case("batch_norm", std::string("batch_norm ") + to_string(t),
              {{t, {4, 5, 6, 7}}, {t, {5}}, {t, {5}}, {t, {5}}, {t, {5}, fill_kind::positive}},
              [](graph_builder&, const std::vector<output>& in) {
                return std::vector{ops::batch_norm(in[0], in[1], in[2], in[3], in[4], 1e-5, {})};
