@@ -50,32 +50,10 @@ struct expected {
 // The float64 reduction of x over axes (empty: all). log_sum_exp is the direct
 // log Σ exp(x - max) + max of the NumPy reference, with the max taken first.
 expected reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
-  const shape& s = x.shape();
-  const auto r = static_cast<std::int64_t>(s.rank());
-  std::vector<bool> red(s.rank(), axes.empty());
-  for (auto a : axes) red[static_cast<std::size_t>(a < 0 ? a + r : a)] = true;
+  const output_groups og = group_by_output(x, axes, keepdims);
   expected e;
-  shape kept;
-  for (std::size_t d = 0; d < s.rank(); ++d) {
-    if (!red[d]) {
-      e.s.push_back(s[d]);
-      kept.push_back(s[d]);
-    } else if (keepdims) {
-      e.s.push_back(1);
-    }
-  }
-  const auto n_out = static_cast<std::size_t>(kept.num_elements());
-  const auto xs = values(x);
-  std::vector<std::vector<double>> groups(n_out);
-  for (std::int64_t i = 0; i < x.num_elements(); ++i) {
-    const auto idx = unravel(i, s);
-    std::int64_t o = 0;
-    for (std::size_t d = 0; d < s.rank(); ++d) {
-      if (!red[d]) o = o * s[d] + idx[d];
-    }
-    groups[static_cast<std::size_t>(o)].push_back(xs[static_cast<std::size_t>(i)]);
-  }
-  for (const auto& g : groups) {
+  e.s = og.out;
+  for (const auto& g : og.groups) {
     double v = 0.0;
     double scale = 0.0;
     switch (k) {
@@ -158,21 +136,6 @@ tensor input_for(kind k, dtype t, const shape& s, std::uint64_t seed) {
     return make(dtype::boolean, s, v);
   }
   return random(t, s, seed, -4.0, 4.0);
-}
-
-std::vector<std::vector<std::int64_t>> axis_subsets(std::size_t rank) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (std::uint32_t mask = 0; mask < (1u << rank); ++mask) {
-    std::vector<std::int64_t> axes;
-    for (std::size_t d = 0; d < rank; ++d) {
-      if (mask & (1u << d)) {
-        const auto a = static_cast<std::int64_t>(d);
-        axes.push_back((mask + d) % 2 == 0 ? a : a - static_cast<std::int64_t>(rank));
-      }
-    }
-    out.push_back(axes);
-  }
-  return out;
 }
 
 const shape test_shapes[] = {{}, {5}, {3, 4}, {2, 3, 4}, {1, 4, 1}};

@@ -25,6 +25,58 @@ inline std::vector<std::int64_t> unravel(std::int64_t i, const shape& s) {
   return idx;
 }
 
+/// Every subset of the axes of a rank-`rank` tensor, as a list spelled with a mix of positive
+/// and negative axes.
+inline std::vector<std::vector<std::int64_t>> axis_subsets(std::size_t rank) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::uint32_t mask = 0; mask < (1u << rank); ++mask) {
+    std::vector<std::int64_t> axes;
+    for (std::size_t d = 0; d < rank; ++d) {
+      if (mask & (1u << d)) {
+        const auto a = static_cast<std::int64_t>(d);
+        axes.push_back((mask + d) % 2 == 0 ? a : a - static_cast<std::int64_t>(rank));
+      }
+    }
+    out.push_back(axes);
+  }
+  return out;
+}
+
+/// x's elements grouped by the output of a reduction over `axes` (empty: all) they go into,
+/// in row-major order within each group, and that output's shape (NumPy's keepdims rule).
+struct output_groups {
+  shape out;
+  std::vector<std::vector<double>> groups;
+};
+inline output_groups group_by_output(const tensor& x, const std::vector<std::int64_t>& axes,
+                                     bool keepdims) {
+  const shape& s = x.shape();
+  const auto r = static_cast<std::int64_t>(s.rank());
+  std::vector<bool> red(s.rank(), axes.empty());
+  for (auto a : axes) red[static_cast<std::size_t>(a < 0 ? a + r : a)] = true;
+  output_groups g;
+  shape kept;
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    if (!red[d]) {
+      g.out.push_back(s[d]);
+      kept.push_back(s[d]);
+    } else if (keepdims) {
+      g.out.push_back(1);
+    }
+  }
+  g.groups.resize(static_cast<std::size_t>(kept.num_elements()));
+  const auto xs = values(x);
+  for (std::int64_t i = 0; i < x.num_elements(); ++i) {
+    const auto idx = unravel(i, s);
+    std::int64_t o = 0;
+    for (std::size_t d = 0; d < s.rank(); ++d) {
+      if (!red[d]) o = o * s[d] + idx[d];
+    }
+    g.groups[static_cast<std::size_t>(o)].push_back(xs[static_cast<std::size_t>(i)]);
+  }
+  return g;
+}
+
 /// A view of x's elements whose last dim is strided (step 2) and whose data starts at an
 /// offset; the elements between hold `filler` (NaN for floats), so a kernel that reads
 /// outside the view gets caught.

@@ -23,13 +23,9 @@ class batch_norm_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const normalization_rules::batch_norm_geometry g = common::batch_norm_geometry(ctx);
-    tensor hold[5];
-    const tensor& x = dense_input(ctx, 0, hold[0]);
-    const tensor& scale = dense_input(ctx, 1, hold[1]);
-    const tensor& bias = dense_input(ctx, 2, hold[2]);
-    const tensor& mean = dense_input(ctx, 3, hold[3]);
-    const tensor& var = dense_input(ctx, 4, hold[4]);
-    tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
+    const common::batch_norm_tensors io(ctx);
+    const tensor& x = io.x;
+    tensor& y = io.y;
     if (x.num_elements() == 0) return;
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
@@ -38,12 +34,12 @@ class batch_norm_kernel final : public op_kernel {
         std::vector<C> a(static_cast<std::size_t>(g.channels));
         std::vector<C> b(a.size());
         for (std::int64_t c = 0; c < g.channels; ++c) {
-          const double ac = static_cast<double>(load(scale.data<T>()[c])) /
-                            std::sqrt(static_cast<double>(load(var.data<T>()[c])) + eps_);
+          const double ac = static_cast<double>(load(io.scale.data<T>()[c])) /
+                            std::sqrt(static_cast<double>(load(io.var.data<T>()[c])) + eps_);
           a[static_cast<std::size_t>(c)] = static_cast<C>(ac);
           b[static_cast<std::size_t>(c)] = static_cast<C>(
-              static_cast<double>(load(bias.data<T>()[c])) -
-              static_cast<double>(load(mean.data<T>()[c])) * ac);
+              static_cast<double>(load(io.bias.data<T>()[c])) -
+              static_cast<double>(load(io.mean.data<T>()[c])) * ac);
         }
         const T* xp = x.data<T>();
         T* yp = y.data<T>();

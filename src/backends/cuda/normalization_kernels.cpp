@@ -91,17 +91,11 @@ class batch_norm_kernel final : public op_kernel {
       ctx.fail("batch_norm has no kernel for {}", to_string(t));
     }
     launch_scope scope(ctx);
-    tensor hold[5];
-    const tensor& x = dense_input(ctx, 0, hold[0]);
-    const tensor& scale = dense_input(ctx, 1, hold[1]);
-    const tensor& bias = dense_input(ctx, 2, hold[2]);
-    const tensor& mean = dense_input(ctx, 3, hold[3]);
-    const tensor& var = dense_input(ctx, 4, hold[4]);
-    tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
-    if (x.num_elements() == 0) return;
-    kernels::launch_batch_norm(elem_of(t), x.raw_data(), scale.raw_data(), bias.raw_data(),
-                               mean.raw_data(), var.raw_data(), y.raw_data(), g.outer,
-                               g.channels, g.inner, eps_, scope.stream);
+    const common::batch_norm_tensors io(ctx);
+    if (io.x.num_elements() == 0) return;
+    kernels::launch_batch_norm(elem_of(t), io.x.raw_data(), io.scale.raw_data(),
+                               io.bias.raw_data(), io.mean.raw_data(), io.var.raw_data(),
+                               io.y.raw_data(), g.outer, g.channels, g.inner, eps_, scope.stream);
     check_launch(ctx, "batch_norm");
   }
 

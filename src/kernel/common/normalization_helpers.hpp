@@ -116,4 +116,30 @@ inline normalization_rules::batch_norm_geometry batch_norm_geometry(const kernel
   });
 }
 
+/// batch_norm's inputs (x, scale, bias, mean, var) as dense tensors and its output y (x's
+/// buffer when it can be forwarded). Built once the geometry is checked.
+class batch_norm_tensors {
+ public:
+  explicit batch_norm_tensors(kernel_context& ctx)
+      : x(dense_input(ctx, 0, hold_[0])),
+        scale(dense_input(ctx, 1, hold_[1])),
+        bias(dense_input(ctx, 2, hold_[2])),
+        mean(dense_input(ctx, 3, hold_[3])),
+        var(dense_input(ctx, 4, hold_[4])),
+        y(ctx.forward_input_or_allocate_output(0, 0, x.shape())) {}
+  batch_norm_tensors(const batch_norm_tensors&) = delete;
+  batch_norm_tensors& operator=(const batch_norm_tensors&) = delete;
+
+ private:
+  tensor hold_[5];
+
+ public:
+  const tensor& x;
+  const tensor& scale;
+  const tensor& bias;
+  const tensor& mean;
+  const tensor& var;
+  tensor& y;
+};
+
 }  // namespace loom::common
