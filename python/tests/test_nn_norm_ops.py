@@ -2,7 +2,7 @@
 from the op registry), against PyTorch's functions of the same meaning: F.batch_norm in
 inference mode, F.conv_transpose2d (padding as conv2d's [top, bottom, left, right]),
 F.interpolate (nearest = ONNX asymmetric + floor; bilinear = half_pixel or align_corners),
-torch.logsumexp and the p-norms."""
+torch.logsumexp and the p-norms, and pooling's ceil_mode."""
 import numpy as np
 import pytest
 import torch
@@ -92,3 +92,19 @@ def test_norm_reductions_match_torch():
     np.testing.assert_array_equal(run1(g, loom.ops.reduce_all(b, axes=[1]), {b: bv}), [False, True])
     np.testing.assert_array_equal(run1(g, loom.ops.reduce_any(b, axes=[0]), {b: ~bv}),
                                   [False, True, False])
+
+
+@pytest.mark.parametrize("k,s,p", [(3, 2, 0), (2, 2, 1), (3, 3, 1)])
+def test_pooling_ceil_mode_matches_torch(k, s, p):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 8, 7)).astype(np.float32)
+    g = loom.Graph()
+    px = g.placeholder("x", "float32", list(x.shape))
+    attrs = dict(kernel=[k, k], strides=[s, s], padding=[p, p], ceil_mode=True)
+    got_max = run1(g, loom.ops.max_pool2d(px, **attrs), {px: x})
+    got_avg = run1(g, loom.ops.avg_pool2d(px, count_include_pad=False, **attrs), {px: x})
+    t = torch.from_numpy(x)
+    want_max = F.max_pool2d(t, k, s, p, ceil_mode=True)
+    want_avg = F.avg_pool2d(t, k, s, p, ceil_mode=True, count_include_pad=False)
+    np.testing.assert_allclose(got_max, want_max.numpy(), rtol=0, atol=0)
+    np.testing.assert_allclose(got_avg, want_avg.numpy(), rtol=1e-5, atol=1e-6)

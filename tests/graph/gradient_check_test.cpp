@@ -338,6 +338,25 @@ TEST(GradientCheck, ConvTranspose2dAndConv1d) {
   check("depth_to_space CRD", {in{{1, 8, 2, 3}}}, [](graph_builder&, const std::vector<output>& x) {
     return ops::depth_to_space(x[0], 2, "CRD");
   });
+  check("max_pool2d ceil_mode", {in{{1, 2, 5, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.ceil_mode = true;
+    return ops::max_pool2d(x[0], p);
+  });
+  check("avg_pool2d ceil_mode", {in{{1, 2, 5, 4}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {3, 2};
+    p.strides = {2, 3};
+    p.ceil_mode = true;
+    return ops::avg_pool2d(x[0], p);
+  });
+  check("lp_pool2d p=2", {in{{1, 2, 4, 4}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.strides = {1, 2};
+    return ops::lp_pool2d(x[0], 2.0, p);
+  });
   check("global_avg_pool", {in{{2, 3, 2, 2}}},
         [](graph_builder&, const std::vector<output>& x) { return ops::global_avg_pool(x[0]); });
 }

@@ -331,6 +331,29 @@ TEST(NnRules, ConvTranspose2dOutputSizes) {
             "3], groups 2)");
 }
 
+TEST(NnRules, PoolingCeilModeIsExtraTrailingPadding) {
+  // 8 with a window of 3, stride 2: 3 outputs rounding down, 4 rounding up (one more row of
+  // padding at the bottom and the right).
+  const auto down = rules::pool2d_geometry(shape({1, 1, 8, 8}),
+                                           rules::pool_window_of({3, 3}, {2, 2}, {0, 0}));
+  EXPECT_EQ(down.output_shape(), shape({1, 1, 3, 3}));
+  const auto up = rules::pool2d_geometry(shape({1, 1, 8, 8}),
+                                         rules::pool_window_of({3, 3}, {2, 2}, {0, 0}, true));
+  EXPECT_EQ(up.output_shape(), shape({1, 1, 4, 4}));
+  EXPECT_EQ(up.pad, (pad4{0, 1, 0, 1}));
+  // 5 with a window of 2, stride 2 and padding 1: rounding up would start a window in the
+  // bottom padding, so the size stays 3 and the padding as given.
+  const auto edge = rules::pool2d_geometry(shape({1, 1, 5, 5}),
+                                           rules::pool_window_of({2, 2}, {2, 2}, {1, 1}, true));
+  EXPECT_EQ(edge.output_shape(), shape({1, 1, 3, 3}));
+  EXPECT_EQ(edge.pad, (pad4{1, 1, 1, 1}));
+  // Unknown sizes stay unknown.
+  EXPECT_EQ(rules::pool2d_geometry(shape({1, 1, -1, 7}),
+                                   rules::pool_window_of({2, 2}, {2, 2}, {0, 0}, true))
+                .output_shape(),
+            shape({1, 1, -1, 4}));
+}
+
 TEST(NnRules, ResizeCoordinatesAndRounding) {
   using rules::resize_coord;
   using rules::resize_rounding;

@@ -44,9 +44,9 @@ inline nn_rules::conv_window conv_window_of(const kernel_construction& c) {
 
 /// The pool_window of a pooling node's (or its gradient's) attributes.
 inline nn_rules::pool_window pool_window_of(const kernel_construction& c) {
-  return nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
-                                  c.attr<std::vector<std::int64_t>>("strides"),
-                                  c.attr<std::vector<std::int64_t>>("padding"));
+  return nn_rules::pool_window_of(
+      c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
+      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"));
 }
 
 /// ceil(a / d) for d > 0 and any a.

@@ -87,6 +87,9 @@ class pool_kernel final : public op_kernel {
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);
     if (xin.rank() != 4) ctx.fail("pooling needs an NCHW input of rank 4, got {}", xin.describe());
+    if (include_pad_ && window_.ceil_mode) {
+      ctx.fail("ceil_mode with count_include_pad is not supported");  // Note [pooling ceil_mode]
+    }
     const pool_geometry g = nn_rules::pool2d_geometry(xin.shape(), window_);
     if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", xin.describe());
     if (g.oh < 0 || g.ow < 0) {

@@ -196,6 +196,9 @@ class pool_grad_kernel final : public op_kernel {
     }
     const std::string given = Max ? fmt::format("input {}", ctx.input(0).describe())
                                   : fmt::format("input_shape {}", to_string(xs));
+    if (include_pad_ && window_.ceil_mode) {
+      ctx.fail("ceil_mode with count_include_pad is not supported");  // Note [pooling ceil_mode]
+    }
     const pool_geometry g = nn_rules::pool2d_geometry(xs, window_);
     if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", given);
     if (g.oh < 0 || g.ow < 0) {

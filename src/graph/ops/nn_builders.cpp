@@ -1,6 +1,7 @@
 // The nn builders composed of other ops (declared in loom/graph/ops/nn.hpp): conv1d (a
-// conv2d over a height of 1), the global pooling builders (reductions over the spatial
-// dimensions) and depth_to_space / space_to_depth (reshape, transpose, reshape). Their gradients are those of the ops they are built of.
+// conv2d over a height of 1), lp_pool2d (an average pool of |x|^p), the global pooling
+// builders (reductions over the spatial dimensions) and depth_to_space / space_to_depth
+// (reshape, transpose, reshape). Their gradients are those of the ops they are built of.
 #include <fmt/format.h>
 
 #include <array>
@@ -10,8 +11,10 @@
 
 #include "loom/core/error.hpp"
 #include "loom/graph/ops/array.hpp"
+#include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
 #include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/state.hpp"
 
 namespace loom::ops {
 namespace {
@@ -87,6 +90,20 @@ output conv1d(output x, output w, std::int64_t stride, std::vector<std::int64_t>
   c.groups = groups;
   const output y = conv2d(expand_dims(x, 2), expand_dims(w, 2), c);
   return squeeze(y, {2}, o);
+}
+
+output lp_pool2d(output x, double p, const pool_options& options, const node_options& o) {
+  if (!(p >= 1.0)) throw invalid_argument(fmt::format("lp_pool2d: p must be >= 1, got {}", p));
+  if (options.kernel.size() != 2) {
+    throw invalid_argument("lp_pool2d: kernel must have 2 values");
+  }
+  pool_options sum_opts = options;
+  sum_opts.count_include_pad = true;
+  const double window = static_cast<double>(options.kernel[0] * options.kernel[1]);
+  graph_builder& b = x.builder();
+  const output powered = pow(abs(x), scalar(b, p, x.dtype_of()));
+  const output sums = avg_pool2d(powered, sum_opts) * window;
+  return pow(sums, scalar(b, 1.0 / p, x.dtype_of()), o);
 }
 
 output global_avg_pool(output x, const node_options& o) {

@@ -152,7 +152,8 @@ gradient_fn fused_grad(bool conv) {
 attr_map pool_attrs(const gradient_context& c) {
   return {{"kernel", c.attr<ints>("kernel")},
           {"strides", c.attr<ints>("strides")},
-          {"padding", c.attr<ints>("padding")}};
+          {"padding", c.attr<ints>("padding")},
+          {"ceil_mode", c.attr<bool>("ceil_mode")}};
 }
 
 }  // namespace

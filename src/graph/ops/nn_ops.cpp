@@ -230,7 +230,12 @@ void infer_conv2d_backprop_filter(inference_context& c) {
 shape pool_forward_shape(const inference_context& c, const shape& s) {
   const nn_rules::pool_window win = nn_rules::pool_window_of(
       c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
-      c.attr<std::vector<std::int64_t>>("padding"));
+      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"));
+  if (win.ceil_mode && c.def().name.starts_with("avg_pool2d") &&
+      c.attr<bool>("count_include_pad")) {
+    c.fail("ceil_mode with count_include_pad is not supported (the rounded-up windows would "
+           "count padding past the input's own)");
+  }
   const auto& kernel = win.kernel;
   const auto& pad = win.pad;
   if (pad[0] >= kernel[0] || pad[1] >= kernel[0] || pad[2] >= kernel[1] || pad[3] >= kernel[1]) {
@@ -400,7 +405,8 @@ void register_nn_ops(op_registry& r) {
     auto padding = attr("padding", attr_type::ints, ints({0, 0, 0, 0}));
     padding.validate = int_list({2, 4}, 0);
     std::vector<attr_def> attrs{type_attr("T", float_types()), std::move(kernel),
-                                std::move(strides), std::move(padding)};
+                                std::move(strides), std::move(padding),
+                                attr("ceil_mode", attr_type::boolean, false)};
     if (avg) attrs.push_back(attr("count_include_pad", attr_type::boolean, false));
     return attrs;
   };
@@ -494,7 +500,10 @@ output conv2d_backprop_filter(output x, output dy, shape filter_shape,
 
 namespace {
 attr_map pool_attrs(const pool_options& options) {
-  return {{"kernel", options.kernel}, {"strides", options.strides}, {"padding", options.padding}};
+  return {{"kernel", options.kernel},
+          {"strides", options.strides},
+          {"padding", options.padding},
+          {"ceil_mode", options.ceil_mode}};
 }
 }  // namespace
 

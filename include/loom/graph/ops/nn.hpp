@@ -98,6 +98,10 @@ struct pool_options {
   /// avg_pool2d only: divide by the whole window (true) or by the elements inside the
   /// input (false, the default, TensorFlow's "SAME" behaviour).
   bool count_include_pad = false;
+  /// Output sizes rounded up, as ONNX's and PyTorch's ceil_mode: OH = ⌈(H + top + bottom -
+  /// kh) / sh⌉ + 1, less one when the last window would start past the input and its top
+  /// padding. Not with count_include_pad (an error naming the node).
+  bool ceil_mode = false;
 };
 
 /// Maximum over each window of x [N, C, H, W] (padding never wins):
@@ -119,6 +123,11 @@ output max_pool2d_grad(output x, output dy, const pool_options& options,
 /// must be known; avg_pool2d over it must give dy's shape.
 output avg_pool2d_grad(output dy, shape input_shape, const pool_options& options,
                        const node_options& o = {});
+
+/// ONNX LpPool: (Σ over each window of |x|^p)^(1/p), zero padding counted as zeros; built
+/// as avg_pool2d(|x|^p, count_include_pad) · kh · kw, then ^(1/p) (differentiable where the
+/// window's sum is not 0). `options` as avg_pool2d's (count_include_pad ignored); p >= 1.
+output lp_pool2d(output x, double p, const pool_options& options, const node_options& o = {});
 
 /// The mean over every spatial dimension (2 onwards) of x [N, C, ...], keeping them as size
 /// 1 (ONNX GlobalAveragePool): reduce_mean over dims 2.. with keepdims. x's rank must be known

@@ -168,15 +168,39 @@ struct pool_window {
   std::array<std::int64_t, 2> kernel{};
   std::array<std::int64_t, 2> stride{};
   std::array<std::int64_t, 4> pad{};  // top, bottom, left, right
+  /// ONNX's / PyTorch's ceil_mode: output sizes rounded up (Note [pooling ceil_mode]).
+  bool ceil_mode = false;
 };
 
 /// The window of the attribute values `kernel` (2 values), `strides` (2, or none: the
-/// kernel's) and `padding` (2 or 4), as the op definitions validate them.
+/// kernel's), `padding` (2 or 4) and ceil_mode, as the op definitions validate them.
 inline pool_window pool_window_of(const std::vector<std::int64_t>& kernel,
                                   const std::vector<std::int64_t>& strides,
-                                  const std::vector<std::int64_t>& padding) {
+                                  const std::vector<std::int64_t>& padding,
+                                  bool ceil_mode = false) {
   const std::vector<std::int64_t>& s = strides.empty() ? kernel : strides;
-  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding)};
+  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding), ceil_mode};
+}
+
+// Note [pooling ceil_mode]
+// With ceil_mode the output size along a dimension is ⌈(in + pad0 + pad1 - k) / s⌉ + 1, less
+// one when the last window would start at or past in + pad0 (PyTorch's and ONNX Runtime's
+// rule: every window starts inside the input or its leading padding). pool2d_geometry
+// realises it as extra trailing padding (pad[1], pad[3] grow until the floor formula gives
+// that size), so every kernel, forward and backward, oneDNN's and loom's loops alike, runs
+// unchanged: max pooling never takes padding, and average pooling without count_include_pad
+// counts only the input. Average pooling with count_include_pad would count the extension
+// too (PyTorch does not), so that combination is refused.
+
+/// The trailing padding that gives ceil_mode's output size along one dimension (in, k known,
+/// in + pad0 + pad1 >= k): pad1, or more.
+inline std::int64_t ceil_mode_pad(std::int64_t in, std::int64_t k, std::int64_t stride,
+                                  std::int64_t pad0, std::int64_t pad1) {
+  const std::int64_t span = in + pad0 + pad1 - k;
+  std::int64_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= in + pad0) --out;
+  const std::int64_t need = (out - 1) * stride + k - (in + pad0);
+  return need > pad1 ? need : pad1;
 }
 
 /// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward ops and
@@ -193,13 +217,22 @@ struct pool_geometry {
 };
 
 /// The geometry of an input shape `x` (rank 4; dimensions may be -1 at inference) under
-/// `win`. Checks nothing: callers check with their own messages.
+/// `win`; under ceil_mode its pad holds the extra trailing padding (Note [pooling
+/// ceil_mode]). Checks nothing: callers check with their own messages.
 inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
   pool_geometry g{};
   g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
   g.kernel = win.kernel;
   g.stride = win.stride;
   g.pad = win.pad;
+  if (win.ceil_mode) {  // Note [pooling ceil_mode]: more trailing padding
+    if (g.h >= 0 && g.h + g.pad[0] + g.pad[1] >= g.kernel[0]) {
+      g.pad[1] = ceil_mode_pad(g.h, g.kernel[0], g.stride[0], g.pad[0], g.pad[1]);
+    }
+    if (g.w >= 0 && g.w + g.pad[2] + g.pad[3] >= g.kernel[1]) {
+      g.pad[3] = ceil_mode_pad(g.w, g.kernel[1], g.stride[1], g.pad[2], g.pad[3]);
+    }
+  }
   g.oh = window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
   g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
   return g;
