@@ -41,17 +41,11 @@ const char* op_of(kind k) {
   return "";
 }
 
-struct expected {
-  shape s;
-  std::vector<double> v;
-  std::vector<double> scale;  // what errors are measured against
-};
-
 // The float64 reduction of x over axes (empty: all). log_sum_exp is the direct
 // log Σ exp(x - max) + max of the NumPy reference, with the max taken first.
-expected reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
+expected_reduction reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
   const output_groups og = group_by_output(x, axes, keepdims);
-  expected e;
+  expected_reduction e;
   e.s = og.out;
   for (const auto& g : og.groups) {
     double v = 0.0;
@@ -109,22 +103,8 @@ expected reference(kind k, const tensor& x, const std::vector<std::int64_t>& axe
 }
 
 void check(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
-  const dtype t = x.type();
-  const double rtol = rtol_for(t);
-  const double atol = atol_for(t);
-  SCOPED_TRACE(::testing::Message() << op_of(k) << " " << x.describe() << " axes "
-                                    << ::testing::PrintToString(axes) << " keepdims " << keepdims);
-  const tensor got = run_op1(op_of(k), {x}, {{"axes", axes}, {"keepdims", keepdims}});
-  const expected e = reference(k, x, axes, keepdims);
-  ASSERT_EQ(to_string(got.shape()), to_string(e.s));
-  ASSERT_EQ(got.type(), t);
-  const auto g = values(got);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (!close(g[i], e.v[i], e.scale[i], rtol, atol) && bad++ < 5) {
-      ADD_FAILURE() << "output " << i << ": got " << g[i] << ", expected " << e.v[i];
-    }
-  }
+  expect_reduction(op_of(k), x, axes, keepdims, reference(k, x, axes, keepdims), rtol_for(x.type()),
+                   atol_for(x.type()));
 }
 
 // Positive values for log_sum (its sums must be > 0), signed ones otherwise.

@@ -39,17 +39,10 @@ const char* op_of(kind k) {
   return "";
 }
 
-struct expected {
-  shape s;
-  std::vector<double> v;
-  // Per output: the scale errors are measured against (Σ|x| for sums, |result| otherwise).
-  std::vector<double> scale;
-};
-
 // The float64 reduction of x over axes (empty: all), as NumPy computes it.
-expected reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
+expected_reduction reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
   const output_groups og = group_by_output(x, axes, keepdims);
-  expected e;
+  expected_reduction e;
   e.s = og.out;
   double init = 0.0;
   if (k == kind::prod) init = 1.0;
@@ -95,21 +88,8 @@ attr_map reduce_attrs(const std::vector<std::int64_t>& axes, bool keepdims) {
 void check(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims,
            double rtol = -1, double atol = -1) {
   const dtype t = x.type();
-  if (rtol < 0) rtol = rtol_for(t);
-  if (atol < 0) atol = atol_for(t);
-  SCOPED_TRACE(::testing::Message() << op_of(k) << " " << x.describe() << " axes ["
-                                    << ::testing::PrintToString(axes) << "] keepdims " << keepdims);
-  const tensor got = run_op1(op_of(k), {x}, reduce_attrs(axes, keepdims));
-  const expected e = reference(k, x, axes, keepdims);
-  ASSERT_EQ(to_string(got.shape()), to_string(e.s));
-  ASSERT_TRUE(got.is_contiguous());
-  const auto g = values(got);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (!close(g[i], e.v[i], e.scale[i], rtol, atol) && bad++ < 5) {
-      ADD_FAILURE() << "output " << i << ": got " << g[i] << ", expected " << e.v[i];
-    }
-  }
+  expect_reduction(op_of(k), x, axes, keepdims, reference(k, x, axes, keepdims),
+                   rtol < 0 ? rtol_for(t) : rtol, atol < 0 ? atol_for(t) : atol);
 }
 
 // Values that keep every kind exact or well-conditioned for dtype t: products near 1, and

@@ -122,4 +122,31 @@ inline bool close(double got, double want, double scale, double rtol, double ato
   return std::fabs(got - want) <= atol + rtol * scale;
 }
 
+/// A reduction's expected result: its shape, its values, and per output the scale errors are
+/// measured against.
+struct expected_reduction {
+  shape s;
+  std::vector<double> v;
+  std::vector<double> scale;
+};
+
+/// Runs the reduction `op` on x over axes and expects `e` (of dtype x's), within
+/// atol + rtol · scale per output (the first five misses reported).
+inline void expect_reduction(const char* op, const tensor& x, const std::vector<std::int64_t>& axes,
+                             bool keepdims, const expected_reduction& e, double rtol, double atol) {
+  SCOPED_TRACE(::testing::Message() << op << " " << x.describe() << " axes "
+                                    << ::testing::PrintToString(axes) << " keepdims " << keepdims);
+  const tensor got = run_op1(op, {x}, {{"axes", axes}, {"keepdims", keepdims}});
+  ASSERT_EQ(to_string(got.shape()), to_string(e.s));
+  ASSERT_EQ(got.type(), x.type());
+  ASSERT_TRUE(got.is_contiguous());
+  const auto g = values(got);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!close(g[i], e.v[i], e.scale[i], rtol, atol) && bad++ < 5) {
+      ADD_FAILURE() << "output " << i << ": got " << g[i] << ", expected " << e.v[i];
+    }
+  }
+}
+
 }  // namespace loom::testing::reduction
