@@ -2,7 +2,7 @@
 from the op registry), against PyTorch's functions of the same meaning: F.batch_norm in
 inference mode, F.conv_transpose2d (padding as conv2d's [top, bottom, left, right]),
 F.interpolate (nearest = ONNX asymmetric + floor; bilinear = half_pixel or align_corners),
-torch.logsumexp and the p-norms, and pooling's ceil_mode."""
+torch.logsumexp and the p-norms, and pooling's ceil_mode and dilations."""
 import numpy as np
 import pytest
 import torch
@@ -108,3 +108,16 @@ def test_pooling_ceil_mode_matches_torch(k, s, p):
     want_avg = F.avg_pool2d(t, k, s, p, ceil_mode=True, count_include_pad=False)
     np.testing.assert_allclose(got_max, want_max.numpy(), rtol=0, atol=0)
     np.testing.assert_allclose(got_avg, want_avg.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_dilated_max_pool_matches_torch(ceil_mode):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    g = loom.Graph()
+    px = g.placeholder("x", "float32", list(x.shape))
+    y = loom.ops.max_pool2d(px, kernel=[3, 2], strides=[2, 2], padding=[1, 1],
+                            dilations=[2, 3], ceil_mode=ceil_mode)
+    want = F.max_pool2d(torch.from_numpy(x), (3, 2), (2, 2), (1, 1), dilation=(2, 3),
+                        ceil_mode=ceil_mode)
+    np.testing.assert_array_equal(run1(g, y, {px: x}), want.numpy())

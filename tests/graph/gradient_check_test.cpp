@@ -344,6 +344,14 @@ TEST(GradientCheck, ConvTranspose2dAndConv1d) {
     p.ceil_mode = true;
     return ops::max_pool2d(x[0], p);
   });
+  check("max_pool2d dilated", {in{{1, 2, 6, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.strides = {1, 2};
+    p.padding = {1, 0, 0, 1};
+    p.dilations = {2, 2};
+    return ops::max_pool2d(x[0], p);
+  });
   check("avg_pool2d ceil_mode", {in{{1, 2, 5, 4}}}, [](graph_builder&, const std::vector<output>& x) {
     ops::pool_options p;
     p.kernel = {3, 2};

@@ -331,7 +331,7 @@ TEST(NnRules, ConvTranspose2dOutputSizes) {
             "3], groups 2)");
 }
 
-TEST(NnRules, PoolingCeilModeIsExtraTrailingPadding) {
+TEST(NnRules, PoolingCeilModeAndDilations) {
   // 8 with a window of 3, stride 2: 3 outputs rounding down, 4 rounding up (one more row of
   // padding at the bottom and the right).
   const auto down = rules::pool2d_geometry(shape({1, 1, 8, 8}),
@@ -347,6 +347,15 @@ TEST(NnRules, PoolingCeilModeIsExtraTrailingPadding) {
                                            rules::pool_window_of({2, 2}, {2, 2}, {1, 1}, true));
   EXPECT_EQ(edge.output_shape(), shape({1, 1, 3, 3}));
   EXPECT_EQ(edge.pad, (pad4{1, 1, 1, 1}));
+  // A dilated window spans d · (k - 1) + 1: 3 taps 2 apart span 5, so 8 gives 4 outputs at
+  // stride 1, and with ceil_mode at stride 2, ⌈3 / 2⌉ + 1 = 3.
+  const auto dil = rules::pool2d_geometry(
+      shape({1, 1, 8, 8}), rules::pool_window_of({3, 3}, {1, 1}, {0, 0}, false, {2, 2}));
+  EXPECT_EQ(dil.output_shape(), shape({1, 1, 4, 4}));
+  EXPECT_TRUE(dil.dilated());
+  const auto dil_up = rules::pool2d_geometry(
+      shape({1, 1, 8, 8}), rules::pool_window_of({3, 3}, {2, 2}, {0, 0}, true, {2, 2}));
+  EXPECT_EQ(dil_up.output_shape(), shape({1, 1, 3, 3}));
   // Unknown sizes stay unknown.
   EXPECT_EQ(rules::pool2d_geometry(shape({1, 1, -1, 7}),
                                    rules::pool_window_of({2, 2}, {2, 2}, {0, 0}, true))

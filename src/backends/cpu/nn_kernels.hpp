@@ -46,7 +46,8 @@ inline nn_rules::conv_window conv_window_of(const kernel_construction& c) {
 inline nn_rules::pool_window pool_window_of(const kernel_construction& c) {
   return nn_rules::pool_window_of(
       c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
-      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"));
+      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"),
+      c.attr<std::vector<std::int64_t>>("dilations"));
 }
 
 /// ceil(a / d) for d > 0 and any a.
@@ -77,10 +78,20 @@ inline std::pair<std::int64_t, std::int64_t> window_cols(const pool_geometry& g,
   return {std::max<std::int64_t>(x0, 0), std::min(x0 + g.kernel[1], g.w)};
 }
 
+/// The taps [first, second) of a dilated window starting at input index `start` (taps
+/// start + i · dilation, 0 <= i < k) that fall inside [0, n).
+inline std::pair<std::int64_t, std::int64_t> window_taps(std::int64_t start, std::int64_t k,
+                                                         std::int64_t dilation,
+                                                         std::int64_t n) noexcept {
+  const std::int64_t lo = start >= 0 ? 0 : ceil_div(-start, dilation);
+  const std::int64_t hi = std::min(k, ceil_div(n - start, dilation));
+  return {lo, std::max(lo, hi)};
+}
+
 /// True for 2x2 windows with stride 2 and no padding: windows tile the plane (an odd last
 /// row or column lies in none), and the max kernels take their vectorized paths.
 inline bool tiles_2x2(const pool_geometry& g) noexcept {
-  return g.kernel == std::array<std::int64_t, 2>{2, 2} &&
+  return !g.dilated() && g.kernel == std::array<std::int64_t, 2>{2, 2} &&
          g.stride == std::array<std::int64_t, 2>{2, 2} && g.pad == std::array<std::int64_t, 4>{};
 }
 

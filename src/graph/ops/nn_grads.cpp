@@ -153,7 +153,8 @@ attr_map pool_attrs(const gradient_context& c) {
   return {{"kernel", c.attr<ints>("kernel")},
           {"strides", c.attr<ints>("strides")},
           {"padding", c.attr<ints>("padding")},
-          {"ceil_mode", c.attr<bool>("ceil_mode")}};
+          {"ceil_mode", c.attr<bool>("ceil_mode")},
+          {"dilations", c.attr<ints>("dilations")}};
 }
 
 }  // namespace

@@ -230,7 +230,12 @@ void infer_conv2d_backprop_filter(inference_context& c) {
 shape pool_forward_shape(const inference_context& c, const shape& s) {
   const nn_rules::pool_window win = nn_rules::pool_window_of(
       c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
-      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"));
+      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"),
+      c.attr<std::vector<std::int64_t>>("dilations"));
+  if (c.def().name.starts_with("avg_pool2d") &&
+      (win.dilation[0] != 1 || win.dilation[1] != 1)) {
+    c.fail("avg_pool2d takes dilations of 1 only");
+  }
   if (win.ceil_mode && c.def().name.starts_with("avg_pool2d") &&
       c.attr<bool>("count_include_pad")) {
     c.fail("ceil_mode with count_include_pad is not supported (the rounded-up windows would "
@@ -404,9 +409,12 @@ void register_nn_ops(op_registry& r) {
     strides.validate = int_list({0, 2}, 1);
     auto padding = attr("padding", attr_type::ints, ints({0, 0, 0, 0}));
     padding.validate = int_list({2, 4}, 0);
+    auto dilations = attr("dilations", attr_type::ints, ints({1, 1}));
+    dilations.validate = int_list({2}, 1);
     std::vector<attr_def> attrs{type_attr("T", float_types()), std::move(kernel),
                                 std::move(strides), std::move(padding),
-                                attr("ceil_mode", attr_type::boolean, false)};
+                                attr("ceil_mode", attr_type::boolean, false),
+                                std::move(dilations)};
     if (avg) attrs.push_back(attr("count_include_pad", attr_type::boolean, false));
     return attrs;
   };
@@ -503,7 +511,8 @@ attr_map pool_attrs(const pool_options& options) {
   return {{"kernel", options.kernel},
           {"strides", options.strides},
           {"padding", options.padding},
-          {"ceil_mode", options.ceil_mode}};
+          {"ceil_mode", options.ceil_mode},
+          {"dilations", options.dilations}};
 }
 }  // namespace
 

@@ -102,6 +102,9 @@ struct pool_options {
   /// kh) / sh⌉ + 1, less one when the last window would start past the input and its top
   /// padding. Not with count_include_pad (an error naming the node).
   bool ceil_mode = false;
+  /// max_pool2d only (avg_pool2d takes [1, 1]): [dh, dw], window taps dh rows and dw
+  /// columns apart (ONNX MaxPool's dilations); the window then spans d · (k - 1) + 1.
+  std::vector<std::int64_t> dilations{1, 1};
 };
 
 /// Maximum over each window of x [N, C, H, W] (padding never wins):

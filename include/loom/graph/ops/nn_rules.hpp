@@ -170,16 +170,23 @@ struct pool_window {
   std::array<std::int64_t, 4> pad{};  // top, bottom, left, right
   /// ONNX's / PyTorch's ceil_mode: output sizes rounded up (Note [pooling ceil_mode]).
   bool ceil_mode = false;
+  /// [dilation_h, dilation_w]: window taps this many elements apart (max pooling).
+  std::array<std::int64_t, 2> dilation{1, 1};
 };
 
 /// The window of the attribute values `kernel` (2 values), `strides` (2, or none: the
-/// kernel's), `padding` (2 or 4) and ceil_mode, as the op definitions validate them.
+/// kernel's), `padding` (2 or 4), ceil_mode and `dilations` (2, or none: 1), as the op
+/// definitions validate them.
 inline pool_window pool_window_of(const std::vector<std::int64_t>& kernel,
                                   const std::vector<std::int64_t>& strides,
                                   const std::vector<std::int64_t>& padding,
-                                  bool ceil_mode = false) {
+                                  bool ceil_mode = false,
+                                  const std::vector<std::int64_t>& dilations = {}) {
   const std::vector<std::int64_t>& s = strides.empty() ? kernel : strides;
-  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding), ceil_mode};
+  const std::array<std::int64_t, 2> d =
+      dilations.empty() ? std::array<std::int64_t, 2>{1, 1}
+                        : std::array<std::int64_t, 2>{dilations.at(0), dilations.at(1)};
+  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding), ceil_mode, d};
 }
 
 // Note [pooling ceil_mode]
@@ -209,6 +216,10 @@ struct pool_geometry {
   std::int64_t n, c, h, w, oh, ow;  // oh, ow: window_out_size's (-1 unknown, -2 too large)
   std::array<std::int64_t, 2> kernel, stride;
   std::array<std::int64_t, 4> pad;  // top, bottom, left, right
+  std::array<std::int64_t, 2> dilation{1, 1};
+
+  /// Whether the window's taps are apart (a dilation above 1).
+  [[nodiscard]] bool dilated() const noexcept { return dilation[0] != 1 || dilation[1] != 1; }
 
   /// [n, c, oh, ow].
   [[nodiscard]] shape output_shape() const { return shape{n, c, oh, ow}; }
@@ -225,16 +236,20 @@ inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
   g.kernel = win.kernel;
   g.stride = win.stride;
   g.pad = win.pad;
+  g.dilation = win.dilation;
+  // The dilated window's extent.
+  const std::int64_t span_h = g.dilation[0] * (g.kernel[0] - 1) + 1;
+  const std::int64_t span_w = g.dilation[1] * (g.kernel[1] - 1) + 1;
   if (win.ceil_mode) {  // Note [pooling ceil_mode]: more trailing padding
-    if (g.h >= 0 && g.h + g.pad[0] + g.pad[1] >= g.kernel[0]) {
-      g.pad[1] = ceil_mode_pad(g.h, g.kernel[0], g.stride[0], g.pad[0], g.pad[1]);
+    if (g.h >= 0 && g.h + g.pad[0] + g.pad[1] >= span_h) {
+      g.pad[1] = ceil_mode_pad(g.h, span_h, g.stride[0], g.pad[0], g.pad[1]);
     }
-    if (g.w >= 0 && g.w + g.pad[2] + g.pad[3] >= g.kernel[1]) {
-      g.pad[3] = ceil_mode_pad(g.w, g.kernel[1], g.stride[1], g.pad[2], g.pad[3]);
+    if (g.w >= 0 && g.w + g.pad[2] + g.pad[3] >= span_w) {
+      g.pad[3] = ceil_mode_pad(g.w, span_w, g.stride[1], g.pad[2], g.pad[3]);
     }
   }
-  g.oh = window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
-  g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
+  g.oh = window_out_size(g.h, g.kernel[0], g.stride[0], g.dilation[0], g.pad[0], g.pad[1]);
+  g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], g.dilation[1], g.pad[2], g.pad[3]);
   return g;
 }
 
