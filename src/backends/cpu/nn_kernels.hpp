@@ -143,5 +143,31 @@ inline T narrow(acc_t<T> v) noexcept {
   }
 }
 
+/// The maximum of the dilated window of output (oy, ox) over the plane `in` (taps
+/// dilation apart, those outside the input skipped) and the index in the plane of the
+/// element that holds it, by max pooling's rule: from -inf, a strictly greater element
+/// replaces the maximum (the first of equal maxima wins, NaN never does; a window with
+/// nothing above -inf gives its first tap). Forward and gradient share it.
+template <class T>
+inline std::pair<acc_t<T>, std::int64_t> dilated_window_max(const T* in, const pool_geometry& g,
+                                                            std::int64_t oy, std::int64_t ox) {
+  const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
+  const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
+  const auto [i0, i1] = window_taps(y0, g.kernel[0], g.dilation[0], g.h);
+  const auto [j0, j1] = window_taps(x0, g.kernel[1], g.dilation[1], g.w);
+  acc_t<T> best = -std::numeric_limits<acc_t<T>>::infinity();
+  std::int64_t at = (y0 + i0 * g.dilation[0]) * g.w + x0 + j0 * g.dilation[1];
+  for (std::int64_t i = i0; i < i1; ++i) {
+    for (std::int64_t j = j0; j < j1; ++j) {
+      const std::int64_t k = (y0 + i * g.dilation[0]) * g.w + x0 + j * g.dilation[1];
+      const acc_t<T> e = widen<T>(in[k]);
+      const bool greater = e > best;
+      at = greater ? k : at;
+      best = greater ? e : best;
+    }
+  }
+  return {best, at};
+}
+
 }  // namespace nn_detail
 }  // namespace loom::cpu

@@ -52,29 +52,18 @@ void reference_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry
   });
 }
 
-// Max pooling with a dilated window (taps dilation apart): loom's loop for every float
-// type, the same rule as reference_pool's (padding never wins, NaN never replaces).
+// Max pooling with a dilated window (taps dilation apart), every float type
+// (dilated_window_max: the gradient's own rule).
 template <class T>
 void dilated_max_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry& g) {
-  using Acc = acc_t<T>;
   const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1]);
   ctx.parallel_for(g.n * g.c, cost, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t p = lo; p < hi; ++p) {
       const T* in = x + p * g.h * g.w;
       T* dst = out + p * g.oh * g.ow;
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-        const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-        const auto [i0, i1] = window_taps(y0, g.kernel[0], g.dilation[0], g.h);
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-          const auto [j0, j1] = window_taps(x0, g.kernel[1], g.dilation[1], g.w);
-          Acc v = -std::numeric_limits<Acc>::infinity();
-          for (std::int64_t i = i0; i < i1; ++i) {
-            for (std::int64_t j = j0; j < j1; ++j) {
-              v = std::max(v, widen<T>(in[(y0 + i * g.dilation[0]) * g.w + x0 + j * g.dilation[1]]));
-            }
-          }
-          dst[oy * g.ow + ox] = narrow<T>(v);
+          dst[oy * g.ow + ox] = narrow<T>(dilated_window_max(in, g, oy, ox).first);
         }
       }
     }

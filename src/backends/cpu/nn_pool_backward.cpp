@@ -123,23 +123,8 @@ void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
     for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t p, Acc* acc, const T* grad) {
       const T* in = x + p * g.h * g.w;
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-        const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
-        const auto [i0, i1] = window_taps(y0, g.kernel[0], g.dilation[0], g.h);
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
-          const auto [j0, j1] = window_taps(x0, g.kernel[1], g.dilation[1], g.w);
-          Acc best = -std::numeric_limits<Acc>::infinity();
-          std::int64_t at = (y0 + i0 * g.dilation[0]) * g.w + x0 + j0 * g.dilation[1];
-          for (std::int64_t i = i0; i < i1; ++i) {
-            for (std::int64_t j = j0; j < j1; ++j) {
-              const std::int64_t k = (y0 + i * g.dilation[0]) * g.w + x0 + j * g.dilation[1];
-              const Acc e = widen<T>(in[k]);
-              const bool greater = e > best;
-              at = greater ? k : at;
-              best = greater ? e : best;
-            }
-          }
-          acc[at] += widen<T>(grad[oy * g.ow + ox]);
+          acc[dilated_window_max(in, g, oy, ox).second] += widen<T>(grad[oy * g.ow + ox]);
         }
       }
     });
