@@ -460,42 +460,12 @@ void eye_like_lowering(node_context& c) {
   c.set(0, ops::cast(c.constant_node(mask, "mask"), t, c.opts()));
 }
 
-// DepthToSpace and SpaceToDepth: a reshape, a transpose and a reshape.
-void depth_space_lowering(node_context& c, bool to_space) {
-  const auto d = dims_of(c, 0);
-  if (d.size() != 4) c.fail(fmt::format("input has rank {}; 4 (NCHW) needed", d.size()));
-  const std::int64_t b = c.attr_int("blocksize", 0);
-  if (b <= 0) c.fail("blocksize must be positive");
-  const std::int64_t ch = d[1], h = d[2], w = d[3];
-  if (ch < 0 || h < 0 || w < 0) c.unsupported("the channels and spatial size must be known at import");
-  std::vector<std::int64_t> split;
-  std::vector<std::int64_t> perm;
-  std::vector<std::int64_t> out;
-  if (to_space) {
-    if (ch % (b * b) != 0) c.fail(fmt::format("{} channels are not a multiple of blocksize^2 = {}", ch, b * b));
-    const bool crd = c.attr_string("mode", "DCR") == "CRD";
-    split = crd ? std::vector<std::int64_t>{-1, ch / (b * b), b, b, h, w} : std::vector<std::int64_t>{-1, b, b, ch / (b * b), h, w};
-    perm = crd ? std::vector<std::int64_t>{0, 1, 4, 2, 5, 3} : std::vector<std::int64_t>{0, 3, 4, 1, 5, 2};
-    out = {-1, ch / (b * b), h * b, w * b};
-  } else {
-    if (h % b != 0 || w % b != 0) c.fail(fmt::format("spatial size {}x{} is not a multiple of blocksize {}", h, w, b));
-    split = {-1, ch, h / b, b, w / b, b};
-    perm = {0, 3, 5, 1, 2, 4};
-    out = {-1, ch * b * b, h / b, w / b};
-  }
-  const output r = ops::reshape(c.in(0), split, c.aux("split"));
-  const output t = ops::transpose(r, perm, c.aux("transpose"));
-  c.set(0, ops::reshape(t, out, c.opts()));
-}
-
 }  // namespace
 
 void add_array_ops(op_table& t) {
   t["OneHot"] = {one_hot_lowering, {"one_hot"}};
   t["Trilu"] = {trilu_lowering, {"where"}};
   t["EyeLike"] = {eye_like_lowering, {"cast"}};
-  t["DepthToSpace"] = {[](node_context& c) { depth_space_lowering(c, true); }, {"transpose"}};
-  t["SpaceToDepth"] = {[](node_context& c) { depth_space_lowering(c, false); }, {"transpose"}};
   t["Shape"] = {shape_lowering, {"shape_of"}};
   t["Size"] = {[](node_context& c) {
                  const auto dims = dims_of(c, 0);

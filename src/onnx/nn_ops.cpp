@@ -122,47 +122,40 @@ void conv_lowering(node_context& c) {
 
 void pool_lowering(node_context& c, bool max) {
   const auto in = spatial_dims(c, 0);
-  window w = read_window(c, {}, in);
-  if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("pooling with dilations");
+  const window w = read_window(c, {}, in);
+  if (!max && w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("average pooling with dilations");
   if (c.attr_int("storage_order", 0) != 0) c.unsupported("storage_order = 1");
   if (c.wants(1)) c.unsupported("the Indices output");
-  const bool count_include_pad = c.attr_int("count_include_pad", 0) != 0;
-  if (c.attr_int("ceil_mode", 0) != 0) {
-    // Output sizes rounded up: the windows past the end read extra padding, which max
-    // pooling and average pooling without counted padding both ignore.
-    if (!max && count_include_pad) c.unsupported("ceil_mode with count_include_pad");
-    for (std::size_t i = 0; i < 2; ++i) {
-      const std::int64_t dim = w.one_d ? (i == 0 ? 1 : in[0]) : in[i];
-      if (dim < 0) c.unsupported("ceil_mode needs the input's spatial size known at import");
-      const std::int64_t before = w.padding[2 * i];
-      const std::int64_t after = w.padding[2 * i + 1];
-      const std::int64_t span = dim + before + after - w.kernel[i];
-      std::int64_t out = (span + w.strides[i] - 1) / w.strides[i] + 1;
-      if ((out - 1) * w.strides[i] >= dim + before) --out;  // the last window starts inside
-      const std::int64_t extra = (out - 1) * w.strides[i] + w.kernel[i] - (dim + before + after);
-      if (extra > 0) w.padding[2 * i + 1] += extra;
-    }
-  }
   output x = c.in(0);
   const dtype type = x.dtype_of();
   // Integer max pooling runs in double (exact for every int8, uint8 and int32 value).
   const bool widen = max && is_integer(type) && type != dtype::i64;
   if (widen) x = ops::cast(x, dtype::f64, c.aux("wide"));
   if (w.one_d) x = as_2d(c, x, "x2d");
-  ops::pool_options o{.kernel = w.kernel, .strides = w.strides, .padding = w.padding,
-                      .count_include_pad = count_include_pad};
+  ops::pool_options o{.kernel = w.kernel,
+                      .strides = w.strides,
+                      .padding = w.padding,
+                      .count_include_pad = c.attr_int("count_include_pad", 0) != 0,
+                      .ceil_mode = c.attr_int("ceil_mode", 0) != 0,
+                      .dilations = w.dilations};
   const bool last = !w.one_d && !widen;
-  output y = max ? ops::max_pool2d(x, o, last ? c.opts() : c.aux("pool")) : ops::avg_pool2d(x, o, last ? c.opts() : c.aux("pool"));
+  const auto opts = last ? c.opts() : c.aux("pool");
+  output y = max ? ops::max_pool2d(x, o, opts) : ops::avg_pool2d(x, o, opts);
   if (w.one_d) y = ops::squeeze(y, {2}, widen ? c.aux("squeeze") : c.opts());
   if (widen) y = ops::cast(y, type, c.opts());
   c.set(0, y);
 }
 
-void global_pool_lowering(node_context& c, bool max) {
-  const std::size_t rank = c.rank(0);
-  std::vector<std::int64_t> axes;
-  for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
-  c.set(0, max ? ops::reduce_max(c.in(0), axes, true, c.opts()) : ops::reduce_mean(c.in(0), axes, true, c.opts()));
+void lp_pool_lowering(node_context& c) {
+  const auto in = spatial_dims(c, 0);
+  const window w = read_window(c, {}, in);
+  if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("LpPool with dilations");
+  output x = c.in(0);
+  if (w.one_d) x = as_2d(c, x, "x2d");
+  ops::pool_options o{.kernel = w.kernel, .strides = w.strides, .padding = w.padding};
+  output y = ops::lp_pool2d(x, static_cast<double>(c.attr_int("p", 2)), o, w.one_d ? c.aux("pool") : c.opts());
+  if (w.one_d) y = ops::squeeze(y, {2}, c.opts());
+  c.set(0, y);
 }
 
 void gemm_lowering(node_context& c) {
@@ -286,7 +279,11 @@ void batch_norm_lowering(node_context& c) {
                      scale->type() == t && bias->type() == t && mean->type() == t && var->type() == t &&
                      c.attr_int("training_mode", 0) == 0;
   if (!known) {
-    batch_norm_composed(c, rank, epsilon);
+    if (c.attr_int("training_mode", 0) == 0 && c.num_outputs() == 1) {
+      c.set(0, ops::batch_norm(c.in(0), c.in(1), c.in(2), c.in(3), c.in(4), epsilon, c.opts()));
+    } else {
+      batch_norm_composed(c, rank, epsilon);
+    }
     return;
   }
   // y = x * a + b per channel, a = scale / sqrt(var + eps), b = bias - mean * a (in double).
@@ -364,13 +361,11 @@ void conv_transpose_lowering(node_context& c) {
     c.fail("strides, dilations, pads and output_padding must fit 2 spatial dimensions");
   }
   (void)kernel;
-  output y = c.b().add1("conv_transpose2d", {c.in(0), c.in(1)},
-                        {{"strides", strides},
-                         {"padding", std::vector<std::int64_t>{pads[0], pads[2], pads[1], pads[3]}},
-                         {"dilations", dilations},
-                         {"groups", c.attr_int("group", 1)},
-                         {"output_padding", output_padding}},
-                        c.has(2) ? c.aux("conv") : c.opts());
+  const ops::conv2d_options o{.strides = strides,
+                              .padding = {pads[0], pads[2], pads[1], pads[3]},
+                              .dilations = dilations,
+                              .groups = c.attr_int("group", 1)};
+  output y = ops::conv_transpose2d(c.in(0), c.in(1), o, output_padding, c.has(2) ? c.aux("conv") : c.opts());
   if (c.has(2)) y = ops::bias_add(y, c.in(2), "NCHW", c.opts());
   c.set(0, y);
 }
@@ -400,12 +395,12 @@ void resize_lowering(node_context& c) {
     }
   }
   if (sizes.size() != rank) c.fail(fmt::format("{} sizes for a rank-{} input", sizes.size(), rank));
-  attr_map a{{"sizes", sizes},
-             {"mode", mode},
-             {"coordinate_transformation_mode", transform},
-             {"nearest_mode", c.attr_string("nearest_mode", "round_prefer_floor")}};
-  if (!scales.empty()) a["scales"] = scales;
-  c.set(0, c.b().add1("resize", {c.in(0)}, a, c.opts()));
+  ops::resize_options o{.sizes = sizes,
+                        .mode = mode,
+                        .coordinate_transformation_mode = transform,
+                        .nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor"),
+                        .scales = scales};
+  c.set(0, ops::resize(c.in(0), o, c.opts()));
 }
 
 // (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes`, as ONNX's function body.
@@ -442,8 +437,25 @@ void add_nn_ops(op_table& t) {
   t["Conv"] = {conv_lowering, {"conv2d", "bias_add"}};
   t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); }, {"max_pool2d"}};
   t["AveragePool"] = {[](node_context& c) { pool_lowering(c, false); }, {"avg_pool2d"}};
-  t["GlobalAveragePool"] = {[](node_context& c) { global_pool_lowering(c, false); }, {"reduce_mean"}};
-  t["GlobalMaxPool"] = {[](node_context& c) { global_pool_lowering(c, true); }, {"reduce_max"}};
+  t["GlobalAveragePool"] = {[](node_context& c) { c.set(0, ops::global_avg_pool(c.in(0), c.opts())); },
+                            {"reduce_mean"}};
+  t["GlobalMaxPool"] = {[](node_context& c) { c.set(0, ops::global_max_pool(c.in(0), c.opts())); },
+                        {"reduce_max"}};
+  t["LpPool"] = {lp_pool_lowering, {"avg_pool2d"}};
+  t["InstanceNormalization"] = {[](node_context& c) {
+                                  c.set(0, ops::instance_norm(c.in(0), c.in(1), c.in(2),
+                                                              c.attr_float("epsilon", 1e-5F), c.opts()));
+                                },
+                                {"reduce_mean"}};
+  t["DepthToSpace"] = {[](node_context& c) {
+                         c.set(0, ops::depth_to_space(c.in(0), c.attr_int("blocksize", 0),
+                                                      c.attr_string("mode", "DCR"), c.opts()));
+                       },
+                       {"transpose"}};
+  t["SpaceToDepth"] = {[](node_context& c) {
+                         c.set(0, ops::space_to_depth(c.in(0), c.attr_int("blocksize", 0), c.opts()));
+                       },
+                       {"transpose"}};
   t["Gemm"] = {gemm_lowering, {"matmul", "bias_add"}};
   t["MatMul"] = {matmul_lowering, {"matmul"}};
   t["BatchNormalization"] = {batch_norm_lowering, {"mul", "add"}};

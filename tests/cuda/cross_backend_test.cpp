@@ -382,9 +382,17 @@ std::vector<xcase> cases() {
                                                       {"reduce_mean", ops::reduce_mean},
                                                       {"reduce_max", ops::reduce_max},
                                                       {"reduce_min", ops::reduce_min},
-                                                      {"reduce_prod", ops::reduce_prod}}) {
+                                                      {"reduce_prod", ops::reduce_prod},
+                                                      {"reduce_l1", ops::reduce_l1},
+                                                      {"reduce_l2", ops::reduce_l2},
+                                                      {"reduce_sum_square", ops::reduce_sum_square},
+                                                      {"reduce_log_sum", ops::reduce_log_sum},
+                                                      {"reduce_log_sum_exp",
+                                                       ops::reduce_log_sum_exp}}) {
     for (dtype t : floats) {
-      const fill_kind fill = op == "reduce_prod" ? fill_kind::unit : fill_kind::normal;
+      const fill_kind fill = op == "reduce_prod"      ? fill_kind::unit
+                             : op == "reduce_log_sum" ? fill_kind::positive
+                                                      : fill_kind::normal;
       add_case(op, op + " inner " + to_string(t), {{t, {9, 1023}, fill}},
                [fn = fn](graph_builder&, const std::vector<output>& in) {
                  return std::vector{fn(in[0], {-1}, false, {})};
@@ -398,6 +406,24 @@ std::vector<xcase> cases() {
                  return std::vector{fn(in[0], {}, false, {})};
                });
     }
+  }
+  for (const auto& [op, fn] : std::vector<std::pair<std::string, reduce_fn>>{
+           {"reduce_any", ops::reduce_any}, {"reduce_all", ops::reduce_all}}) {
+    add_case(op, op + " inner", {{dtype::boolean, {9, 1023}, fill_kind::boolean}},
+             [fn = fn](graph_builder&, const std::vector<output>& in) {
+               return std::vector{fn(in[0], {-1}, false, {})};
+             });
+    add_case(op, op + " outer keepdims", {{dtype::boolean, {33, 4, 7}, fill_kind::boolean}},
+             [fn = fn](graph_builder&, const std::vector<output>& in) {
+               return std::vector{fn(in[0], {0, 2}, true, {})};
+             });
+  }
+  for (dtype t : floats) {
+    add_case("batch_norm", std::string("batch_norm ") + to_string(t),
+             {{t, {4, 5, 6, 7}}, {t, {5}}, {t, {5}}, {t, {5}}, {t, {5}, fill_kind::positive}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::batch_norm(in[0], in[1], in[2], in[3], in[4], 1e-5, {})};
+             });
   }
   add_case("argmax", "argmax", {{dtype::f32, {7, 300}}},
            [](graph_builder&, const std::vector<output>& in) {

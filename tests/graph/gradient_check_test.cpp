@@ -333,6 +333,115 @@ TEST(GradientCheck, LayoutOps) {
   }
 }
 
+TEST(GradientCheck, NormReductions) {
+  const shape s{2, 3, 4};
+  for (const auto& axes : std::vector<std::vector<std::int64_t>>{{}, {1}, {0, -1}}) {
+    for (bool keep : {false, true}) {
+      const std::string tag = fmt::format("axes [{}] keepdims {}", fmt::join(axes, ","), keep);
+      check(fmt::format("l1 {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::reduce_l1(x[0], axes, keep);
+      });
+      check(fmt::format("l2 {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::reduce_l2(x[0], axes, keep);
+      });
+      check(fmt::format("sum_square {}", tag), {in{s}},
+            [&](graph_builder&, const std::vector<output>& x) {
+              return ops::reduce_sum_square(x[0], axes, keep);
+            });
+      check(fmt::format("log_sum {}", tag), {in{s, true}},
+            [&](graph_builder&, const std::vector<output>& x) {
+              return ops::reduce_log_sum(x[0], axes, keep);
+            });
+      check(fmt::format("log_sum_exp {}", tag), {in{s}},
+            [&](graph_builder&, const std::vector<output>& x) {
+              return ops::reduce_log_sum_exp(x[0], axes, keep);
+            });
+      check(fmt::format("var {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::var(x[0], axes, keep, 1.0);
+      });
+      check(fmt::format("std {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::std(x[0], axes, keep);
+      });
+    }
+  }
+}
+
+TEST(GradientCheck, BatchNormAndComposedNorms) {
+  check("batch_norm, every input", {in{{2, 3, 2, 2}}, in{{3}}, in{{3}}, in{{3}}, in{{3}, true}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::batch_norm(x[0], x[1], x[2], x[3], x[4], 1e-3);
+        });
+  check("batch_norm rank 2", {in{{4, 3}}, in{{3}}, in{{3}}, in{{3}}, in{{3}, true}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::batch_norm(x[0], x[1], x[2], x[3], x[4]);
+        });
+  check("batch_norm_training", {in{{3, 2, 2, 2}}, in{{2}}, in{{2}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::batch_norm_training(x[0], x[1], x[2]);
+        }, 1e-5);
+  check("group_norm", {in{{2, 4, 3}}, in{{4}}, in{{4}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::group_norm(x[0], x[1], x[2], 2);
+        }, 1e-5);
+  check("instance_norm", {in{{2, 3, 5}}, in{{3}}, in{{3}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::instance_norm(x[0], x[1], x[2]);
+        }, 1e-5);
+  check("rms_norm", {in{{2, 3, 4}}, in{{3, 4}}},
+        [](graph_builder&, const std::vector<output>& x) { return ops::rms_norm(x[0], x[1], 1); });
+}
+
+TEST(GradientCheck, ConvTranspose2dAndConv1d) {
+  check("conv_transpose2d", {in{{2, 2, 3, 3}}, in{{2, 3, 2, 2}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::conv_transpose2d(x[0], x[1]);
+        });
+  check("conv_transpose2d strided, padded, grouped, output_padding",
+        {in{{1, 4, 3, 2}}, in{{4, 1, 3, 2}}}, [](graph_builder&, const std::vector<output>& x) {
+          ops::conv2d_options c;
+          c.strides = {2, 3};
+          c.padding = {1, 0, 0, 1};
+          c.dilations = {1, 2};
+          c.groups = 2;
+          return ops::conv_transpose2d(x[0], x[1], c, {1, 2});
+        });
+  check("conv1d", {in{{2, 2, 7}}, in{{3, 2, 3}}}, [](graph_builder&, const std::vector<output>& x) {
+    return ops::conv1d(x[0], x[1], 2, {1, 2});
+  });
+  check("depth_to_space CRD", {in{{1, 8, 2, 3}}}, [](graph_builder&, const std::vector<output>& x) {
+    return ops::depth_to_space(x[0], 2, "CRD");
+  });
+  check("max_pool2d ceil_mode", {in{{1, 2, 5, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.ceil_mode = true;
+    return ops::max_pool2d(x[0], p);
+  });
+  check("max_pool2d dilated", {in{{1, 2, 6, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.strides = {1, 2};
+    p.padding = {1, 0, 0, 1};
+    p.dilations = {2, 2};
+    return ops::max_pool2d(x[0], p);
+  });
+  check("avg_pool2d ceil_mode", {in{{1, 2, 5, 4}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {3, 2};
+    p.strides = {2, 3};
+    p.ceil_mode = true;
+    return ops::avg_pool2d(x[0], p);
+  });
+  check("lp_pool2d p=2", {in{{1, 2, 4, 4}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.strides = {1, 2};
+    return ops::lp_pool2d(x[0], 2.0, p);
+  });
+  check("global_avg_pool", {in{{2, 3, 2, 2}}},
+        [](graph_builder&, const std::vector<output>& x) { return ops::global_avg_pool(x[0]); });
+}
+
 TEST(GradientCheck, SmallMlpEndToEnd) {
   check("mlp", {in{{4, 6}}, in{{6, 5}}, in{{5}}, in{{5, 3}}},
         [](graph_builder& b, const std::vector<output>& x) {

@@ -1,6 +1,8 @@
-// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, softmax, log_softmax,
-// softmax_cross_entropy, argmax, argmin: definitions, inference (shape rules in
-// loom/graph/ops/reduction_rules.hpp) and builders.
+// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_l1, reduce_l2,
+// reduce_sum_square, reduce_log_sum, reduce_log_sum_exp, reduce_any, reduce_all, softmax,
+// log_softmax, softmax_cross_entropy, argmax, argmin: definitions, inference (shape rules in
+// loom/graph/ops/reduction_rules.hpp) and builders (var, std and logsumexp, composed of these,
+// are in reduction_builders.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -104,6 +106,14 @@ void register_reduction_ops(op_registry& r) {
   add_reduce(r, "reduce_max", "maximum over axes (NaN propagates)", reduce_types());
   add_reduce(r, "reduce_min", "minimum over axes (NaN propagates)", reduce_types());
   add_reduce(r, "reduce_prod", "product over axes", reduce_types());
+  add_reduce(r, "reduce_l1", "sum of absolute values over axes", reduce_types());
+  add_reduce(r, "reduce_l2", "sqrt of the sum of squares over axes", float_types());
+  add_reduce(r, "reduce_sum_square", "sum of squares over axes", reduce_types());
+  add_reduce(r, "reduce_log_sum", "log of the sum over axes", float_types());
+  add_reduce(r, "reduce_log_sum_exp", "log sum exp over axes (max-shifted, stable)",
+             float_types());
+  add_reduce(r, "reduce_any", "logical or over axes", {dtype::boolean});
+  add_reduce(r, "reduce_all", "logical and over axes", {dtype::boolean});
   for (const char* name : {"softmax", "log_softmax"}) {
     op_def d;
     d.name = name;
@@ -166,6 +176,31 @@ output reduce_min(output x, std::vector<std::int64_t> axes, bool keepdims, const
 }
 output reduce_prod(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
   return reduce("reduce_prod", x, std::move(axes), keepdims, o);
+}
+
+output reduce_l1(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_l1", x, std::move(axes), keepdims, o);
+}
+output reduce_l2(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_l2", x, std::move(axes), keepdims, o);
+}
+output reduce_sum_square(output x, std::vector<std::int64_t> axes, bool keepdims,
+                         const node_options& o) {
+  return reduce("reduce_sum_square", x, std::move(axes), keepdims, o);
+}
+output reduce_log_sum(output x, std::vector<std::int64_t> axes, bool keepdims,
+                      const node_options& o) {
+  return reduce("reduce_log_sum", x, std::move(axes), keepdims, o);
+}
+output reduce_log_sum_exp(output x, std::vector<std::int64_t> axes, bool keepdims,
+                          const node_options& o) {
+  return reduce("reduce_log_sum_exp", x, std::move(axes), keepdims, o);
+}
+output reduce_any(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_any", x, std::move(axes), keepdims, o);
+}
+output reduce_all(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_all", x, std::move(axes), keepdims, o);
 }
 
 output softmax(output x, std::int64_t axis, const node_options& o) {

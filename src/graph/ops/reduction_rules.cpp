@@ -46,6 +46,20 @@ const char* op_name(reduce_kind k) noexcept {
       return "reduce_min";
     case reduce_kind::prod:
       return "reduce_prod";
+    case reduce_kind::l1:
+      return "reduce_l1";
+    case reduce_kind::l2:
+      return "reduce_l2";
+    case reduce_kind::sum_square:
+      return "reduce_sum_square";
+    case reduce_kind::log_sum:
+      return "reduce_log_sum";
+    case reduce_kind::log_sum_exp:
+      return "reduce_log_sum_exp";
+    case reduce_kind::any:
+      return "reduce_any";
+    case reduce_kind::all:
+      return "reduce_all";
   }
   return "reduce";
 }

@@ -39,10 +39,24 @@ axis_split split_at(const shape& s, std::size_t axis);
 
 // ---- reduce_* ------------------------------------------------------------------------------
 
-/// The five reductions over axes.
-enum class reduce_kind { sum, mean, max, min, prod };
+/// The reductions over axes: sum, mean, max, min, prod; Σ|x| (l1), sqrt(Σx²) (l2), Σx²
+/// (sum_square), log Σx (log_sum), log Σ exp(x) (log_sum_exp); any and all over bool.
+enum class reduce_kind {
+  sum,
+  mean,
+  max,
+  min,
+  prod,
+  l1,
+  l2,
+  sum_square,
+  log_sum,
+  log_sum_exp,
+  any,
+  all
+};
 
-/// The op's name: "reduce_sum", "reduce_mean", ...
+/// The op's name: "reduce_sum", "reduce_mean", ..., "reduce_any", "reduce_all".
 const char* op_name(reduce_kind k) noexcept;
 
 /// What reducing `axes` (empty: all) of an input of shape s gives.
