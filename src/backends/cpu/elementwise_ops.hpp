@@ -244,37 +244,18 @@ struct mish_op {
   }
 };
 
-/// x > 0 ? x : alpha (e^x - 1) (ONNX Elu).
-struct elu_op {
+/// x > 0 ? gamma x : gamma (alpha (e^(x / beta) - 1)): elu (gamma = beta = 1), selu
+/// (beta = 1) and celu (gamma = 1, beta = alpha), each as ONNX defines it (a factor of 1 and
+/// a division by 1 are exact).
+struct exp_linear_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
   double alpha;
+  double beta = 1.0;
+  double gamma = 1.0;
   template <class C>
   C operator()(C x) const noexcept {
-    return x > C(0) ? x : C(alpha) * std::expm1(x);
-  }
-};
-
-/// gamma (x > 0 ? x : alpha (e^x - 1)) (ONNX Selu).
-struct selu_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  double alpha;
-  double gamma;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x));
-  }
-};
-
-/// x > 0 ? x : alpha (e^(x / alpha) - 1) (ONNX Celu).
-struct celu_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  double alpha;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return x > C(0) ? x : C(alpha) * std::expm1(x / C(alpha));
+    return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x / C(beta)));
   }
 };
 

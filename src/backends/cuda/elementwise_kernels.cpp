@@ -133,7 +133,7 @@ class attr_unary_kernel final : public op_kernel {
       a.detect_negative = c.attr<bool>("detect_negative");
     } else if (op == unary_op::selu) {
       a.alpha = real("alpha");
-      a.beta = real("gamma");
+      a.gamma = real("gamma");
     } else if (op == unary_op::hard_sigmoid) {
       a.alpha = real("alpha");
       a.beta = real("beta");

@@ -88,7 +88,7 @@ enum class unary_op : int {
   hard_swish,
   // With attributes (unary_attrs):
   elu,               // alpha
-  selu,              // alpha, beta = gamma
+  selu,              // alpha, gamma
   celu,              // alpha
   leaky_relu,        // alpha
   hard_sigmoid,      // alpha, beta
@@ -103,6 +103,7 @@ enum class unary_op : int {
 struct unary_attrs {
   double alpha = 0.0;
   double beta = 0.0;
+  double gamma = 1.0;
   bool detect_positive = true;
   bool detect_negative = true;
 };

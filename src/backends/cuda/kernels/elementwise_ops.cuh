@@ -322,28 +322,15 @@ struct mish_f : float_f {
   }
 };
 
-struct elu_f : float_f {
+/// elu, selu and celu: x > 0 ? gamma x : gamma (alpha (e^(x / beta) - 1)), as the CPU's
+/// exp_linear_op.
+struct exp_linear_f : float_f {
   double alpha;
+  double beta = 1.0;
+  double gamma = 1.0;
   template <class C>
   __device__ C operator()(C x) const {
-    return x > C(0) ? x : C(alpha) * m_expm1(x);
-  }
-};
-
-struct selu_f : float_f {
-  double alpha;
-  double gamma;
-  template <class C>
-  __device__ C operator()(C x) const {
-    return C(gamma) * (x > C(0) ? x : C(alpha) * m_expm1(x));
-  }
-};
-
-struct celu_f : float_f {
-  double alpha;
-  template <class C>
-  __device__ C operator()(C x) const {
-    return x > C(0) ? x : C(alpha) * m_expm1(x / C(alpha));
+    return C(gamma) * (x > C(0) ? x : C(alpha) * m_expm1(x / C(beta)));
   }
 };
 
