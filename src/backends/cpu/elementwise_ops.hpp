@@ -181,14 +181,14 @@ struct logical_not_op {
 
 // ---- unary math of the C library (float types) -------------------------------------------------
 
-#define LOOM_LIBM_OP(name, fn)                   \
-  struct name {                                  \
-    template <class T>                           \
+#define LOOM_LIBM_OP(name, fn)                    \
+  struct name {                                   \
+    template <class T>                            \
     static constexpr bool supports = is_float<T>; \
-    template <class C>                           \
-    C operator()(C x) const noexcept {           \
-      return fn(x);                              \
-    }                                            \
+    template <class C>                            \
+    C operator()(C x) const noexcept {            \
+      return fn(x);                               \
+    }                                             \
   };
 LOOM_LIBM_OP(sin_op, std::sin)
 LOOM_LIBM_OP(cos_op, std::cos)

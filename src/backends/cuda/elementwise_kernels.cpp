@@ -173,7 +173,6 @@ class binary_kernel final : public op_kernel {
     const tensor& x = ctx.input(0);
     const tensor& y = ctx.input(1);
     const shape s = broadcast_shape_of(ctx, {&x.shape(), &y.shape()});
-
     const auto layout = ew_layout_of<2>(ctx, s, {&x, &y});
     launch_scope scope(ctx);
     // The result takes an input's buffer only when its elements are as wide (as on CPU).

@@ -60,12 +60,12 @@ __device__ __forceinline__ double m_fabs(double x) {
   return fabs(x);
 }
 
-#define LOOM_M1(name, f32, f64)                   \
+#define LOOM_M1(name, f32, f64)                      \
   __device__ __forceinline__ float name(float x) {   \
-    return f32(x);                                  \
-  }                                                 \
+    return f32(x);                                   \
+  }                                                  \
   __device__ __forceinline__ double name(double x) { \
-    return f64(x);                                  \
+    return f64(x);                                   \
   }
 LOOM_M1(m_sin, sinf, sin)
 LOOM_M1(m_cos, cosf, cos)
@@ -259,16 +259,16 @@ struct reciprocal_f {
 
 // ---- the math library's functions, the activations and the predicates -----------------------
 
-#define LOOM_LIBM_F(name, fn)                   \
-  struct name {                                 \
-    template <class T>                          \
-    static constexpr bool supports() {          \
-      return is_float<T>;                       \
-    }                                           \
-    template <class C>                          \
-    __device__ C operator()(C x) const {        \
-      return fn(x);                             \
-    }                                           \
+#define LOOM_LIBM_F(name, fn)            \
+  struct name {                          \
+    template <class T>                   \
+    static constexpr bool supports() {   \
+      return is_float<T>;                \
+    }                                    \
+    template <class C>                   \
+    __device__ C operator()(C x) const { \
+      return fn(x);                      \
+    }                                    \
   };
 LOOM_LIBM_F(sin_f, m_sin)
 LOOM_LIBM_F(cos_f, m_cos)
@@ -288,7 +288,7 @@ LOOM_LIBM_F(ceil_f, m_ceil)
 LOOM_LIBM_F(round_f, m_rint)  // halves to even
 #undef LOOM_LIBM_F
 
-// What the float-only functors with attributes say of themselves.
+// What the functors over the float types say of themselves.
 struct float_f {
   template <class T>
   static constexpr bool supports() {

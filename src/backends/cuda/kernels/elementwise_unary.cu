@@ -41,8 +41,8 @@ bool launch(elem_type t, const void* x, void* y, const ew_layout& l, cudaStream_
   return visit(t, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (Op::template supports<T>()) {
-      using R = std::conditional_t<
-          std::is_same_v<decltype(op(std::declval<compute_t<T>>())), bool>, bool, T>;
+      using R = std::conditional_t<std::is_same_v<decltype(op(std::declval<compute_t<T>>())), bool>,
+                                   bool, T>;
       if (l.count > 0) {
         unary_kernel<Op, T, R><<<grid_for(l.count), block_threads, 0, stream>>>(
             static_cast<const T*>(x), static_cast<R*>(y), l, op);
