@@ -265,15 +265,10 @@ struct neutral_op : Fn {
   template <class T>
   static constexpr bool supports = Signed ? is_signed_number<T> : is_float<T>;
 };
-using sign_op = neutral_op<loom::ew::sign_fn, true>;
-using softsign_op = neutral_op<loom::ew::softsign_fn>;
-using leaky_relu_op = neutral_op<loom::ew::leaky_relu_fn>;
-using hard_sigmoid_op = neutral_op<loom::ew::hard_sigmoid_fn>;
-using hard_swish_op = neutral_op<loom::ew::hard_swish_fn>;
-using thresholded_relu_op = neutral_op<loom::ew::thresholded_relu_fn>;
-using isnan_op = neutral_op<loom::ew::isnan_fn>;
-using isinf_op = neutral_op<loom::ew::isinf_fn>;
-using isfinite_op = neutral_op<loom::ew::isfinite_fn>;
+#define LOOM_NEUTRAL_OP(name, with_signed) \
+  using name##_op = neutral_op<loom::ew::name##_fn, with_signed>;
+LOOM_NEUTRAL_UNARY_OPS(LOOM_NEUTRAL_OP)
+#undef LOOM_NEUTRAL_OP
 
 // ---- binary (src/kernel/common/elementwise_binary_ops.hpp, but pow) ---------------------------
 

@@ -134,6 +134,9 @@ class attr_unary_kernel final : public op_kernel {
     } else if (op == unary_op::selu) {
       a.alpha = real("alpha");
       a.gamma = real("gamma");
+    } else if (op == unary_op::celu) {
+      a.alpha = real("alpha");
+      a.beta = a.alpha;
     } else if (op == unary_op::hard_sigmoid) {
       a.alpha = real("alpha");
       a.beta = real("beta");

@@ -342,14 +342,9 @@ struct neutral_f : Fn {
     return Signed ? is_signed_number<T> : is_float<T>;
   }
 };
-using sign_f = neutral_f<loom::ew::sign_fn, true>;
-using softsign_f = neutral_f<loom::ew::softsign_fn>;
-using leaky_relu_f = neutral_f<loom::ew::leaky_relu_fn>;
-using hard_sigmoid_f = neutral_f<loom::ew::hard_sigmoid_fn>;
-using hard_swish_f = neutral_f<loom::ew::hard_swish_fn>;
-using thresholded_relu_f = neutral_f<loom::ew::thresholded_relu_fn>;
-using isnan_f = neutral_f<loom::ew::isnan_fn>;
-using isinf_f = neutral_f<loom::ew::isinf_fn>;
-using isfinite_f = neutral_f<loom::ew::isfinite_fn>;
+#define LOOM_NEUTRAL_F(name, with_signed) \
+  using name##_f = neutral_f<loom::ew::name##_fn, with_signed>;
+LOOM_NEUTRAL_UNARY_OPS(LOOM_NEUTRAL_F)
+#undef LOOM_NEUTRAL_F
 
 }  // namespace loom::cuda::kernels::dev

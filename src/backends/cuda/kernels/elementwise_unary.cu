@@ -146,18 +146,10 @@ bool launch_unary(unary_op op, elem_type t, const void* x, void* y, const ew_lay
     case unary_op::isfinite:
       return launch<isfinite_f>(t, x, y, layout, stream);
     case unary_op::elu:
-      return launch(t, x, y, layout, stream, with_alpha<exp_linear_f>(attrs));
+    case unary_op::selu:
     case unary_op::celu: {
       auto f = with_alpha<exp_linear_f>(attrs);
-      f.beta = attrs.alpha;
-      return launch(t, x, y, layout, stream, f);
-    }
-    case unary_op::leaky_relu:
-      return launch(t, x, y, layout, stream, with_alpha<leaky_relu_f>(attrs));
-    case unary_op::thresholded_relu:
-      return launch(t, x, y, layout, stream, with_alpha<thresholded_relu_f>(attrs));
-    case unary_op::selu: {
-      auto f = with_alpha<exp_linear_f>(attrs);
+      f.beta = attrs.beta;
       f.gamma = attrs.gamma;
       return launch(t, x, y, layout, stream, f);
     }
@@ -166,6 +158,10 @@ bool launch_unary(unary_op op, elem_type t, const void* x, void* y, const ew_lay
       f.beta = attrs.beta;
       return launch(t, x, y, layout, stream, f);
     }
+    case unary_op::leaky_relu:
+      return launch(t, x, y, layout, stream, with_alpha<leaky_relu_f>(attrs));
+    case unary_op::thresholded_relu:
+      return launch(t, x, y, layout, stream, with_alpha<thresholded_relu_f>(attrs));
     case unary_op::isinf: {
       isinf_f f{};
       f.positive = attrs.detect_positive;
