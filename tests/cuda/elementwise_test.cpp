@@ -39,18 +39,23 @@ std::string label(const std::string& op, dtype t, const std::string& what) {
 // elementwise_cast.cpp, elementwise_generators.cpp), except the random generators, which stay
 // on the CPU.
 const std::vector<std::string> family_ops{
-    "neg",        "abs",         "exp",           "log",         "sqrt",       "rsqrt",
-    "tanh",       "sigmoid",     "relu",          "gelu",        "erf",        "square",
-    "reciprocal", "logical_not", "add",           "sub",         "mul",        "div",
-    "pow",        "maximum",     "minimum",       "equal",       "not_equal",  "less",
-    "less_equal", "greater",     "greater_equal", "logical_and", "logical_or", "relu_grad",
-    "cast",       "where",       "fill",          "zeros",       "ones",       "range",
-    "sin",        "cos",         "tan",           "asin",        "acos",       "atan",
-    "sinh",       "cosh",        "asinh",         "acosh",       "atanh",      "log1p",
-    "expm1",      "floor",       "ceil",          "round",       "sign",       "softplus",
-    "softsign",   "silu",        "mish",          "hard_swish",  "elu",        "selu",
-    "celu",       "leaky_relu",  "hard_sigmoid",  "thresholded_relu",          "isnan",
-    "isinf",      "isfinite",    "mod"};
+    "neg",        "abs",         "exp",           "log",
+    "sqrt",       "rsqrt",       "tanh",          "sigmoid",
+    "relu",       "gelu",        "erf",           "square",
+    "reciprocal", "logical_not", "add",           "sub",
+    "mul",        "div",         "pow",           "maximum",
+    "minimum",    "equal",       "not_equal",     "less",
+    "less_equal", "greater",     "greater_equal", "logical_and",
+    "logical_or", "relu_grad",   "cast",          "where",
+    "fill",       "zeros",       "ones",          "range",
+    "sin",        "cos",         "tan",           "asin",
+    "acos",       "atan",        "sinh",          "cosh",
+    "asinh",      "acosh",       "atanh",         "log1p",
+    "expm1",      "floor",       "ceil",          "round",
+    "sign",       "softplus",    "softsign",      "silu",
+    "mish",       "hard_swish",  "elu",           "selu",
+    "celu",       "leaky_relu",  "hard_sigmoid",  "thresholded_relu",
+    "isnan",      "isinf",       "isfinite",      "mod"};
 
 const kernel_def* find_def(const std::string& op, device_type d) {
   for (const kernel_def* k : kernel_registry::global().kernels_for(op)) {

@@ -166,10 +166,11 @@ TEST(GradientCheck, ElementwiseMathAndActivations) {
   for (const auto& [name, f] : cases) {
     check(name, {in{s}}, [&f](graph_builder&, const std::vector<output>& x) { return f(x[0]); });
   }
-  for (const auto& [sa, sb] : std::vector<std::pair<shape, shape>>{{{3, 4}, {3, 4}}, {{3, 4}, {4}}}) {
+  for (const auto& [sa, sb] :
+       std::vector<std::pair<shape, shape>>{{{3, 4}, {3, 4}}, {{3, 4}, {4}}}) {
     for (bool fmod : {false, true}) {
-      check(fmt::format("mod fmod={} {} {}", fmod, to_string(sa), to_string(sb)),
-            {in{sa}, in{sb}}, [fmod](graph_builder&, const std::vector<output>& x) {
+      check(fmt::format("mod fmod={} {} {}", fmod, to_string(sa), to_string(sb)), {in{sa}, in{sb}},
+            [fmod](graph_builder&, const std::vector<output>& x) {
               return ops::mod(x[0] * 5.0, x[1], fmod);
             });
     }

@@ -30,10 +30,7 @@ class binary_kernel final : public op_kernel {
       using T = decltype(tag);
       if constexpr (Op::template supports<T>) {
         using R = std::conditional_t<Op::bool_out, bool, T>;
-        if constexpr ((std::is_same_v<Op, div_op> || std::is_same_v<Op, mod_op>) &&
-                      std::is_integral_v<T>) {
-          check_divisor<T>(ctx);
-        }
+        if constexpr (divides && std::is_integral_v<T>) check_divisor<T>(ctx);
         run_binary<T, R>(ctx, op_, is_half_like<T> ? cheap + 2.0 : cost<T>());
       } else {
         ctx.fail("{} does not take {}", ctx.node().op(), to_string(t));
@@ -61,6 +58,9 @@ class binary_kernel final : public op_kernel {
       ctx.fail("integer division by zero (divisor {})", y.describe());
     }
   }
+
+  // div and mod: an integer divisor of 0 fails the node.
+  static constexpr bool divides = std::is_same_v<Op, div_op> || std::is_same_v<Op, mod_op>;
 
   Op op_{};
 };

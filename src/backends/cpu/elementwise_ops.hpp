@@ -181,14 +181,14 @@ struct logical_not_op {
 
 // ---- unary math of the C library (float types) -------------------------------------------------
 
-#define LOOM_LIBM_OP(name, fn)                   \
-  struct name {                                  \
-    template <class T>                           \
+#define LOOM_LIBM_OP(name, fn)                    \
+  struct name {                                   \
+    template <class T>                            \
     static constexpr bool supports = is_float<T>; \
-    template <class C>                           \
-    C operator()(C x) const noexcept {           \
-      return fn(x);                              \
-    }                                            \
+    template <class C>                            \
+    C operator()(C x) const noexcept {            \
+      return fn(x);                               \
+    }                                             \
   };
 LOOM_LIBM_OP(sin_op, std::sin)
 LOOM_LIBM_OP(cos_op, std::cos)
@@ -244,37 +244,18 @@ struct mish_op {
   }
 };
 
-/// x > 0 ? x : alpha (e^x - 1) (ONNX Elu).
-struct elu_op {
+/// x > 0 ? gamma x : gamma (alpha (e^(x / beta) - 1)): elu (gamma = beta = 1), selu
+/// (beta = 1) and celu (gamma = 1, beta = alpha), each as ONNX defines it (a factor of 1 and
+/// a division by 1 are exact).
+struct exp_linear_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
   double alpha;
+  double beta = 1.0;
+  double gamma = 1.0;
   template <class C>
   C operator()(C x) const noexcept {
-    return x > C(0) ? x : C(alpha) * std::expm1(x);
-  }
-};
-
-/// gamma (x > 0 ? x : alpha (e^x - 1)) (ONNX Selu).
-struct selu_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  double alpha;
-  double gamma;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x));
-  }
-};
-
-/// x > 0 ? x : alpha (e^(x / alpha) - 1) (ONNX Celu).
-struct celu_op {
-  template <class T>
-  static constexpr bool supports = is_float<T>;
-  double alpha;
-  template <class C>
-  C operator()(C x) const noexcept {
-    return x > C(0) ? x : C(alpha) * std::expm1(x / C(alpha));
+    return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x / C(beta)));
   }
 };
 
@@ -284,15 +265,10 @@ struct neutral_op : Fn {
   template <class T>
   static constexpr bool supports = Signed ? is_signed_number<T> : is_float<T>;
 };
-using sign_op = neutral_op<loom::ew::sign_fn, true>;
-using softsign_op = neutral_op<loom::ew::softsign_fn>;
-using leaky_relu_op = neutral_op<loom::ew::leaky_relu_fn>;
-using hard_sigmoid_op = neutral_op<loom::ew::hard_sigmoid_fn>;
-using hard_swish_op = neutral_op<loom::ew::hard_swish_fn>;
-using thresholded_relu_op = neutral_op<loom::ew::thresholded_relu_fn>;
-using isnan_op = neutral_op<loom::ew::isnan_fn>;
-using isinf_op = neutral_op<loom::ew::isinf_fn>;
-using isfinite_op = neutral_op<loom::ew::isfinite_fn>;
+#define LOOM_NEUTRAL_OP(name, with_signed) \
+  using name##_op = neutral_op<loom::ew::name##_fn, with_signed>;
+LOOM_NEUTRAL_UNARY_OPS(LOOM_NEUTRAL_OP)
+#undef LOOM_NEUTRAL_OP
 
 // ---- binary (src/kernel/common/elementwise_binary_ops.hpp, but pow) ---------------------------
 

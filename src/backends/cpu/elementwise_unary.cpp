@@ -80,14 +80,15 @@ class attr_unary_kernel final : public op_kernel {
 double real_attr(const kernel_construction& c, const char* name) {
   return c.attr<double>(name);
 }
-elu_op make_elu(const kernel_construction& c) {
+exp_linear_op make_elu(const kernel_construction& c) {
   return {.alpha = real_attr(c, "alpha")};
 }
-selu_op make_selu(const kernel_construction& c) {
+exp_linear_op make_selu(const kernel_construction& c) {
   return {.alpha = real_attr(c, "alpha"), .gamma = real_attr(c, "gamma")};
 }
-celu_op make_celu(const kernel_construction& c) {
-  return {.alpha = real_attr(c, "alpha")};
+exp_linear_op make_celu(const kernel_construction& c) {
+  const double alpha = real_attr(c, "alpha");
+  return {.alpha = alpha, .beta = alpha};
 }
 leaky_relu_op make_leaky_relu(const kernel_construction& c) {
   return {{real_attr(c, "alpha")}};
@@ -190,9 +191,9 @@ void register_unary_kernels(kernel_registry& r) {
   r.add(unary_def<silu_op>("silu", fl, transcendental));
   r.add(unary_def<mish_op>("mish", fl, libm));
   r.add(unary_def<hard_swish_op>("hard_swish", fl, cheap));
-  r.add(attr_unary_def<elu_op, make_elu>("elu", fl, libm));
-  r.add(attr_unary_def<selu_op, make_selu>("selu", fl, libm));
-  r.add(attr_unary_def<celu_op, make_celu>("celu", fl, libm));
+  r.add(attr_unary_def<exp_linear_op, make_elu>("elu", fl, libm));
+  r.add(attr_unary_def<exp_linear_op, make_selu>("selu", fl, libm));
+  r.add(attr_unary_def<exp_linear_op, make_celu>("celu", fl, libm));
   r.add(attr_unary_def<leaky_relu_op, make_leaky_relu>("leaky_relu", fl, cheap));
   r.add(attr_unary_def<hard_sigmoid_op, make_hard_sigmoid>("hard_sigmoid", fl, cheap));
   r.add(attr_unary_def<thresholded_relu_op, make_thresholded_relu>("thresholded_relu", fl, cheap));

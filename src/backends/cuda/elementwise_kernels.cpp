@@ -133,7 +133,10 @@ class attr_unary_kernel final : public op_kernel {
       a.detect_negative = c.attr<bool>("detect_negative");
     } else if (op == unary_op::selu) {
       a.alpha = real("alpha");
-      a.beta = real("gamma");
+      a.gamma = real("gamma");
+    } else if (op == unary_op::celu) {
+      a.alpha = real("alpha");
+      a.beta = a.alpha;
     } else if (op == unary_op::hard_sigmoid) {
       a.alpha = real("alpha");
       a.beta = real("beta");
@@ -173,7 +176,6 @@ class binary_kernel final : public op_kernel {
     const tensor& x = ctx.input(0);
     const tensor& y = ctx.input(1);
     const shape s = broadcast_shape_of(ctx, {&x.shape(), &y.shape()});
-
     const auto layout = ew_layout_of<2>(ctx, s, {&x, &y});
     launch_scope scope(ctx);
     // The result takes an input's buffer only when its elements are as wide (as on CPU).

@@ -107,27 +107,21 @@ void register_elementwise_gradients(gradient_registry& r) {
   r.add("sin", unary([](auto&, output x, output, output dy) { return dy * ops::cos(x); }));
   r.add("cos", unary([](auto&, output x, output, output dy) { return -(dy * ops::sin(x)); }));
   r.add("tan", unary([](auto&, output, output y, output dy) { return dy * (y * y + 1.0); }));
-  r.add("asin", unary([](auto&, output x, output, output dy) {
-          return dy * ops::rsqrt(1.0 - x * x);
-        }));
-  r.add("acos", unary([](auto&, output x, output, output dy) {
-          return -(dy * ops::rsqrt(1.0 - x * x));
-        }));
+  r.add("asin",
+        unary([](auto&, output x, output, output dy) { return dy * ops::rsqrt(1.0 - x * x); }));
+  r.add("acos",
+        unary([](auto&, output x, output, output dy) { return -(dy * ops::rsqrt(1.0 - x * x)); }));
   r.add("atan", unary([](auto&, output x, output, output dy) { return dy / (x * x + 1.0); }));
   r.add("sinh", unary([](auto&, output x, output, output dy) { return dy * ops::cosh(x); }));
   r.add("cosh", unary([](auto&, output x, output, output dy) { return dy * ops::sinh(x); }));
-  r.add("asinh", unary([](auto&, output x, output, output dy) {
-          return dy * ops::rsqrt(x * x + 1.0);
-        }));
-  r.add("acosh", unary([](auto&, output x, output, output dy) {
-          return dy * ops::rsqrt(x * x - 1.0);
-        }));
+  r.add("asinh",
+        unary([](auto&, output x, output, output dy) { return dy * ops::rsqrt(x * x + 1.0); }));
+  r.add("acosh",
+        unary([](auto&, output x, output, output dy) { return dy * ops::rsqrt(x * x - 1.0); }));
   r.add("atanh", unary([](auto&, output x, output, output dy) { return dy / (1.0 - x * x); }));
   r.add("log1p", unary([](auto&, output x, output, output dy) { return dy / (x + 1.0); }));
   r.add("expm1", unary([](auto&, output, output y, output dy) { return dy * (y + 1.0); }));
-  r.add("softplus", unary([](auto&, output x, output, output dy) {
-          return dy * ops::sigmoid(x);
-        }));
+  r.add("softplus", unary([](auto&, output x, output, output dy) { return dy * ops::sigmoid(x); }));
   r.add("softsign", unary([](auto&, output x, output, output dy) {
           const output d = ops::abs(x) + 1.0;
           return dy / (d * d);
@@ -165,13 +159,13 @@ void register_elementwise_gradients(gradient_registry& r) {
           const double alpha = c.template attr<double>("alpha");
           const output u = x * alpha + c.template attr<double>("beta");
           const output zero = c.scalar(0.0, c.input_type(0));
-          const output inside = ops::logical_and(ops::greater(u, zero),
-                                                 ops::less(u, c.scalar(1.0, c.input_type(0))));
+          const output inside =
+              ops::logical_and(ops::greater(u, zero), ops::less(u, c.scalar(1.0, c.input_type(0))));
           return ops::where(inside, dy * alpha, zero);
         }));
   r.add("thresholded_relu", unary([](auto& c, output x, output, output dy) {
-          const output above = ops::greater(x, c.scalar(c.template attr<double>("alpha"),
-                                                        c.input_type(0)));
+          const output above =
+              ops::greater(x, c.scalar(c.template attr<double>("alpha"), c.input_type(0)));
           return ops::where(above, dy, c.scalar(0.0, c.input_type(0)));
         }));
 
@@ -223,10 +217,11 @@ void register_elementwise_gradients(gradient_registry& r) {
 
   // No gradient flows through comparisons, logic, constants, random numbers, the rounding
   // functions and sign (zero almost everywhere) and the predicates.
-  for (const char* op : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-                         "logical_and", "logical_or", "logical_not", "fill", "zeros", "ones",
-                         "range", "random_uniform", "random_normal", "floor", "ceil", "round",
-                         "sign", "isnan", "isinf", "isfinite"}) {
+  for (const char* op :
+       {"equal",       "not_equal",      "less",          "less_equal", "greater", "greater_equal",
+        "logical_and", "logical_or",     "logical_not",   "fill",       "zeros",   "ones",
+        "range",       "random_uniform", "random_normal", "floor",      "ceil",    "round",
+        "sign",        "isnan",          "isinf",         "isfinite"}) {
     r.add_none(op);
   }
 }

@@ -185,8 +185,7 @@ void register_elementwise_ops(op_registry& r) {
   {
     op_def d;
     d.name = "mod";
-    d.summary =
-        "the remainder of x / y (broadcasting): with y's sign, or x's when fmod (C's fmod)";
+    d.summary = "the remainder of x / y (broadcasting): with y's sign, or x's when fmod (C's fmod)";
     d.inputs = {typed("x"), typed("y")};
     d.outputs = {typed("z")};
     d.attrs = {type_attr("T", num), attr("fmod", attr_type::boolean, attr_value(false))};

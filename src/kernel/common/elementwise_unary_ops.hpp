@@ -108,6 +108,20 @@ struct isfinite_fn {
   }
 };
 
+/// The functors above as X(name, takes_signed_integers): each device binds name_fn to its
+/// dtypes (float types, and the signed integers where the flag is true) as its op name_op /
+/// name_f.
+#define LOOM_NEUTRAL_UNARY_OPS(X) \
+  X(sign, true)                   \
+  X(softsign, false)              \
+  X(leaky_relu, false)            \
+  X(hard_sigmoid, false)          \
+  X(hard_swish, false)            \
+  X(thresholded_relu, false)      \
+  X(isnan, false)                 \
+  X(isinf, false)                 \
+  X(isfinite, false)
+
 // ---- mod ------------------------------------------------------------------------------------
 
 /// a mod b for integers: the remainder of division truncating toward zero (C's %,

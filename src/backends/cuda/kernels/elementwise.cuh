@@ -88,8 +88,8 @@ enum class unary_op : int {
   hard_swish,
   // With attributes (unary_attrs):
   elu,               // alpha
-  selu,              // alpha, beta = gamma
-  celu,              // alpha
+  selu,              // alpha, gamma
+  celu,              // alpha, beta = alpha (the exponent's divisor)
   leaky_relu,        // alpha
   hard_sigmoid,      // alpha, beta
   thresholded_relu,  // alpha
@@ -99,10 +99,12 @@ enum class unary_op : int {
   isfinite,
 };
 
-/// The attribute values of the unary ops that have some (see unary_op).
+/// The attribute values of the unary ops that have some (see unary_op). elu, selu and celu
+/// compute x > 0 ? gamma x : gamma alpha (e^(x / beta) - 1).
 struct unary_attrs {
   double alpha = 0.0;
-  double beta = 0.0;
+  double beta = 1.0;
+  double gamma = 1.0;
   bool detect_positive = true;
   bool detect_negative = true;
 };

@@ -60,12 +60,12 @@ __device__ __forceinline__ double m_fabs(double x) {
   return fabs(x);
 }
 
-#define LOOM_M1(name, f32, f64)                   \
+#define LOOM_M1(name, f32, f64)                      \
   __device__ __forceinline__ float name(float x) {   \
-    return f32(x);                                  \
-  }                                                 \
+    return f32(x);                                   \
+  }                                                  \
   __device__ __forceinline__ double name(double x) { \
-    return f64(x);                                  \
+    return f64(x);                                   \
   }
 LOOM_M1(m_sin, sinf, sin)
 LOOM_M1(m_cos, cosf, cos)
@@ -259,16 +259,16 @@ struct reciprocal_f {
 
 // ---- the math library's functions, the activations and the predicates -----------------------
 
-#define LOOM_LIBM_F(name, fn)                   \
-  struct name {                                 \
-    template <class T>                          \
-    static constexpr bool supports() {          \
-      return is_float<T>;                       \
-    }                                           \
-    template <class C>                          \
-    __device__ C operator()(C x) const {        \
-      return fn(x);                             \
-    }                                           \
+#define LOOM_LIBM_F(name, fn)            \
+  struct name {                          \
+    template <class T>                   \
+    static constexpr bool supports() {   \
+      return is_float<T>;                \
+    }                                    \
+    template <class C>                   \
+    __device__ C operator()(C x) const { \
+      return fn(x);                      \
+    }                                    \
   };
 LOOM_LIBM_F(sin_f, m_sin)
 LOOM_LIBM_F(cos_f, m_cos)
@@ -288,7 +288,7 @@ LOOM_LIBM_F(ceil_f, m_ceil)
 LOOM_LIBM_F(round_f, m_rint)  // halves to even
 #undef LOOM_LIBM_F
 
-// What the float-only functors with attributes say of themselves.
+// What the functors over the float types say of themselves.
 struct float_f {
   template <class T>
   static constexpr bool supports() {
@@ -322,28 +322,15 @@ struct mish_f : float_f {
   }
 };
 
-struct elu_f : float_f {
+/// elu, selu and celu: x > 0 ? gamma x : gamma (alpha (e^(x / beta) - 1)), as the CPU's
+/// exp_linear_op.
+struct exp_linear_f : float_f {
   double alpha;
+  double beta = 1.0;
+  double gamma = 1.0;
   template <class C>
   __device__ C operator()(C x) const {
-    return x > C(0) ? x : C(alpha) * m_expm1(x);
-  }
-};
-
-struct selu_f : float_f {
-  double alpha;
-  double gamma;
-  template <class C>
-  __device__ C operator()(C x) const {
-    return C(gamma) * (x > C(0) ? x : C(alpha) * m_expm1(x));
-  }
-};
-
-struct celu_f : float_f {
-  double alpha;
-  template <class C>
-  __device__ C operator()(C x) const {
-    return x > C(0) ? x : C(alpha) * m_expm1(x / C(alpha));
+    return C(gamma) * (x > C(0) ? x : C(alpha) * m_expm1(x / C(beta)));
   }
 };
 
@@ -355,14 +342,9 @@ struct neutral_f : Fn {
     return Signed ? is_signed_number<T> : is_float<T>;
   }
 };
-using sign_f = neutral_f<loom::ew::sign_fn, true>;
-using softsign_f = neutral_f<loom::ew::softsign_fn>;
-using leaky_relu_f = neutral_f<loom::ew::leaky_relu_fn>;
-using hard_sigmoid_f = neutral_f<loom::ew::hard_sigmoid_fn>;
-using hard_swish_f = neutral_f<loom::ew::hard_swish_fn>;
-using thresholded_relu_f = neutral_f<loom::ew::thresholded_relu_fn>;
-using isnan_f = neutral_f<loom::ew::isnan_fn>;
-using isinf_f = neutral_f<loom::ew::isinf_fn>;
-using isfinite_f = neutral_f<loom::ew::isfinite_fn>;
+#define LOOM_NEUTRAL_F(name, with_signed) \
+  using name##_f = neutral_f<loom::ew::name##_fn, with_signed>;
+LOOM_NEUTRAL_UNARY_OPS(LOOM_NEUTRAL_F)
+#undef LOOM_NEUTRAL_F
 
 }  // namespace loom::cuda::kernels::dev

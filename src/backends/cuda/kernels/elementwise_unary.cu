@@ -41,8 +41,8 @@ bool launch(elem_type t, const void* x, void* y, const ew_layout& l, cudaStream_
   return visit(t, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (Op::template supports<T>()) {
-      using R = std::conditional_t<
-          std::is_same_v<decltype(op(std::declval<compute_t<T>>())), bool>, bool, T>;
+      using R = std::conditional_t<std::is_same_v<decltype(op(std::declval<compute_t<T>>())), bool>,
+                                   bool, T>;
       if (l.count > 0) {
         unary_kernel<Op, T, R><<<grid_for(l.count), block_threads, 0, stream>>>(
             static_cast<const T*>(x), static_cast<R*>(y), l, op);
@@ -146,16 +146,11 @@ bool launch_unary(unary_op op, elem_type t, const void* x, void* y, const ew_lay
     case unary_op::isfinite:
       return launch<isfinite_f>(t, x, y, layout, stream);
     case unary_op::elu:
-      return launch(t, x, y, layout, stream, with_alpha<elu_f>(attrs));
-    case unary_op::celu:
-      return launch(t, x, y, layout, stream, with_alpha<celu_f>(attrs));
-    case unary_op::leaky_relu:
-      return launch(t, x, y, layout, stream, with_alpha<leaky_relu_f>(attrs));
-    case unary_op::thresholded_relu:
-      return launch(t, x, y, layout, stream, with_alpha<thresholded_relu_f>(attrs));
-    case unary_op::selu: {
-      auto f = with_alpha<selu_f>(attrs);
-      f.gamma = attrs.beta;
+    case unary_op::selu:
+    case unary_op::celu: {
+      auto f = with_alpha<exp_linear_f>(attrs);
+      f.beta = attrs.beta;
+      f.gamma = attrs.gamma;
       return launch(t, x, y, layout, stream, f);
     }
     case unary_op::hard_sigmoid: {
@@ -163,6 +158,10 @@ bool launch_unary(unary_op op, elem_type t, const void* x, void* y, const ew_lay
       f.beta = attrs.beta;
       return launch(t, x, y, layout, stream, f);
     }
+    case unary_op::leaky_relu:
+      return launch(t, x, y, layout, stream, with_alpha<leaky_relu_f>(attrs));
+    case unary_op::thresholded_relu:
+      return launch(t, x, y, layout, stream, with_alpha<thresholded_relu_f>(attrs));
     case unary_op::isinf: {
       isinf_f f{};
       f.positive = attrs.detect_positive;
