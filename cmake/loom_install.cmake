@@ -16,6 +16,13 @@ endif()
 
 set(loom_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/loom)
 install(EXPORT loomTargets NAMESPACE loom:: DESTINATION ${loom_cmake_dir})
+# ONNX import, loom::onnx (include/loom/onnx), in an export set of its own: consumers that have
+# ONNX's CMake package (Debian's libonnx-dev) get the target; others find loom without it.
+if(TARGET loom_onnx AND TARGET loom_tool)
+  set_target_properties(loom_onnx PROPERTIES EXPORT_NAME onnx)
+  install(TARGETS loom_onnx EXPORT loomOnnxTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT loomOnnxTargets NAMESPACE loom:: DESTINATION ${loom_cmake_dir})
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/loomConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/loomConfig.cmake
                               INSTALL_DESTINATION ${loom_cmake_dir})

@@ -85,34 +85,24 @@ void gather_lowering(node_context& c) {
     if (c.set_ints(0, r, c.type(0).type)) return;
   }
   output indices = c.in(1);
-  if (const tensor* t = c.constant(1)) {
-    // ONNX indices may be negative (counting from the end): resolved here when the
-    // dimension is known.
-    const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
-    const auto k = c.elements(1);
-    bool negative = false;
-    if (k) {
-      for (auto v : k->get()) negative = negative || v < 0;
-    } else if (t->type() == dtype::i64 || t->type() == dtype::i32) {
-      tensor wide = memory::host_tensor(dtype::i64, t->shape());
+  const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
+  if (dim >= 0) {
+    // ONNX indices may be negative, counting from the end: wrapped here where the dimension
+    // is known (constant indices at import, fed ones by a where).
+    if (const tensor* t = c.constant(1); t != nullptr && is_integer(t->type())) {
+      tensor wrapped = memory::host_tensor(dtype::i64, t->shape());
+      bool negative = false;
       for (std::int64_t j = 0; j < t->num_elements(); ++j) {
-        const std::int64_t v = t->type() == dtype::i64 ? t->data<std::int64_t>()[j] : t->data<std::int32_t>()[j];
+        const std::int64_t v = int_at(*t, j);
         negative = negative || v < 0;
-        wide.data<std::int64_t>()[j] = v;
+        wrapped.data<std::int64_t>()[j] = v < 0 ? v + dim : v;
       }
-      if (negative && dim >= 0) {
-        for (std::int64_t j = 0; j < wide.num_elements(); ++j) {
-          if (wide.data<std::int64_t>()[j] < 0) wide.data<std::int64_t>()[j] += dim;
-        }
-        indices = c.constant_node(wide, "indices");
-        negative = false;
-      }
-    }
-    if (k && negative && dim >= 0) {
-      tensor wide = memory::host_tensor(dtype::i64, t->shape());
-      auto v = k->get();
-      for (std::size_t j = 0; j < v.size(); ++j) wide.data<std::int64_t>()[j] = v[j] < 0 ? v[j] + dim : v[j];
-      indices = c.constant_node(wide, "indices");
+      if (negative) indices = c.constant_node(wrapped, "indices");
+    } else if (t == nullptr) {
+      const dtype it = indices.dtype_of();
+      const output negative = ops::less(indices, c.scalar(0, it, "zero"), c.aux("negative"));
+      indices = ops::where(negative, ops::add(indices, c.scalar(static_cast<double>(dim), it, "dim"), c.aux("wrapped")),
+                           indices, c.aux("indices"));
     }
   }
   c.set(0, ops::gather(c.in(0), indices, axis, c.opts()));
@@ -337,9 +327,49 @@ void constant_of_shape_lowering(node_context& c) {
   c.set(0, c.b().add1("constant_of_shape", {c.in(0)}, {{"dtype", t}, {"value", v}}, c.opts()));
 }
 
+// Pads `x` along `axis` by copies of its edge (mode "edge") or by its mirror image without
+// the edge (mode "reflect"), `before` and `after` elements.
+output pad_mirror(const node_context& c, output x, std::int64_t axis, std::int64_t before, std::int64_t after,
+                  bool reflect) {
+  const shape& s = *x.type().shape;
+  const std::int64_t n = s[static_cast<std::size_t>(axis)];
+  if (n < 0) c.unsupported("mode edge / reflect needs the padded dimensions known at import");
+  if (reflect ? (before >= n || after >= n) : n == 0) {
+    c.fail(fmt::format("pads {} and {} do not fit a dimension of {} in mode {}", before, after, n,
+                       reflect ? "reflect" : "edge"));
+  }
+  const std::size_t rank = s.rank();
+  auto part = [&](std::int64_t from, std::int64_t count, std::string_view name) {
+    std::vector<std::int64_t> begin(rank, 0);
+    std::vector<std::int64_t> size(rank, -1);
+    begin[static_cast<std::size_t>(axis)] = from;
+    size[static_cast<std::size_t>(axis)] = count;
+    return ops::slice(x, begin, size, c.aux(fmt::format("{}{}", name, axis)));
+  };
+  auto copies = [&](output edge, std::int64_t count, std::string_view name) {
+    std::vector<std::int64_t> m(rank, 1);
+    m[static_cast<std::size_t>(axis)] = count;
+    return ops::tile(edge, m, c.aux(fmt::format("{}{}", name, axis)));
+  };
+  std::vector<output> pieces;
+  if (before > 0) {
+    pieces.push_back(reflect ? ops::flip(part(1, before, "left"), {axis}, c.aux(fmt::format("left_flip{}", axis)))
+                             : copies(part(0, 1, "left_edge"), before, "left"));
+  }
+  pieces.push_back(x);
+  if (after > 0) {
+    pieces.push_back(reflect ? ops::flip(part(n - 1 - after, after, "right"), {axis},
+                                         c.aux(fmt::format("right_flip{}", axis)))
+                             : copies(part(n - 1, 1, "right_edge"), after, "right"));
+  }
+  return pieces.size() == 1 ? x : ops::concat(pieces, axis, c.aux(fmt::format("padded{}", axis)));
+}
+
 void pad_lowering(node_context& c) {
   const std::string mode = c.attr_string("mode", "constant");
-  if (mode != "constant") c.unsupported(fmt::format("mode '{}' (loom pads with a constant)", mode));
+  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+    c.fail(fmt::format("mode '{}' is not constant, reflect or edge", mode));
+  }
   const auto rank = static_cast<std::int64_t>(c.rank(0));
   const auto pads = c.opset() >= 11 ? c.ints(1, "pads") : c.required_ints("pads");
   if (static_cast<std::int64_t>(pads.size()) != 2 * rank) {
@@ -355,7 +385,17 @@ void pad_lowering(node_context& c) {
     paddings.push_back(before);
     paddings.push_back(after);
   }
-  c.set(0, ops::pad(c.in(0), paddings, value, c.opts()));
+  if (mode == "constant") {
+    c.set(0, ops::pad(c.in(0), paddings, value, c.opts()));
+    return;
+  }
+  output x = c.in(0);
+  for (std::int64_t i = 0; i < rank; ++i) {
+    const auto before = paddings[static_cast<std::size_t>(2 * i)];
+    const auto after = paddings[static_cast<std::size_t>(2 * i + 1)];
+    if (before > 0 || after > 0) x = pad_mirror(c, x, i, before, after, mode == "reflect");
+  }
+  c.set(0, ops::identity(x, c.opts()));
 }
 
 void range_lowering(node_context& c) {
@@ -363,9 +403,69 @@ void range_lowering(node_context& c) {
   c.set(0, ops::range(c.b(), c.number(0, "start"), c.number(1, "limit"), c.number(2, "delta"), t, c.opts()));
 }
 
+// A constant [rows, cols] bool mask: true where keep(i, j).
+template <class F>
+tensor mask_of(std::int64_t rows, std::int64_t cols, F keep) {
+  tensor m = memory::host_tensor(dtype::boolean, shape{rows, cols});
+  auto* p = static_cast<std::uint8_t*>(m.raw_data());
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) p[i * cols + j] = keep(i, j) ? 1 : 0;
+  }
+  return m;
+}
+
+void one_hot_lowering(node_context& c) {
+  const auto depth = static_cast<std::int64_t>(c.number(1, "depth"));
+  const tensor* values = c.constant(2);
+  if (values == nullptr) c.require_value(2, "values");
+  if (values == nullptr || values->num_elements() != 2) c.unsupported("values must be two numbers known at import");
+  const dtype t = values->type();
+  double off = 0;
+  double on = 1;
+  switch (t) {
+    case dtype::f32: off = values->data<float>()[0]; on = values->data<float>()[1]; break;
+    case dtype::f64: off = values->data<double>()[0]; on = values->data<double>()[1]; break;
+    case dtype::i64: off = static_cast<double>(values->data<std::int64_t>()[0]); on = static_cast<double>(values->data<std::int64_t>()[1]); break;
+    case dtype::i32: off = values->data<std::int32_t>()[0]; on = values->data<std::int32_t>()[1]; break;
+    default: c.unsupported(fmt::format("values of dtype {}", to_string(t)));
+  }
+  // Indices of any numeric type are read as int64; -depth..-1 count from the end.
+  output idx = c.in(0);
+  if (idx.dtype_of() != dtype::i64) idx = ops::cast(idx, dtype::i64, c.aux("indices"));
+  const output negative = ops::less(idx, c.scalar(0, dtype::i64, "zero"), c.aux("negative"));
+  idx = ops::where(negative, ops::add(idx, c.scalar(static_cast<double>(depth), dtype::i64, "depth"), c.aux("wrapped")),
+                   idx, c.aux("index"));
+  c.set(0, ops::one_hot(idx, depth, t, on, off, c.attr_int("axis", -1), c.opts()));
+}
+
+void trilu_lowering(node_context& c) {
+  const auto dims = dims_of(c, 0);
+  if (dims.size() < 2) c.fail("input has rank below 2");
+  const std::int64_t rows = dims[dims.size() - 2];
+  const std::int64_t cols = dims[dims.size() - 1];
+  if (rows < 0 || cols < 0) c.unsupported("Trilu needs the last two dimensions known at import");
+  const std::int64_t k = c.has(1) ? static_cast<std::int64_t>(c.number(1, "k")) : 0;
+  const bool upper = c.attr_int("upper", 1) != 0;
+  const tensor mask = mask_of(rows, cols, [&](std::int64_t i, std::int64_t j) { return upper ? j - i >= k : j - i <= k; });
+  c.set(0, ops::where(c.constant_node(mask, "mask"), c.in(0), c.scalar(0, c.type(0).type, "zero"), c.opts()));
+}
+
+void eye_like_lowering(node_context& c) {
+  const auto dims = dims_of(c, 0);
+  if (dims.size() != 2 || dims[0] < 0 || dims[1] < 0) c.unsupported("EyeLike needs a 2-D input of known shape");
+  const dtype t = c.has_attr("dtype") ? dtype_of(static_cast<std::int32_t>(c.attr_int("dtype", 1)), "EyeLike's dtype")
+                                      : c.type(0).type;
+  const std::int64_t k = c.attr_int("k", 0);
+  const tensor mask = mask_of(dims[0], dims[1], [&](std::int64_t i, std::int64_t j) { return j - i == k; });
+  c.set(0, ops::cast(c.constant_node(mask, "mask"), t, c.opts()));
+}
+
 }  // namespace
 
 void add_array_ops(op_table& t) {
+  t["OneHot"] = {one_hot_lowering, {"one_hot"}};
+  t["Trilu"] = {trilu_lowering, {"where"}};
+  t["EyeLike"] = {eye_like_lowering, {"cast"}};
   t["Shape"] = {shape_lowering, {"shape_of"}};
   t["Size"] = {[](node_context& c) {
                  const auto dims = dims_of(c, 0);

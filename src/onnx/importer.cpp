@@ -15,6 +15,7 @@
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
+#include "import_passes.hpp"
 #include "model_file.hpp"
 
 namespace loom::onnx::detail {
@@ -42,15 +43,7 @@ std::optional<known_ints> ints_of(const tensor& t) {
   if (!is_integer(t.type()) || t.rank() > 1) return std::nullopt;
   known_ints k;
   k.scalar = t.rank() == 0;
-  const auto n = static_cast<std::size_t>(t.num_elements());
-  for (std::size_t i = 0; i < n; ++i) {
-    switch (t.type()) {
-      case dtype::i64: k.values.emplace_back(t.data<std::int64_t>()[i]); break;
-      case dtype::i32: k.values.emplace_back(t.data<std::int32_t>()[i]); break;
-      case dtype::i8: k.values.emplace_back(t.data<std::int8_t>()[i]); break;
-      default: k.values.emplace_back(t.data<std::uint8_t>()[i]); break;
-    }
-  }
+  for (std::int64_t i = 0; i < t.num_elements(); ++i) k.values.emplace_back(int_at(t, i));
   return k;
 }
 
@@ -179,7 +172,23 @@ void importer::add_inputs(const ::onnx::GraphProto& g, imported_model& out) {
     }
     v.node = unique_name(in.name(), "input");
     v.tensor = v.node;
-    values_[in.name()].out = ops::placeholder(b_, v.node, v.type, v.dims);
+    auto& value = values_[in.name()];
+    if (auto given = options_.input_values.find(in.name()); given != options_.input_values.end()) {
+      // A value given for the input: a constant, known to everything after it.
+      const tensor& t = given->second;
+      bool fits = t.type() == v.type && t.rank() == v.dims.rank();
+      for (std::size_t i = 0; fits && i < v.dims.rank(); ++i) fits = v.dims[i] < 0 || v.dims[i] == t.dim(i);
+      if (!fits) {
+        throw invalid_argument(fmt::format("{} is {}{}; the value given for it is {}", what, to_string(v.type),
+                                           to_string(v.dims), t.describe()));
+      }
+      value.constant = host_copy(t);
+      value.elements = ints_of(*value.constant);
+      value.out = ops::constant(b_, *value.constant, {.name = v.node, .device = {}});
+      continue;  // not an input of the imported graph
+    }
+    value.out = ops::placeholder(b_, v.node, v.type, v.dims);
+    value.graph_input = true;
     out.inputs.push_back(std::move(v));
   }
 }
@@ -253,6 +262,7 @@ std::vector<value> importer::evaluate(const ::onnx::NodeProto& n, const std::str
   for (std::size_t i = 0; i < sc.num_outputs(); ++i) {
     if (sc.wants(i) && !sc.results()[i].constant) fetches.push_back(sc.results()[i].out.name());
   }
+  // Copied out of the session's pool before the session (and its pool) goes.
   std::vector<tensor> results;
   if (!fetches.empty()) {
     session_options so;
@@ -260,13 +270,13 @@ std::vector<value> importer::evaluate(const ::onnx::NodeProto& n, const std::str
     so.devices.cuda_device_count = 0;
     so.passes.enabled = false;
     session s(std::move(sg), so);
-    results = s.run({}, fetches);
+    for (const tensor& t : s.run({}, fetches)) results.push_back(host_copy(s.host_value(t)));
   }
   std::vector<value> out(sc.num_outputs());
   std::size_t k = 0;
   for (std::size_t i = 0; i < sc.num_outputs(); ++i) {
     if (!sc.wants(i)) continue;
-    tensor t = sc.results()[i].constant ? *sc.results()[i].constant : host_copy(results.at(k++));
+    tensor t = sc.results()[i].constant ? *sc.results()[i].constant : results.at(k++);
     const std::string node_name = i == 0 ? name : aux_name(name, std::to_string(i));
     out[i].out = ops::constant(b_, t, {.name = node_name, .device = {}});
     out[i].elements = ints_of(t);
@@ -345,13 +355,15 @@ void importer::add_outputs(const ::onnx::GraphProto& g, imported_model& out) {
 
 imported_model importer::run(::onnx::ModelProto& m) {
   check_and_convert(m, options_.check_model, origin_);
-  check_supported(m);
   imported_model out;
+  if (options_.fuse_patterns) out.rewrites = rewrite_patterns(*m.mutable_graph(), dir_);
+  check_supported(m);
   out.file_opset = default_opset(m);
   out.producer = m.producer_name();
   const std::int64_t opset = default_opset(m);
   out.opset = opset;
   const auto& g = m.graph();
+  const auto scope = b_.with_device(options_.device);
   // Graph inputs and outputs keep their ONNX names: reserve them before the nodes' names.
   add_inputs(g, out);
   add_initializers(g, out);
@@ -404,9 +416,21 @@ std::optional<known_ints> node_context::elements(std::size_t i) const {
   return inputs_[i]->elements;
 }
 
+void node_context::require_value(std::size_t i, std::string_view what) const {
+  if (has(i) && inputs_[i]->graph_input) {
+    const std::string& input = n_.input(static_cast<int>(i));
+    throw value_required(fmt::format("ONNX node {}: input {} ('{}', the {}) is a graph input whose "
+                                     "value must be known when the model is imported: give it in "
+                                     "import_options::input_values",
+                                     describe(), i, input, what),
+                         input);
+  }
+}
+
 std::vector<std::int64_t> node_context::ints(std::size_t i, std::string_view what) const {
   auto k = elements(i);
   if (!k || !k->all_known()) {
+    require_value(i, what);
     unsupported(fmt::format("input {} ('{}', the {}) must be known when the model is imported: "
                             "it is computed at run time here",
                             i, has(i) ? n_.input(static_cast<int>(i)) : "", what));
@@ -416,6 +440,7 @@ std::vector<std::int64_t> node_context::ints(std::size_t i, std::string_view wha
 
 double node_context::number(std::size_t i, std::string_view what) const {
   const tensor* t = constant(i);
+  if (t == nullptr) require_value(i, what);
   if (t == nullptr || t->num_elements() != 1) {
     unsupported(fmt::format("input {} ('{}', the {}) must be one number known when the model "
                             "is imported",
@@ -537,8 +562,13 @@ std::int64_t normalize_axis(const node_context& c, std::int64_t axis, std::int64
   return axis < 0 ? axis + rank : axis;
 }
 
-output reshape_to(output x, std::vector<std::int64_t> dims, const node_options& o) {
-  return ops::reshape(x, dims, o);
+std::int64_t int_at(const tensor& t, std::int64_t j) {
+  switch (t.type()) {
+    case dtype::i64: return t.data<std::int64_t>()[j];
+    case dtype::i32: return t.data<std::int32_t>()[j];
+    case dtype::i8: return t.data<std::int8_t>()[j];
+    default: return t.data<std::uint8_t>()[j];
+  }
 }
 
 const op_lowering* find_lowering(std::string_view op) {

@@ -37,6 +37,8 @@ struct known_ints {
 /// One ONNX value as the import knows it.
 struct value {
   output out;
+  /// The ONNX value is a graph input fed at run time.
+  bool graph_input = false;
   std::optional<tensor> constant;
   std::optional<known_ints> elements;
 };
@@ -73,6 +75,8 @@ class node_context {
   [[nodiscard]] std::vector<std::int64_t> ints(std::size_t i, std::string_view what) const;
   /// Input i as one number known at import.
   [[nodiscard]] double number(std::size_t i, std::string_view what) const;
+  /// Throws value_required when input i is a graph input (its value is needed at import).
+  void require_value(std::size_t i, std::string_view what) const;
 
   // ---- attributes ----
   [[nodiscard]] const ::onnx::AttributeProto* attribute(std::string_view name) const;
@@ -150,7 +154,7 @@ bool has_loom_attr(std::string_view op, std::string_view attr);
 /// `axis` (negative counts from the end) as an index into a rank-`rank` shape; fails
 /// through `c` when out of range.
 std::int64_t normalize_axis(const node_context& c, std::int64_t axis, std::int64_t rank);
-/// x reshaped to `dims` (-1 at most once), named by `o`.
-output reshape_to(output x, std::vector<std::int64_t> dims, const node_options& o);
+/// Element j of a dense host tensor of an integer dtype, as int64.
+std::int64_t int_at(const tensor& t, std::int64_t j);
 
 }  // namespace loom::onnx::detail

@@ -227,8 +227,25 @@ void add_math_ops(op_table& t) {
   arithmetic(t, "Div", "div");
 
   t["Pow"] = {[](node_context& c) {
+                // x ^ 2 is x * x, bit for bit: square, which layer_norm_fusion recognises in
+                // LayerNorm written out.
+                if (const tensor* e = c.constant(1); e != nullptr && e->num_elements() == 1 &&
+                                                     (e->type() == dtype::f32 || e->type() == dtype::f64) &&
+                                                     c.number(1, "exponent") == 2.0 &&
+                                                     is_floating(c.type(0).type)) {
+                  c.set(0, ops::square(c.in(0), c.opts()));
+                  return;
+                }
+                const dtype type = c.type(0).type;
+                if (!is_floating(type)) {
+                  // Integer powers, computed in double (exact below 2^53) and truncated back.
+                  const output base = ops::cast(c.in(0), dtype::f64, c.aux("base"));
+                  const output e = ops::cast(c.in(1), dtype::f64, c.aux("exponent"));
+                  c.set(0, ops::cast(ops::pow(base, e, c.aux("pow")), type, c.opts()));
+                  return;
+                }
                 output y = c.in(1);
-                if (y.dtype_of() != c.type(0).type) y = ops::cast(y, c.type(0).type, c.aux("exponent"));
+                if (y.dtype_of() != type) y = ops::cast(y, type, c.aux("exponent"));
                 c.set(0, ops::pow(c.in(0), y, c.opts()));
               },
               {"pow"}};
@@ -237,6 +254,51 @@ void add_math_ops(op_table& t) {
                                     c.opts()));
               },
               {"mod"}};
+  t["Gelu"] = {[](node_context& c) {
+                 const std::string approximate = c.attr_string("approximate", "none");
+                 if (approximate != "none" && approximate != "tanh") {
+                   c.fail(fmt::format("approximate '{}' is not none or tanh", approximate));
+                 }
+                 c.set(0, ops::gelu(c.in(0), approximate, c.opts()));
+               },
+               {"gelu"}};
+  t["Shrink"] = {[](node_context& c) {
+                  const output x = c.in(0);
+                  const dtype ty = x.dtype_of();
+                  const double lambd = c.attr_float("lambd", 0.5F);
+                  const double bias = c.attr_float("bias", 0.0F);
+                  const output below = ops::less(x, c.scalar(-lambd, ty, "minus_lambd"), c.aux("below"));
+                  const output above = ops::greater(x, c.scalar(lambd, ty, "lambd"), c.aux("above"));
+                  const output up = ops::add(x, c.scalar(bias, ty, "bias"), c.aux("up"));
+                  const output down = ops::sub(x, c.scalar(bias, ty, "bias2"), c.aux("down"));
+                  const output upper = ops::where(above, down, c.scalar(0, ty, "zero"), c.aux("upper"));
+                  c.set(0, ops::where(below, up, upper, c.opts()));
+                },
+                {"where"}};
+  t["Hardmax"] = {[](node_context& c) {
+                   const auto rank = static_cast<std::int64_t>(c.rank(0));
+                   const shape& s = *c.type(0).shape;
+                   const dtype ty = c.type(0).type;
+                   std::int64_t axis = c.attr_int("axis", c.opset() >= 13 ? -1 : 1);
+                   axis = normalize_axis(c, axis, rank);
+                   output x = c.in(0);
+                   if (c.opset() < 13 && axis != rank - 1) {
+                     // Before opset 13: the input seen as 2-D [prod(:axis), prod(axis:)].
+                     if (!s.is_fully_defined()) c.unsupported("Hardmax over several dimensions needs the shape known");
+                     std::int64_t inner = 1;
+                     for (std::int64_t i = axis; i < rank; ++i) inner *= s[static_cast<std::size_t>(i)];
+                     x = ops::reshape(x, {-1, inner}, c.aux("flat"));
+                     const output h = ops::one_hot(ops::argmax(x, -1, dtype::i64, c.aux("argmax")), inner, ty, 1, 0, -1,
+                                                   c.aux("2d"));
+                     c.set(0, ops::reshape(h, std::vector<std::int64_t>(s.begin(), s.end()), c.opts()));
+                     return;
+                   }
+                   const std::int64_t depth = s[static_cast<std::size_t>(axis)];
+                   if (depth < 0) c.unsupported("Hardmax needs the size of its axis known at import");
+                   c.set(0, ops::one_hot(ops::argmax(x, axis, dtype::i64, c.aux("argmax")), depth, ty, 1, 0, axis,
+                                         c.opts()));
+                 },
+                 {"argmax", "one_hot"}};
   t["IsInf"] = {[](node_context& c) {
                   c.set(0, c.b().add1("isinf", {c.in(0)},
                                       {{"detect_positive", c.attr_int("detect_positive", 1) != 0},

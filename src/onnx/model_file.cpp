@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "loom/core/error.hpp"
 #include "loom/graph/graph.hpp"
@@ -109,6 +110,37 @@ void copy_field(const Field& values, tensor& out, std::string_view name) {
   }
 }
 
+// What ONNX's checker is given: the model, or, when initializers live in external files,
+// a copy where those are graph inputs of their type and shape. The checker would look for
+// the files relative to the working directory; loom reads them relative to the model's
+// directory itself, and names a missing one (tensor_of).
+const ::onnx::ModelProto& checkable(const ::onnx::ModelProto& m, ::onnx::ModelProto& copy) {
+  bool external = false;
+  for (const auto& t : m.graph().initializer()) {
+    external = external || t.data_location() == ::onnx::TensorProto::EXTERNAL;
+  }
+  if (!external) return m;
+  copy = m;
+  auto* g = copy.mutable_graph();
+  g->clear_initializer();
+  std::set<std::string> inputs;
+  for (const auto& in : m.graph().input()) inputs.insert(in.name());
+  for (const auto& t : m.graph().initializer()) {
+    if (t.data_location() != ::onnx::TensorProto::EXTERNAL) {
+      *g->add_initializer() = t;
+      continue;
+    }
+    if (inputs.contains(t.name())) continue;  // listed as an input already (IR 3)
+    auto* in = g->add_input();
+    in->set_name(t.name());
+    auto* tt = in->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(t.data_type());
+    auto* s = tt->mutable_shape();
+    for (auto d : t.dims()) s->add_dim()->set_dim_value(d);
+  }
+  return copy;
+}
+
 }  // namespace
 
 ::onnx::ModelProto parse_model(std::string_view bytes, std::string_view origin) {
@@ -145,7 +177,8 @@ void check_and_convert(::onnx::ModelProto& m, bool check, std::string_view origi
   }
   if (check) {
     try {
-      ::onnx::checker::check_model(m);
+      ::onnx::ModelProto copy;
+      ::onnx::checker::check_model(checkable(m, copy));
     } catch (const std::exception& e) {
       throw invalid_argument(fmt::format("'{}' fails ONNX's model checker: {}", origin, e.what()));
     }

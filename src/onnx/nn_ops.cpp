@@ -14,6 +14,7 @@
 #include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
+#include "model_file.hpp"
 
 namespace loom::onnx::detail {
 namespace {
@@ -121,42 +122,40 @@ void conv_lowering(node_context& c) {
 
 void pool_lowering(node_context& c, bool max) {
   const auto in = spatial_dims(c, 0);
-  window w = read_window(c, {}, in);
-  if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("pooling with dilations");
+  const window w = read_window(c, {}, in);
+  if (!max && w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("average pooling with dilations");
   if (c.attr_int("storage_order", 0) != 0) c.unsupported("storage_order = 1");
   if (c.wants(1)) c.unsupported("the Indices output");
-  const bool count_include_pad = c.attr_int("count_include_pad", 0) != 0;
-  if (c.attr_int("ceil_mode", 0) != 0) {
-    // Output sizes rounded up: the windows past the end read extra padding, which max
-    // pooling and average pooling without counted padding both ignore.
-    if (!max && count_include_pad) c.unsupported("ceil_mode with count_include_pad");
-    for (std::size_t i = 0; i < 2; ++i) {
-      const std::int64_t dim = w.one_d ? (i == 0 ? 1 : in[0]) : in[i];
-      if (dim < 0) c.unsupported("ceil_mode needs the input's spatial size known at import");
-      const std::int64_t before = w.padding[2 * i];
-      const std::int64_t after = w.padding[2 * i + 1];
-      const std::int64_t span = dim + before + after - w.kernel[i];
-      std::int64_t out = (span + w.strides[i] - 1) / w.strides[i] + 1;
-      if ((out - 1) * w.strides[i] >= dim + before) --out;  // the last window starts inside
-      const std::int64_t extra = (out - 1) * w.strides[i] + w.kernel[i] - (dim + before + after);
-      if (extra > 0) w.padding[2 * i + 1] += extra;
-    }
-  }
   output x = c.in(0);
+  const dtype type = x.dtype_of();
+  // Integer max pooling runs in double (exact for every int8, uint8 and int32 value).
+  const bool widen = max && is_integer(type) && type != dtype::i64;
+  if (widen) x = ops::cast(x, dtype::f64, c.aux("wide"));
   if (w.one_d) x = as_2d(c, x, "x2d");
-  ops::pool_options o{.kernel = w.kernel, .strides = w.strides, .padding = w.padding,
-                      .count_include_pad = count_include_pad};
-  const auto opts = w.one_d ? c.aux("pool") : c.opts();
+  ops::pool_options o{.kernel = w.kernel,
+                      .strides = w.strides,
+                      .padding = w.padding,
+                      .count_include_pad = c.attr_int("count_include_pad", 0) != 0,
+                      .ceil_mode = c.attr_int("ceil_mode", 0) != 0,
+                      .dilations = w.dilations};
+  const bool last = !w.one_d && !widen;
+  const auto opts = last ? c.opts() : c.aux("pool");
   output y = max ? ops::max_pool2d(x, o, opts) : ops::avg_pool2d(x, o, opts);
-  if (w.one_d) y = ops::squeeze(y, {2}, c.opts());
+  if (w.one_d) y = ops::squeeze(y, {2}, widen ? c.aux("squeeze") : c.opts());
+  if (widen) y = ops::cast(y, type, c.opts());
   c.set(0, y);
 }
 
-void global_pool_lowering(node_context& c, bool max) {
-  const std::size_t rank = c.rank(0);
-  std::vector<std::int64_t> axes;
-  for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
-  c.set(0, max ? ops::reduce_max(c.in(0), axes, true, c.opts()) : ops::reduce_mean(c.in(0), axes, true, c.opts()));
+void lp_pool_lowering(node_context& c) {
+  const auto in = spatial_dims(c, 0);
+  const window w = read_window(c, {}, in);
+  if (w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("LpPool with dilations");
+  output x = c.in(0);
+  if (w.one_d) x = as_2d(c, x, "x2d");
+  ops::pool_options o{.kernel = w.kernel, .strides = w.strides, .padding = w.padding};
+  output y = ops::lp_pool2d(x, static_cast<double>(c.attr_int("p", 2)), o, w.one_d ? c.aux("pool") : c.opts());
+  if (w.one_d) y = ops::squeeze(y, {2}, c.opts());
+  c.set(0, y);
 }
 
 void gemm_lowering(node_context& c) {
@@ -223,11 +222,51 @@ std::vector<double> doubles(const tensor& t) {
   return out;
 }
 
-void batch_norm_lowering(node_context& c) {
-  if (c.attr_int("training_mode", 0) != 0) c.unsupported("training_mode = 1: loom imports models for inference");
-  for (std::size_t i = 1; i < c.num_outputs(); ++i) {
-    if (c.wants(i)) c.unsupported("the running mean and variance outputs (training mode)");
+// A per-channel vector [C] as [C, 1, ..., 1] for an input of rank `rank`.
+output channel_view(const node_context& c, output v, std::size_t rank, std::string_view name) {
+  std::vector<std::int64_t> dims(rank - 1, 1);
+  dims[0] = -1;
+  return ops::reshape(v, dims, c.aux(name));
+}
+
+// BatchNormalization written in loom's ops: s * (x - mean) / sqrt(var + eps) + bias, as
+// ONNX's reference; in training mode over the batch's statistics, with the running
+// statistics as outputs 1 and 2.
+void batch_norm_composed(node_context& c, std::size_t rank, double epsilon) {
+  const output x = c.in(0);
+  const dtype t = x.dtype_of();
+  const bool training = c.attr_int("training_mode", 0) != 0;
+  output mean = channel_view(c, c.in(3), rank, "mean");
+  output var = channel_view(c, c.in(4), rank, "var");
+  if (training) {
+    std::vector<std::int64_t> axes{0};
+    for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
+    mean = ops::reduce_mean(x, axes, true, c.aux("batch_mean"));
+    const output d = ops::sub(x, mean, c.aux("batch_centered"));
+    var = ops::reduce_mean(ops::square(d, c.aux("batch_square")), axes, true, c.aux("batch_var"));
+    const double momentum = c.attr_float("momentum", 0.9F);
+    auto running = [&](std::size_t input, output batch, std::string_view name) {
+      const output old = ops::mul(c.in(input), c.scalar(momentum, t, fmt::format("{}_momentum", name)),
+                                  c.aux(fmt::format("{}_old", name)));
+      const output flat = ops::reshape(batch, {-1}, c.aux(fmt::format("{}_flat", name)));
+      const output now = ops::mul(flat, c.scalar(1.0 - momentum, t, fmt::format("{}_rest", name)),
+                                  c.aux(fmt::format("{}_new", name)));
+      return ops::add(old, now, c.aux(fmt::format("running_{}", name)));
+    };
+    if (c.wants(1)) c.set(1, running(3, mean, "mean"));
+    if (c.wants(2)) c.set(2, running(4, var, "var"));
+  } else {
+    for (std::size_t i = 1; i < c.num_outputs(); ++i) {
+      if (c.wants(i)) c.fail("outputs 1 and 2 (running statistics) exist in training mode only");
+    }
   }
+  const output scaled = ops::mul(channel_view(c, c.in(1), rank, "scale"), ops::sub(x, mean, c.aux("centered")),
+                                 c.aux("scaled"));
+  const output std = ops::sqrt(ops::add(var, c.scalar(epsilon, t, "epsilon"), c.aux("var_eps")), c.aux("std"));
+  c.set(0, ops::add(ops::div(scaled, std, c.aux("normalized")), channel_view(c, c.in(2), rank, "bias"), c.opts()));
+}
+
+void batch_norm_lowering(node_context& c) {
   const std::size_t rank = c.rank(0);
   if (rank < 2) c.fail(fmt::format("input has rank {}; at least 2 needed", rank));
   const double epsilon = c.attr_float("epsilon", 1e-5F);
@@ -236,10 +275,15 @@ void batch_norm_lowering(node_context& c) {
   const tensor* bias = c.constant(2);
   const tensor* mean = c.constant(3);
   const tensor* var = c.constant(4);
-  const bool known = scale && bias && mean && var && (t == dtype::f32 || t == dtype::f64);
+  const bool known = scale && bias && mean && var && (t == dtype::f32 || t == dtype::f64) &&
+                     scale->type() == t && bias->type() == t && mean->type() == t && var->type() == t &&
+                     c.attr_int("training_mode", 0) == 0;
   if (!known) {
-    c.set(0, c.b().add1("batch_norm", {c.in(0), c.in(1), c.in(2), c.in(3), c.in(4)},
-                        {{"epsilon", epsilon}}, c.opts()));
+    if (c.attr_int("training_mode", 0) == 0 && c.num_outputs() == 1) {
+      c.set(0, ops::batch_norm(c.in(0), c.in(1), c.in(2), c.in(3), c.in(4), epsilon, c.opts()));
+    } else {
+      batch_norm_composed(c, rank, epsilon);
+    }
     return;
   }
   // y = x * a + b per channel, a = scale / sqrt(var + eps), b = bias - mean * a (in double).
@@ -261,7 +305,6 @@ void batch_norm_lowering(node_context& c) {
 }
 
 void layer_norm_lowering(node_context& c) {
-  if (c.wants(1) || c.wants(2)) c.unsupported("the Mean and InvStdDev outputs");
   const auto rank = static_cast<std::int64_t>(c.rank(0));
   const std::int64_t axis = normalize_axis(c, c.attr_int("axis", -1), rank);
   const double epsilon = c.attr_float("epsilon", 1e-5F);
@@ -274,7 +317,17 @@ void layer_norm_lowering(node_context& c) {
     if (!s || !s->is_fully_defined()) c.unsupported("a LayerNormalization without B needs Scale's shape known");
     bias = ops::zeros(c.b(), scale.dtype_of(), *s, c.aux("zero_bias"));
   }
-  c.set(0, ops::layer_norm(c.in(0), scale, bias, axis, epsilon, c.opts()).y);
+  const auto r = ops::layer_norm(c.in(0), scale, bias, axis, epsilon, c.opts());
+  c.set(0, r.y);
+  // Mean and InvStdDev: loom's are x.shape[:axis]; ONNX keeps the normalized dimensions as 1,
+  // in the stash type (float32 unless stash_type says otherwise).
+  const auto stash = dtype_of(static_cast<std::int32_t>(c.attr_int("stash_type", 1)), "stash_type");
+  auto statistic = [&](output v, std::string_view name) {
+    for (std::int64_t i = axis; i < rank; ++i) v = ops::expand_dims(v, i, c.aux(fmt::format("{}_{}", name, i)));
+    return v.dtype_of() == stash ? v : ops::cast(v, stash, c.aux(fmt::format("{}_stash", name)));
+  };
+  if (c.wants(1)) c.set(1, statistic(r.mean, "mean"));
+  if (c.wants(2)) c.set(2, statistic(r.rstd, "inv_std_dev"));
 }
 
 void lp_norm_lowering(node_context& c) {
@@ -308,13 +361,11 @@ void conv_transpose_lowering(node_context& c) {
     c.fail("strides, dilations, pads and output_padding must fit 2 spatial dimensions");
   }
   (void)kernel;
-  output y = c.b().add1("conv_transpose2d", {c.in(0), c.in(1)},
-                        {{"strides", strides},
-                         {"padding", std::vector<std::int64_t>{pads[0], pads[2], pads[1], pads[3]}},
-                         {"dilations", dilations},
-                         {"groups", c.attr_int("group", 1)},
-                         {"output_padding", output_padding}},
-                        c.has(2) ? c.aux("conv") : c.opts());
+  const ops::conv2d_options o{.strides = strides,
+                              .padding = {pads[0], pads[2], pads[1], pads[3]},
+                              .dilations = dilations,
+                              .groups = c.attr_int("group", 1)};
+  output y = ops::conv_transpose2d(c.in(0), c.in(1), o, output_padding, c.has(2) ? c.aux("conv") : c.opts());
   if (c.has(2)) y = ops::bias_add(y, c.in(2), "NCHW", c.opts());
   c.set(0, y);
 }
@@ -334,6 +385,7 @@ void resize_lowering(node_context& c) {
     sizes = c.ints(3, "sizes");
   } else {
     const tensor* s = c.constant(scales_input);
+    if (s == nullptr) c.require_value(scales_input, "scales");
     if (s == nullptr || s->type() != dtype::f32) c.unsupported("scales must be float32 values known at import");
     for (std::int64_t i = 0; i < s->num_elements(); ++i) scales.push_back(s->data<float>()[i]);
     if (scales.size() != rank) c.fail(fmt::format("{} scales for a rank-{} input", scales.size(), rank));
@@ -343,22 +395,67 @@ void resize_lowering(node_context& c) {
     }
   }
   if (sizes.size() != rank) c.fail(fmt::format("{} sizes for a rank-{} input", sizes.size(), rank));
-  attr_map a{{"sizes", sizes},
-             {"mode", mode},
-             {"coordinate_transformation_mode", transform},
-             {"nearest_mode", c.attr_string("nearest_mode", "round_prefer_floor")}};
-  if (!scales.empty()) a["scales"] = scales;
-  c.set(0, c.b().add1("resize", {c.in(0)}, a, c.opts()));
+  ops::resize_options o{.sizes = sizes,
+                        .mode = mode,
+                        .coordinate_transformation_mode = transform,
+                        .nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor"),
+                        .scales = scales};
+  c.set(0, ops::resize(c.in(0), o, c.opts()));
+}
+
+// (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes`, as ONNX's function body.
+void mvn_lowering(node_context& c) {
+  const auto axes = c.attr_ints("axes", {0, 2, 3});
+  const output x = c.in(0);
+  const output mean = ops::reduce_mean(x, axes, true, c.aux("mean"));
+  const output mean_sq = ops::reduce_mean(ops::square(x, c.aux("square")), axes, true, c.aux("mean_square"));
+  const output var = ops::sub(mean_sq, ops::square(mean, c.aux("mean_squared")), c.aux("variance"));
+  const output std = ops::add(ops::sqrt(var, c.aux("std")), c.scalar(1e-9, x.dtype_of(), "epsilon"), c.aux("std_eps"));
+  c.set(0, ops::div(ops::sub(x, mean, c.aux("centered")), std, c.opts()));
+}
+
+void global_lp_pool_lowering(node_context& c) {
+  const std::int64_t p = c.attr_int("p", 2);
+  const std::size_t rank = c.rank(0);
+  std::vector<std::int64_t> axes;
+  for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
+  const output x = c.in(0);
+  if (p == 1) {
+    c.set(0, ops::reduce_sum(ops::abs(x, c.aux("abs")), axes, true, c.opts()));
+  } else if (p == 2) {
+    c.set(0, ops::sqrt(ops::reduce_sum(ops::square(x, c.aux("square")), axes, true, c.aux("sum")), c.opts()));
+  } else {
+    c.unsupported(fmt::format("p = {} (1 or 2)", p));
+  }
 }
 
 }  // namespace
 
 void add_nn_ops(op_table& t) {
+  t["MeanVarianceNormalization"] = {mvn_lowering, {"reduce_mean"}};
+  t["GlobalLpPool"] = {global_lp_pool_lowering, {"reduce_sum"}};
   t["Conv"] = {conv_lowering, {"conv2d", "bias_add"}};
   t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); }, {"max_pool2d"}};
   t["AveragePool"] = {[](node_context& c) { pool_lowering(c, false); }, {"avg_pool2d"}};
-  t["GlobalAveragePool"] = {[](node_context& c) { global_pool_lowering(c, false); }, {"reduce_mean"}};
-  t["GlobalMaxPool"] = {[](node_context& c) { global_pool_lowering(c, true); }, {"reduce_max"}};
+  t["GlobalAveragePool"] = {[](node_context& c) { c.set(0, ops::global_avg_pool(c.in(0), c.opts())); },
+                            {"reduce_mean"}};
+  t["GlobalMaxPool"] = {[](node_context& c) { c.set(0, ops::global_max_pool(c.in(0), c.opts())); },
+                        {"reduce_max"}};
+  t["LpPool"] = {lp_pool_lowering, {"avg_pool2d"}};
+  t["InstanceNormalization"] = {[](node_context& c) {
+                                  c.set(0, ops::instance_norm(c.in(0), c.in(1), c.in(2),
+                                                              c.attr_float("epsilon", 1e-5F), c.opts()));
+                                },
+                                {"reduce_mean"}};
+  t["DepthToSpace"] = {[](node_context& c) {
+                         c.set(0, ops::depth_to_space(c.in(0), c.attr_int("blocksize", 0),
+                                                      c.attr_string("mode", "DCR"), c.opts()));
+                       },
+                       {"transpose"}};
+  t["SpaceToDepth"] = {[](node_context& c) {
+                         c.set(0, ops::space_to_depth(c.in(0), c.attr_int("blocksize", 0), c.opts()));
+                       },
+                       {"transpose"}};
   t["Gemm"] = {gemm_lowering, {"matmul", "bias_add"}};
   t["MatMul"] = {matmul_lowering, {"matmul"}};
   t["BatchNormalization"] = {batch_norm_lowering, {"mul", "add"}};

@@ -156,6 +156,82 @@ std::vector<xcase> cases() {
                return std::vector{ops::gelu(in[0], "tanh", {})};
              });
   }
+  // The math functions and activations; acosh's input is shifted into its domain.
+  using one_fn = std::function<output(output)>;
+  const std::vector<std::tuple<std::string, one_fn, fill_kind>> math = {
+      {"sin", [](output x) { return ops::sin(x); }, fill_kind::normal},
+      {"cos", [](output x) { return ops::cos(x); }, fill_kind::normal},
+      {"tan", [](output x) { return ops::tan(x); }, fill_kind::unit},
+      {"asin", [](output x) { return ops::asin(x); }, fill_kind::unit},
+      {"acos", [](output x) { return ops::acos(x); }, fill_kind::unit},
+      {"atan", [](output x) { return ops::atan(x); }, fill_kind::normal},
+      {"sinh", [](output x) { return ops::sinh(x); }, fill_kind::normal},
+      {"cosh", [](output x) { return ops::cosh(x); }, fill_kind::normal},
+      {"asinh", [](output x) { return ops::asinh(x); }, fill_kind::normal},
+      {"acosh", [](output x) { return ops::acosh(x + 1.0); }, fill_kind::positive},
+      {"atanh", [](output x) { return ops::atanh(x * 0.9); }, fill_kind::unit},
+      {"log1p", [](output x) { return ops::log1p(x); }, fill_kind::positive},
+      {"expm1", [](output x) { return ops::expm1(x); }, fill_kind::normal},
+      {"floor", [](output x) { return ops::floor(x * 4.0); }, fill_kind::normal},
+      {"ceil", [](output x) { return ops::ceil(x * 4.0); }, fill_kind::normal},
+      {"round", [](output x) { return ops::round(x * 4.0); }, fill_kind::normal},
+      {"sign", [](output x) { return ops::sign(x); }, fill_kind::normal},
+      {"softplus", [](output x) { return ops::softplus(x * 4.0); }, fill_kind::normal},
+      {"softsign", [](output x) { return ops::softsign(x); }, fill_kind::normal},
+      {"silu", [](output x) { return ops::silu(x * 4.0); }, fill_kind::normal},
+      {"mish", [](output x) { return ops::mish(x * 4.0); }, fill_kind::normal},
+      {"hard_swish", [](output x) { return ops::hard_swish(x * 4.0); }, fill_kind::normal},
+      {"elu", [](output x) { return ops::elu(x, 0.7); }, fill_kind::normal},
+      {"selu", [](output x) { return ops::selu(x); }, fill_kind::normal},
+      {"celu", [](output x) { return ops::celu(x, 1.5); }, fill_kind::normal},
+      {"leaky_relu", [](output x) { return ops::leaky_relu(x, 0.1); }, fill_kind::normal},
+      {"hard_sigmoid", [](output x) { return ops::hard_sigmoid(x * 4.0, 0.3, 0.4); },
+       fill_kind::normal},
+      {"thresholded_relu", [](output x) { return ops::thresholded_relu(x, 0.2); },
+       fill_kind::normal},
+      // The predicates see NaN and infinities made from the input: floor(x) is 0 or -1, so
+      // (x - x) / floor(x) is NaN or -0 and 1 / floor(x) is inf or -1.
+      {"isnan", [](output x) { return ops::isnan((x - x) / ops::floor(x)); }, fill_kind::unit},
+      {"isinf", [](output x) { return ops::isinf(1.0 / ops::floor(x), true, false); },
+       fill_kind::unit},
+      {"isfinite", [](output x) { return ops::isfinite(1.0 / ops::floor(x)); }, fill_kind::unit},
+  };
+  for (const auto& [op, fn, fill] : math) {
+    for (dtype t : floats) {
+      add_case(op, op + " " + to_string(t), {{t, {3, 37}, fill}},
+               [fn = fn](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{fn(in[0])};
+               });
+    }
+  }
+  for (dtype t : {dtype::i32, dtype::i64}) {
+    add_case("sign", std::string("sign ") + to_string(t), {{t, {5, 9}, fill_kind::indices, 7}},
+             [](graph_builder& b, const std::vector<output>& in) {
+               return std::vector{ops::sign(in[0] - ops::scalar(b, 3.0, in[0].dtype_of()))};
+             });
+  }
+  for (bool fmod : {false, true}) {
+    const std::string tag = fmod ? "fmod " : "mod ";
+    for (dtype t : floats) {
+      add_case("mod", tag + to_string(t), {{t, {4, 1, 7}}, {t, {3, 1}}},
+               [fmod](graph_builder&, const std::vector<output>& in) {
+                 return std::vector{ops::mod(in[0] * 8.0, in[1], fmod)};
+               });
+    }
+    // Integer divisors from 1 to 7, the odd ones negative.
+    for (dtype t : {dtype::i32, dtype::i64}) {
+      add_case("mod", tag + to_string(t),
+               {{t, {5, 9}, fill_kind::indices, 40}, {t, {1, 9}, fill_kind::indices, 7}},
+               [fmod](graph_builder& b, const std::vector<output>& in) {
+                 const output twenty = ops::scalar(b, 20.0, in[0].dtype_of());
+                 const output one = ops::scalar(b, 1.0, in[0].dtype_of());
+                 const output two = ops::scalar(b, 2.0, in[0].dtype_of());
+                 const output divisor = (in[1] + one) * (one - two * ops::mod(in[1], two, false));
+                 return std::vector{ops::mod(in[0] - twenty, divisor, fmod)};
+               });
+    }
+  }
+
   using binary_fn = output (*)(output, output, const node_options&);
   const std::vector<std::tuple<std::string, binary_fn, fill_kind>> binary = {
       {"add", ops::add, fill_kind::normal},
@@ -258,6 +334,18 @@ std::vector<xcase> cases() {
              [](graph_builder&, const std::vector<output>& in) {
                return std::vector{ops::slice(in[0], {1, 2}, {3, 4}, {})};
              });
+    add_case("tile", "tile " + ts, {{t, {3, 1, 4}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::tile(in[0], {2, 5, 1}, {})};
+             });
+    add_case("flip", "flip " + ts, {{t, {3, 4, 5}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::flip(in[0], {0, -1}, {})};
+             });
+    add_case("strided_slice", "strided_slice " + ts, {{t, {7, 9}}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::strided_slice(in[0], {-1, 1}, {0, 100}, {}, {-2, 3}, {})};
+             });
     add_case("pad", "pad " + ts, {{t, {3, 4}}}, [](graph_builder&, const std::vector<output>& in) {
       return std::vector{ops::pad(in[0], {1, 0, 2, 3}, 1.5, {})};
     });
@@ -294,9 +382,17 @@ std::vector<xcase> cases() {
                                                       {"reduce_mean", ops::reduce_mean},
                                                       {"reduce_max", ops::reduce_max},
                                                       {"reduce_min", ops::reduce_min},
-                                                      {"reduce_prod", ops::reduce_prod}}) {
+                                                      {"reduce_prod", ops::reduce_prod},
+                                                      {"reduce_l1", ops::reduce_l1},
+                                                      {"reduce_l2", ops::reduce_l2},
+                                                      {"reduce_sum_square", ops::reduce_sum_square},
+                                                      {"reduce_log_sum", ops::reduce_log_sum},
+                                                      {"reduce_log_sum_exp",
+                                                       ops::reduce_log_sum_exp}}) {
     for (dtype t : floats) {
-      const fill_kind fill = op == "reduce_prod" ? fill_kind::unit : fill_kind::normal;
+      const fill_kind fill = op == "reduce_prod"      ? fill_kind::unit
+                             : op == "reduce_log_sum" ? fill_kind::positive
+                                                      : fill_kind::normal;
       add_case(op, op + " inner " + to_string(t), {{t, {9, 1023}, fill}},
                [fn = fn](graph_builder&, const std::vector<output>& in) {
                  return std::vector{fn(in[0], {-1}, false, {})};
@@ -311,9 +407,31 @@ std::vector<xcase> cases() {
                });
     }
   }
+  for (const auto& [op, fn] : std::vector<std::pair<std::string, reduce_fn>>{
+           {"reduce_any", ops::reduce_any}, {"reduce_all", ops::reduce_all}}) {
+    add_case(op, op + " inner", {{dtype::boolean, {9, 1023}, fill_kind::boolean}},
+             [fn = fn](graph_builder&, const std::vector<output>& in) {
+               return std::vector{fn(in[0], {-1}, false, {})};
+             });
+    add_case(op, op + " outer keepdims", {{dtype::boolean, {33, 4, 7}, fill_kind::boolean}},
+             [fn = fn](graph_builder&, const std::vector<output>& in) {
+               return std::vector{fn(in[0], {0, 2}, true, {})};
+             });
+  }
+  for (dtype t : floats) {
+    add_case("batch_norm", std::string("batch_norm ") + to_string(t),
+             {{t, {4, 5, 6, 7}}, {t, {5}}, {t, {5}}, {t, {5}}, {t, {5}, fill_kind::positive}},
+             [](graph_builder&, const std::vector<output>& in) {
+               return std::vector{ops::batch_norm(in[0], in[1], in[2], in[3], in[4], 1e-5, {})};
+             });
+  }
   add_case("argmax", "argmax", {{dtype::f32, {7, 300}}},
            [](graph_builder&, const std::vector<output>& in) {
              return std::vector{ops::argmax(in[0], -1, dtype::i64, {})};
+           });
+  add_case("argmin", "argmin last index keepdims", {{dtype::f32, {7, 300}}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::argmin(in[0], 0, dtype::i64, true, true, {})};
            });
   for (dtype t : floats) {
     const std::string ts = to_string(t);

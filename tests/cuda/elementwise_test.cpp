@@ -39,12 +39,23 @@ std::string label(const std::string& op, dtype t, const std::string& what) {
 // elementwise_cast.cpp, elementwise_generators.cpp), except the random generators, which stay
 // on the CPU.
 const std::vector<std::string> family_ops{
-    "neg",        "abs",         "exp",           "log",         "sqrt",       "rsqrt",
-    "tanh",       "sigmoid",     "relu",          "gelu",        "erf",        "square",
-    "reciprocal", "logical_not", "add",           "sub",         "mul",        "div",
-    "pow",        "maximum",     "minimum",       "equal",       "not_equal",  "less",
-    "less_equal", "greater",     "greater_equal", "logical_and", "logical_or", "relu_grad",
-    "cast",       "where",       "fill",          "zeros",       "ones",       "range"};
+    "neg",        "abs",         "exp",           "log",
+    "sqrt",       "rsqrt",       "tanh",          "sigmoid",
+    "relu",       "gelu",        "erf",           "square",
+    "reciprocal", "logical_not", "add",           "sub",
+    "mul",        "div",         "pow",           "maximum",
+    "minimum",    "equal",       "not_equal",     "less",
+    "less_equal", "greater",     "greater_equal", "logical_and",
+    "logical_or", "relu_grad",   "cast",          "where",
+    "fill",       "zeros",       "ones",          "range",
+    "sin",        "cos",         "tan",           "asin",
+    "acos",       "atan",        "sinh",          "cosh",
+    "asinh",      "acosh",       "atanh",         "log1p",
+    "expm1",      "floor",       "ceil",          "round",
+    "sign",       "softplus",    "softsign",      "silu",
+    "mish",       "hard_swish",  "elu",           "selu",
+    "celu",       "leaky_relu",  "hard_sigmoid",  "thresholded_relu",
+    "isnan",      "isinf",       "isfinite",      "mod"};
 
 const kernel_def* find_def(const std::string& op, device_type d) {
   for (const kernel_def* k : kernel_registry::global().kernels_for(op)) {
@@ -141,6 +152,37 @@ const std::vector<unary_case>& unary_cases() {
       {"square", sig, -30, 30, {}},
       {"reciprocal", fl, 0.1, 10, {}},
       {"logical_not", {dtype::boolean}, 0, 1, {}},
+      {"sin", fl, -10, 10, {}},
+      {"cos", fl, -10, 10, {}},
+      {"tan", fl, -1.5, 1.5, {}},
+      {"asin", fl, -1.2, 1.2, {}},
+      {"acos", fl, -1.2, 1.2, {}},
+      {"atan", fl, -20, 20, {}},
+      {"sinh", fl, -10, 10, {}},
+      {"cosh", fl, -10, 10, {}},
+      {"asinh", fl, -50, 50, {}},
+      {"acosh", fl, 0.5, 50, {}},
+      {"atanh", fl, -1.1, 1.1, {}},
+      {"log1p", fl, -1, 20, {}},
+      {"expm1", fl, -10, 10, {}},
+      {"floor", fl, -20, 20, {}},
+      {"ceil", fl, -20, 20, {}},
+      {"round", fl, -20, 20, {}},
+      {"sign", sig, -20, 20, {}},
+      {"softplus", fl, -30, 30, {}},
+      {"softsign", fl, -30, 30, {}},
+      {"silu", fl, -20, 20, {}},
+      {"mish", fl, -20, 20, {}},
+      {"hard_swish", fl, -5, 5, {}},
+      {"elu", fl, -5, 5, {{"alpha", 0.7}}},
+      {"selu", fl, -5, 5, {}},
+      {"celu", fl, -5, 5, {{"alpha", 1.5}}},
+      {"leaky_relu", fl, -5, 5, {{"alpha", 0.1}}},
+      {"hard_sigmoid", fl, -5, 5, {{"alpha", 0.3}, {"beta", 0.4}}},
+      {"thresholded_relu", fl, -3, 3, {{"alpha", 0.5}}},
+      {"isnan", fl, -3, 3, {}},
+      {"isinf", fl, -3, 3, {{"detect_negative", false}}},
+      {"isfinite", fl, -3, 3, {}},
   };
   return cases;
 }
@@ -253,6 +295,7 @@ const std::vector<binary_case>& binary_cases() {
       {"logical_and", {dtype::boolean}, 0, 1},
       {"logical_or", {dtype::boolean}, 0, 1},
       {"relu_grad", num, -5, 5},
+      {"mod", num, 1, 60},  // no zero divisor: the CPU fails
   };
   return cases;
 }

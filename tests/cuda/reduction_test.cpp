@@ -421,6 +421,29 @@ TEST(CudaArgmax, EveryDtypeAndAxisMatchesTheCpuWithTies) {
   }
 }
 
+TEST(CudaArgmax, ArgminLastIndexAndKeepdimsMatchTheCpu) {
+  LOOM_REQUIRE_GPU();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::uint64_t seed = 60;
+  for (const dtype t : {dtype::f32, dtype::f16, dtype::i32, dtype::u8}) {
+    for (const auto& c : argmax_cases) {
+      auto v = values(random(t, c.s, ++seed, 0.0, 4.0));
+      for (auto& e : v) e = std::floor(e);  // ties
+      if (t == dtype::f32) {
+        for (std::size_t i = 5; i < v.size(); i += 11) v[i] = nan;
+      }
+      const tensor x = make(t, c.s, v);
+      for (const char* op : {"argmax", "argmin"}) {
+        for (const bool last : {false, true}) {
+          const op_node n = op_node::of(
+              op, {x}, {{"axis", c.axis}, {"keepdims", !last}, {"select_last_index", last}});
+          compare(n, {x}, label(op, t, c.s, last ? "last index" : "keepdims"));
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaArgmax, TheFirstNanWins) {
   LOOM_REQUIRE_GPU();
   const double nan = std::numeric_limits<double>::quiet_NaN();

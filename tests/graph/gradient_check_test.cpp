@@ -126,6 +126,57 @@ TEST(GradientCheck, UnaryOps) {
   }
 }
 
+TEST(GradientCheck, ElementwiseMathAndActivations) {
+  const shape s{3, 4};
+  using fn = std::function<output(output)>;
+  // x in ±[0.2, 1.5]; scaled or shifted into each function's domain, and away from kinks.
+  const std::vector<std::pair<std::string, fn>> cases = {
+      {"sin", [](output x) { return ops::sin(x * 2.0); }},
+      {"cos", [](output x) { return ops::cos(x * 2.0); }},
+      {"tan", [](output x) { return ops::tan(x); }},
+      {"asin", [](output x) { return ops::asin(x * 0.6); }},
+      {"acos", [](output x) { return ops::acos(x * 0.6); }},
+      {"atan", [](output x) { return ops::atan(x * 3.0); }},
+      {"sinh", [](output x) { return ops::sinh(x * 2.0); }},
+      {"cosh", [](output x) { return ops::cosh(x * 2.0); }},
+      {"asinh", [](output x) { return ops::asinh(x * 3.0); }},
+      {"acosh", [](output x) { return ops::acosh(ops::abs(x) * 2.0 + 1.0); }},
+      {"atanh", [](output x) { return ops::atanh(x * 0.6); }},
+      {"log1p", [](output x) { return ops::log1p(x * 0.6); }},
+      {"expm1", [](output x) { return ops::expm1(x * 2.0); }},
+      {"softplus", [](output x) { return ops::softplus(x * 4.0); }},
+      {"softsign", [](output x) { return ops::softsign(x * 4.0); }},
+      {"silu", [](output x) { return ops::silu(x * 4.0); }},
+      {"mish", [](output x) { return ops::mish(x * 4.0); }},
+      {"hard_swish", [](output x) { return ops::hard_swish(x * 4.0); }},
+      {"elu", [](output x) { return ops::elu(x * 2.0); }},
+      {"elu alpha", [](output x) { return ops::elu(x * 2.0, 0.7); }},
+      {"selu", [](output x) { return ops::selu(x * 2.0); }},
+      {"celu", [](output x) { return ops::celu(x * 2.0, 1.5); }},
+      {"leaky_relu", [](output x) { return ops::leaky_relu(x, 0.1); }},
+      {"hard_sigmoid", [](output x) { return ops::hard_sigmoid(x * 4.0); }},
+      {"thresholded_relu", [](output x) { return ops::thresholded_relu(x * 2.0, 0.5); }},
+      {"clamp", [](output x) { return ops::clamp(x, -0.7, 0.9); }},
+      // No gradient flows through the rounding functions and sign: only x's own.
+      {"floor + x", [](output x) { return ops::floor(x * 3.0) + x; }},
+      {"ceil + x", [](output x) { return ops::ceil(x * 3.0) * x; }},
+      {"round + x", [](output x) { return ops::round(x * 3.0) - x; }},
+      {"sign * x", [](output x) { return ops::sign(x) * x; }},
+  };
+  for (const auto& [name, f] : cases) {
+    check(name, {in{s}}, [&f](graph_builder&, const std::vector<output>& x) { return f(x[0]); });
+  }
+  for (const auto& [sa, sb] :
+       std::vector<std::pair<shape, shape>>{{{3, 4}, {3, 4}}, {{3, 4}, {4}}}) {
+    for (bool fmod : {false, true}) {
+      check(fmt::format("mod fmod={} {} {}", fmod, to_string(sa), to_string(sb)), {in{sa}, in{sb}},
+            [fmod](graph_builder&, const std::vector<output>& x) {
+              return ops::mod(x[0] * 5.0, x[1], fmod);
+            });
+    }
+  }
+}
+
 TEST(GradientCheck, BinaryOpsWithBroadcasting) {
   const std::vector<std::pair<shape, shape>> shapes = {
       {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{2, 3, 4}, {3, 1}}, {{3, 1}, {1, 4}}, {{}, {2, 3}}};
@@ -258,6 +309,138 @@ TEST(GradientCheck, ShapeOps) {
     const auto parts = ops::split_sizes(x[0], {2, 1, 2}, 0);
     return ops::concat({parts[2], parts[0]}, 0);
   });
+}
+
+TEST(GradientCheck, LayoutOps) {
+  using xs_t = std::vector<output>;
+  check("tile", {in{{2, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::tile(x[0], {3, 2}); });
+  check("tile with ones", {in{{2, 1, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::tile(x[0], {1, 4, 1}); });
+  check("flip", {in{{2, 3, 4}}},
+        [](graph_builder&, const xs_t& x) { return ops::flip(x[0], {0, -1}); });
+  check("flip all", {in{{3, 4}}}, [](graph_builder&, const xs_t& x) { return ops::flip(x[0]); });
+  check("strided_slice", {in{{5, 6, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::strided_slice(x[0], {4, 1}, {0, 100}, {0, -2}, {-2, 2});
+  });
+  check("strided_slice_grad", {in{{2, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::strided_slice_grad(x[0], shape{5, 6}, {4, 1}, {0, 6}, {}, {-2, 2});
+  });
+  for (const bool exclusive : {false, true}) {
+    for (const bool reverse : {false, true}) {
+      check(fmt::format("cumsum exclusive={} reverse={}", exclusive, reverse), {in{{3, 4}}},
+            [&](graph_builder&, const xs_t& x) { return ops::cumsum(x[0], -1, exclusive, reverse); });
+    }
+  }
+}
+
+TEST(GradientCheck, NormReductions) {
+  const shape s{2, 3, 4};
+  for (const auto& axes : std::vector<std::vector<std::int64_t>>{{}, {1}, {0, -1}}) {
+    for (bool keep : {false, true}) {
+      const std::string tag = fmt::format("axes [{}] keepdims {}", fmt::join(axes, ","), keep);
+      check(fmt::format("l1 {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::reduce_l1(x[0], axes, keep);
+      });
+      check(fmt::format("l2 {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::reduce_l2(x[0], axes, keep);
+      });
+      check(fmt::format("sum_square {}", tag), {in{s}},
+            [&](graph_builder&, const std::vector<output>& x) {
+              return ops::reduce_sum_square(x[0], axes, keep);
+            });
+      check(fmt::format("log_sum {}", tag), {in{s, true}},
+            [&](graph_builder&, const std::vector<output>& x) {
+              return ops::reduce_log_sum(x[0], axes, keep);
+            });
+      check(fmt::format("log_sum_exp {}", tag), {in{s}},
+            [&](graph_builder&, const std::vector<output>& x) {
+              return ops::reduce_log_sum_exp(x[0], axes, keep);
+            });
+      check(fmt::format("var {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::var(x[0], axes, keep, 1.0);
+      });
+      check(fmt::format("std {}", tag), {in{s}}, [&](graph_builder&, const std::vector<output>& x) {
+        return ops::std(x[0], axes, keep);
+      });
+    }
+  }
+}
+
+TEST(GradientCheck, BatchNormAndComposedNorms) {
+  check("batch_norm, every input", {in{{2, 3, 2, 2}}, in{{3}}, in{{3}}, in{{3}}, in{{3}, true}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::batch_norm(x[0], x[1], x[2], x[3], x[4], 1e-3);
+        });
+  check("batch_norm rank 2", {in{{4, 3}}, in{{3}}, in{{3}}, in{{3}}, in{{3}, true}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::batch_norm(x[0], x[1], x[2], x[3], x[4]);
+        });
+  check("batch_norm_training", {in{{3, 2, 2, 2}}, in{{2}}, in{{2}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::batch_norm_training(x[0], x[1], x[2]);
+        }, 1e-5);
+  check("group_norm", {in{{2, 4, 3}}, in{{4}}, in{{4}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::group_norm(x[0], x[1], x[2], 2);
+        }, 1e-5);
+  check("instance_norm", {in{{2, 3, 5}}, in{{3}}, in{{3}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::instance_norm(x[0], x[1], x[2]);
+        }, 1e-5);
+  check("rms_norm", {in{{2, 3, 4}}, in{{3, 4}}},
+        [](graph_builder&, const std::vector<output>& x) { return ops::rms_norm(x[0], x[1], 1); });
+}
+
+TEST(GradientCheck, ConvTranspose2dAndConv1d) {
+  check("conv_transpose2d", {in{{2, 2, 3, 3}}, in{{2, 3, 2, 2}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          return ops::conv_transpose2d(x[0], x[1]);
+        });
+  check("conv_transpose2d strided, padded, grouped, output_padding",
+        {in{{1, 4, 3, 2}}, in{{4, 1, 3, 2}}}, [](graph_builder&, const std::vector<output>& x) {
+          ops::conv2d_options c;
+          c.strides = {2, 3};
+          c.padding = {1, 0, 0, 1};
+          c.dilations = {1, 2};
+          c.groups = 2;
+          return ops::conv_transpose2d(x[0], x[1], c, {1, 2});
+        });
+  check("conv1d", {in{{2, 2, 7}}, in{{3, 2, 3}}}, [](graph_builder&, const std::vector<output>& x) {
+    return ops::conv1d(x[0], x[1], 2, {1, 2});
+  });
+  check("depth_to_space CRD", {in{{1, 8, 2, 3}}}, [](graph_builder&, const std::vector<output>& x) {
+    return ops::depth_to_space(x[0], 2, "CRD");
+  });
+  check("max_pool2d ceil_mode", {in{{1, 2, 5, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.ceil_mode = true;
+    return ops::max_pool2d(x[0], p);
+  });
+  check("max_pool2d dilated", {in{{1, 2, 6, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.strides = {1, 2};
+    p.padding = {1, 0, 0, 1};
+    p.dilations = {2, 2};
+    return ops::max_pool2d(x[0], p);
+  });
+  check("avg_pool2d ceil_mode", {in{{1, 2, 5, 4}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {3, 2};
+    p.strides = {2, 3};
+    p.ceil_mode = true;
+    return ops::avg_pool2d(x[0], p);
+  });
+  check("lp_pool2d p=2", {in{{1, 2, 4, 4}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {2, 2};
+    p.strides = {1, 2};
+    return ops::lp_pool2d(x[0], 2.0, p);
+  });
+  check("global_avg_pool", {in{{2, 3, 2, 2}}},
+        [](graph_builder&, const std::vector<output>& x) { return ops::global_avg_pool(x[0]); });
 }
 
 TEST(GradientCheck, SmallMlpEndToEnd) {

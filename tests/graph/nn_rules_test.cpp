@@ -298,5 +298,102 @@ TEST(NnRules, EpilogueArguments) {
             "[2, 3, 4, 4]");
 }
 
+TEST(NnRules, ConvTranspose2dOutputSizes) {
+  const rules::conv_window plain = rules::conv_window_of(1, {1, 1}, {1, 1}, {0, 0, 0, 0});
+  // (in - 1) * stride - pads + dilation * (k - 1) + 1 + output_padding.
+  EXPECT_EQ(rules::conv_transpose2d_output(shape({1, 2, 3, 3}), shape({2, 4, 3, 3}), plain, {0, 0}),
+            shape({1, 4, 5, 5}));
+  const rules::conv_window w = rules::conv_window_of(2, {2, 3}, {2, 1}, {1, 0, 2, 1});
+  // H: (4 - 1) * 2 - 1 + 2 * 2 + 1 + 1 = 11; W: (5 - 1) * 3 - 3 + 2 + 1 + 2 = 14.
+  EXPECT_EQ(rules::conv_transpose2d_output(shape({2, 4, 4, 5}), shape({4, 3, 3, 3}), w, {1, 2}),
+            shape({2, 6, 11, 14}));
+  // Unknown dimensions stay unknown; the channels come from the filter.
+  EXPECT_EQ(rules::conv_transpose2d_output(shape({-1, -1, -1, 5}), shape({4, 3, 3, 3}), w, {0, 0}),
+            shape({-1, 6, -1, 12}));
+  // The kernels name tensors.
+  const tensor x = f32(shape({1, 4, 3, 3}));
+  const tensor f = f32(shape({3, 2, 3, 3}));
+  EXPECT_EQ(message_of([&] { (void)rules::conv_transpose2d_output(x, f, plain, {0, 0}); }),
+            "the input has 4 channels but the filter's dimension 0 is 3 (input float32[1, 4, 3, "
+            "3] on cpu:0, filter float32[3, 2, 3, 3] on cpu:0, groups 1)");
+  EXPECT_EQ(message_of([&] {
+              (void)rules::conv_transpose2d_output(shape({1, 2, 3, 3}), shape({2, 4, 3, 3}), plain,
+                                                   {1, 0});
+            }),
+            "output_padding [1, 0] must be smaller than the strides [1, 1]");
+  EXPECT_EQ(message_of([&] {
+              (void)rules::conv_transpose2d_output(shape({1, 3, 3, 3}), shape({3, 4, 3, 3}),
+                                                   rules::conv_window_of(2, {1, 1}, {1, 1},
+                                                                         {0, 0, 0, 0}),
+                                                   {0, 0});
+            }),
+            "input channels 3 do not divide into 2 groups (input [1, 3, 3, 3], filter [3, 4, 3, "
+            "3], groups 2)");
+}
+
+TEST(NnRules, PoolingCeilModeAndDilations) {
+  // 8 with a window of 3, stride 2: 3 outputs rounding down, 4 rounding up (one more row of
+  // padding at the bottom and the right).
+  const auto down = rules::pool2d_geometry(shape({1, 1, 8, 8}),
+                                           rules::pool_window_of({3, 3}, {2, 2}, {0, 0}));
+  EXPECT_EQ(down.output_shape(), shape({1, 1, 3, 3}));
+  const auto up = rules::pool2d_geometry(shape({1, 1, 8, 8}),
+                                         rules::pool_window_of({3, 3}, {2, 2}, {0, 0}, true));
+  EXPECT_EQ(up.output_shape(), shape({1, 1, 4, 4}));
+  EXPECT_EQ(up.pad, (pad4{0, 1, 0, 1}));
+  // 5 with a window of 2, stride 2 and padding 1: rounding up would start a window in the
+  // bottom padding, so the size stays 3 and the padding as given.
+  const auto edge = rules::pool2d_geometry(shape({1, 1, 5, 5}),
+                                           rules::pool_window_of({2, 2}, {2, 2}, {1, 1}, true));
+  EXPECT_EQ(edge.output_shape(), shape({1, 1, 3, 3}));
+  EXPECT_EQ(edge.pad, (pad4{1, 1, 1, 1}));
+  // A dilated window spans d · (k - 1) + 1: 3 taps 2 apart span 5, so 8 gives 4 outputs at
+  // stride 1, and with ceil_mode at stride 2, ⌈3 / 2⌉ + 1 = 3.
+  const auto dil = rules::pool2d_geometry(
+      shape({1, 1, 8, 8}), rules::pool_window_of({3, 3}, {1, 1}, {0, 0}, false, {2, 2}));
+  EXPECT_EQ(dil.output_shape(), shape({1, 1, 4, 4}));
+  EXPECT_TRUE(dil.dilated());
+  const auto dil_up = rules::pool2d_geometry(
+      shape({1, 1, 8, 8}), rules::pool_window_of({3, 3}, {2, 2}, {0, 0}, true, {2, 2}));
+  EXPECT_EQ(dil_up.output_shape(), shape({1, 1, 3, 3}));
+  // Unknown sizes stay unknown.
+  EXPECT_EQ(rules::pool2d_geometry(shape({1, 1, -1, 7}),
+                                   rules::pool_window_of({2, 2}, {2, 2}, {0, 0}, true))
+                .output_shape(),
+            shape({1, 1, -1, 4}));
+}
+
+TEST(NnRules, ResizeCoordinatesAndRounding) {
+  using rules::resize_coord;
+  using rules::resize_rounding;
+  // in 4 -> out 8 (scale 2): ONNX's formulas.
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::half_pixel, 3, 4, 2.0), 1.25);
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::asymmetric, 3, 4, 2.0), 1.5);
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::align_corners, 3, 4, 2.0), 3.0 * 3 / 7);
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::pytorch_half_pixel, 3, 4, 2.0), 1.25);
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::tf_half_pixel_for_nearest, 3, 4, 2.0), 1.75);
+  // An output of length 1.
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::align_corners, 0, 4, 0.25), 0.0);
+  EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::pytorch_half_pixel, 0, 4, 0.25), -0.5);
+  // Ties and clamping.
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::round_prefer_floor, 1.5, 4), 1);
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::round_prefer_ceil, 1.5, 4), 2);
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::floor, 1.9, 4), 1);
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::ceil, 1.1, 4), 2);
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::ceil, 2.0, 4), 2);
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::round_prefer_floor, -0.7, 4), 0);
+  EXPECT_EQ(rules::resize_nearest_index(resize_rounding::ceil, 3.2, 4), 3);
+  // Parsing and the output shape.
+  const auto p = rules::resize_params_of("linear", "align_corners", "floor", {1, 2, 6}, {});
+  EXPECT_EQ(p.mode, rules::resize_mode::linear);
+  EXPECT_EQ(p.coord, resize_coord::align_corners);
+  EXPECT_EQ(p.rounding, resize_rounding::floor);
+  EXPECT_EQ(rules::resize_output(shape({1, 2, 3}), p), shape({1, 2, 6}));
+  EXPECT_EQ(message_of([&] { (void)rules::resize_params_of("cubic", "half_pixel", "floor", {}, {}); }),
+            "mode must be one of \"nearest\", \"linear\", got \"cubic\"");
+  EXPECT_EQ(message_of([&] { (void)rules::resize_output(shape({1, 2}), p); }),
+            "sizes [1, 2, 6] must have one size per dimension of x [1, 2]");
+}
+
 }  // namespace
 }  // namespace loom

@@ -110,5 +110,32 @@ TEST(NormalizationRules, GradArgumentsCheckedInOrder) {
   EXPECT_NO_THROW(rules::check_layer_norm_grad_args(all, x, x, x, shape{}, shape{}));
 }
 
+TEST(NormalizationRules, BatchNormSplitsAtTheChannelsAndChecksTheVectors) {
+  const shape x({2, 3, 4, 5});
+  const shape c({3});
+  const auto g = rules::batch_norm_geometry_of(x, {&c, &c, &c, &c});
+  EXPECT_EQ(g.outer, 2);
+  EXPECT_EQ(g.channels, 3);
+  EXPECT_EQ(g.inner, 20);
+  const auto r2 = rules::batch_norm_geometry_of(shape({6, 3}), {&c, nullptr, &c, nullptr});
+  EXPECT_EQ(r2.outer, 6);
+  EXPECT_EQ(r2.inner, 1);
+  // Unknown dims fit anything.
+  const shape unknown({u});
+  EXPECT_NO_THROW((void)rules::batch_norm_geometry_of(shape({u, u, 4}), {&c, &unknown, &c, &c}));
+  EXPECT_EQ(message_of([&] { (void)rules::batch_norm_geometry_of(shape({3}), {&c, &c, &c, &c}); }),
+            "x must have rank >= 2 ([N, C, ...]), got shape [3]");
+  const shape four({4});
+  EXPECT_EQ(message_of([&] {
+              (void)rules::batch_norm_geometry_of(x, {&c, &c, &c, &four});
+            }),
+            "var of shape [4] must be [C] = [3] (x is [2, 3, 4, 5])");
+  const shape matrix({3, 1});
+  EXPECT_EQ(message_of([&] {
+              (void)rules::batch_norm_geometry_of(x, {nullptr, &matrix, &c, &c});
+            }),
+            "bias of shape [3, 1] must be [C] = [3] (x is [2, 3, 4, 5])");
+}
+
 }  // namespace
 }  // namespace loom

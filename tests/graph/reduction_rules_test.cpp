@@ -75,6 +75,13 @@ TEST(ReductionRules, OpNames) {
   EXPECT_STREQ(rules::op_name(rules::reduce_kind::max), "reduce_max");
   EXPECT_STREQ(rules::op_name(rules::reduce_kind::min), "reduce_min");
   EXPECT_STREQ(rules::op_name(rules::reduce_kind::prod), "reduce_prod");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::l1), "reduce_l1");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::l2), "reduce_l2");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::sum_square), "reduce_sum_square");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::log_sum), "reduce_log_sum");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::log_sum_exp), "reduce_log_sum_exp");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::any), "reduce_any");
+  EXPECT_STREQ(rules::op_name(rules::reduce_kind::all), "reduce_all");
 }
 
 TEST(ReductionRules, ReduceOneAxisWithAndWithoutKeepdims) {

@@ -123,6 +123,19 @@ inline std::vector<dtype> all_dtypes() {
   return t;
 }
 
+/// Runs the unary `op` on x and expects x's dtype and shape and, element by element, `ref`
+/// of x's element (stored as x's dtype holds it: integers wrap) within x's dtype's
+/// tolerances.
+template <class Ref>
+void expect_unary_matches(const std::string& op, const tensor& x, const attr_map& attrs,
+                          const Ref& ref) {
+  const tensor y = run_op1(op, {x}, attrs);
+  std::vector<double> expected;
+  for (double v : values(x)) expected.push_back(wrap_to(x.type(), ref(v)));
+  EXPECT_EQ(y.type(), x.type());
+  expect_close(y, x.shape(), expected, rtol_for(x.type()), atol_for(x.type()));
+}
+
 /// Expects `f` to throw E whose what() contains every one of `needles`.
 template <class E, class F>
 void expect_throw_naming(F&& f, const std::vector<std::string>& needles) {

@@ -71,11 +71,7 @@ std::string label(const unary_case& c, dtype t, const shape& s) {
 
 void check(const unary_case& c, const tensor& x, const std::string& what) {
   SCOPED_TRACE(what);
-  const tensor y = run_op1(c.op, {x}, c.attrs);
-  std::vector<double> expected;
-  for (double v : values(x)) expected.push_back(ew::wrap_to(x.type(), c.ref(v)));
-  EXPECT_EQ(y.type(), x.type());
-  expect_close(y, x.shape(), expected, rtol_for(x.type()), atol_for(x.type()));
+  ew::expect_unary_matches(c.op, x, c.attrs, c.ref);
 }
 
 TEST(ElementwiseUnary, EveryOpEveryDtypeEveryShape) {

@@ -1,6 +1,6 @@
 // max_pool2d and avg_pool2d against float64 loops: windows, strides, padding (both
-// count_include_pad modes), every float dtype, non-contiguous input, empty batches, bad
-// attributes and shapes.
+// count_include_pad modes), ceil_mode, max pooling's dilations, every float dtype,
+// non-contiguous input, empty batches, bad attributes and shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,8 @@ struct pool_case {
   std::vector<std::int64_t> strides{};  // empty: the kernel
   std::vector<std::int64_t> padding{0, 0, 0, 0};
   bool include_pad = false;
+  bool ceil_mode = false;
+  std::vector<std::int64_t> dilations{1, 1};
 };
 
 std::vector<double> reference(bool max, const pool_case& c, const tensor& x, shape& out) {
@@ -28,8 +30,19 @@ std::vector<double> reference(bool max, const pool_case& c, const tensor& x, sha
   if (p.size() == 2) p = {p[0], p[0], p[1], p[1]};
   const auto s = c.strides.empty() ? c.kernel : c.strides;
   const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], w = c.x[3];
-  const std::int64_t oh = (h + p[0] + p[1] - c.kernel[0]) / s[0] + 1;
-  const std::int64_t ow = (w + p[2] + p[3] - c.kernel[1]) / s[1] + 1;
+  // ceil_mode: PyTorch's rule (round up, but no window may start past the input and its
+  // leading padding).
+  const auto out_size = [&](std::int64_t in, std::int64_t k, std::int64_t st, std::int64_t p0,
+                            std::int64_t p1) {
+    const std::int64_t span = in + p0 + p1 - k;
+    if (!c.ceil_mode) return span / st + 1;
+    std::int64_t o = (span + st - 1) / st + 1;
+    if ((o - 1) * st >= in + p0) --o;
+    return o;
+  };
+  const auto& d = c.dilations;
+  const std::int64_t oh = out_size(h, d[0] * (c.kernel[0] - 1) + 1, s[0], p[0], p[1]);
+  const std::int64_t ow = out_size(w, d[1] * (c.kernel[1] - 1) + 1, s[1], p[2], p[3]);
   out = {n, ch, oh, ow};
   std::vector<double> r;
   for (std::int64_t plane = 0; plane < n * ch; ++plane) {
@@ -39,8 +52,8 @@ std::vector<double> reference(bool max, const pool_case& c, const tensor& x, sha
         std::int64_t count = 0;
         for (std::int64_t i = 0; i < c.kernel[0]; ++i) {
           for (std::int64_t j = 0; j < c.kernel[1]; ++j) {
-            const std::int64_t iy = y * s[0] - p[0] + i;
-            const std::int64_t ix = xx * s[1] - p[2] + j;
+            const std::int64_t iy = y * s[0] - p[0] + i * d[0];
+            const std::int64_t ix = xx * s[1] - p[2] + j * d[1];
             if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
             const double v = xv[static_cast<std::size_t>((plane * h + iy) * w + ix)];
             acc = max ? std::max(acc, v) : acc + v;
@@ -58,6 +71,8 @@ std::vector<double> reference(bool max, const pool_case& c, const tensor& x, sha
 attr_map attrs_of(bool max, const pool_case& c) {
   attr_map a{{"kernel", c.kernel}, {"strides", c.strides}, {"padding", c.padding}};
   if (!max) a.emplace("count_include_pad", c.include_pad);
+  if (c.ceil_mode) a.emplace("ceil_mode", true);
+  if (c.dilations != std::vector<std::int64_t>{1, 1}) a.emplace("dilations", c.dilations);
   return a;
 }
 
@@ -188,6 +203,67 @@ TEST(NnPool, BadInput) {
   expect_invalid_argument(
       pool("max_pool2d", {1, 1, 4, 4}, {{"kernel", {2, 2}}, {"count_include_pad", true}}),
       {"under_test", "count_include_pad"});
+}
+
+TEST(PoolCeilModeTest, RoundsUpAsPyTorchAndOnnx) {
+  const std::vector<pool_case> ceil_cases{
+      {.x = {1, 2, 8, 8}, .kernel = {3, 3}, .strides = {2, 2}, .ceil_mode = true},
+      {.x = {2, 3, 7, 9}, .kernel = {2, 2}, .ceil_mode = true},
+      {.x = {1, 2, 6, 7}, .kernel = {3, 2}, .strides = {2, 3}, .padding = {1, 0, 1, 1},
+       .ceil_mode = true},
+      // The last rounded-up window would start in the bottom padding: dropped.
+      {.x = {1, 1, 5, 5}, .kernel = {2, 2}, .strides = {2, 2}, .padding = {1, 1},
+       .ceil_mode = true},
+      {.x = {1, 1, 4, 4}, .kernel = {2, 2}, .strides = {2, 2}, .ceil_mode = true},  // exact
+  };
+  std::uint64_t seed = 40;
+  for (const pool_case& c : ceil_cases) {
+    for (dtype t : float_types) {
+      const tensor x = random(t, c.x, seed++);
+      check_with(true, c, x);
+      check_with(false, c, x);
+    }
+  }
+  // 8 with a window of 3 and stride 2: 3 outputs rounding down, 4 rounding up.
+  const tensor y = run_op1("max_pool2d", {random(dtype::f32, {1, 1, 8, 8}, 1)},
+                           {{"kernel", std::vector<std::int64_t>{3, 3}},
+                            {"strides", std::vector<std::int64_t>{2, 2}},
+                            {"ceil_mode", true}});
+  EXPECT_EQ(y.shape(), (shape{1, 1, 4, 4}));
+  try {
+    (void)run_op("avg_pool2d", {random(dtype::f32, {1, 1, 8, 8}, 2)},
+                 {{"kernel", std::vector<std::int64_t>{3, 3}},
+                  {"count_include_pad", true},
+                  {"ceil_mode", true}});
+    ADD_FAILURE() << "expected an error";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ceil_mode with count_include_pad"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PoolDilationsTest, MaxPoolWithTapsApart) {
+  const std::vector<pool_case> dilated{
+      {.x = {1, 2, 7, 7}, .kernel = {2, 2}, .dilations = {2, 2}},
+      {.x = {2, 3, 9, 8}, .kernel = {3, 2}, .strides = {2, 1}, .padding = {2, 1, 0, 1},
+       .dilations = {2, 3}},
+      {.x = {1, 1, 8, 8}, .kernel = {3, 3}, .strides = {2, 2}, .padding = {1, 1},
+       .ceil_mode = true, .dilations = {2, 2}},
+  };
+  std::uint64_t seed = 60;
+  for (const pool_case& c : dilated) {
+    for (dtype t : float_types) check_with(true, c, random(t, c.x, seed++));
+  }
+  try {
+    (void)run_op("avg_pool2d", {random(dtype::f32, {1, 1, 8, 8}, 2)},
+                 {{"kernel", std::vector<std::int64_t>{2, 2}},
+                  {"dilations", std::vector<std::int64_t>{2, 2}}});
+    ADD_FAILURE() << "expected an error";
+  } catch (const invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("avg_pool2d takes dilations of 1 only"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -39,71 +39,43 @@ const char* op_of(kind k) {
   return "";
 }
 
-struct expected {
-  shape s;
-  std::vector<double> v;
-  // Per output: the scale errors are measured against (Σ|x| for sums, |result| otherwise).
-  std::vector<double> scale;
-};
-
 // The float64 reduction of x over axes (empty: all), as NumPy computes it.
-expected reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
-  const shape& s = x.shape();
-  const auto r = static_cast<std::int64_t>(s.rank());
-  std::vector<bool> red(s.rank(), axes.empty());
-  for (auto a : axes) red[static_cast<std::size_t>(a < 0 ? a + r : a)] = true;
-  expected e;
-  shape kept;
-  for (std::size_t d = 0; d < s.rank(); ++d) {
-    if (!red[d]) {
-      e.s.push_back(s[d]);
-      kept.push_back(s[d]);
-    } else if (keepdims) {
-      e.s.push_back(1);
-    }
-  }
-  const auto n_out = static_cast<std::size_t>(kept.num_elements());
+expected_reduction reference(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
+  const output_groups og = group_by_output(x, axes, keepdims);
+  expected_reduction e;
+  e.s = og.out;
   double init = 0.0;
   if (k == kind::prod) init = 1.0;
   if (k == kind::max) init = -INFINITY;
   if (k == kind::min) init = INFINITY;
-  e.v.assign(n_out, init);
-  std::vector<double> mag(n_out, 0.0);
-  std::vector<double> count(n_out, 0.0);
-  const auto xs = values(x);
-  for (std::int64_t i = 0; i < x.num_elements(); ++i) {
-    const auto idx = unravel(i, s);
-    std::int64_t o = 0;
-    for (std::size_t d = 0; d < s.rank(); ++d) {
-      if (!red[d]) o = o * s[d] + idx[d];
+  for (const auto& g : og.groups) {
+    double acc = init;
+    double mag = 0.0;
+    for (const double v : g) {
+      mag += std::fabs(v);
+      switch (k) {
+        case kind::sum:
+        case kind::mean:
+          acc += v;
+          break;
+        case kind::prod:
+          acc *= v;
+          break;
+        case kind::max:
+          if (!std::isnan(acc) && (std::isnan(v) || v > acc)) acc = v;
+          break;
+        case kind::min:
+          if (!std::isnan(acc) && (std::isnan(v) || v < acc)) acc = v;
+          break;
+      }
     }
-    const double v = xs[static_cast<std::size_t>(i)];
-    double& acc = e.v[static_cast<std::size_t>(o)];
-    mag[static_cast<std::size_t>(o)] += std::fabs(v);
-    count[static_cast<std::size_t>(o)] += 1;
-    switch (k) {
-      case kind::sum:
-      case kind::mean:
-        acc += v;
-        break;
-      case kind::prod:
-        acc *= v;
-        break;
-      case kind::max:
-        if (!std::isnan(acc) && (std::isnan(v) || v > acc)) acc = v;
-        break;
-      case kind::min:
-        if (!std::isnan(acc) && (std::isnan(v) || v < acc)) acc = v;
-        break;
-    }
-  }
-  e.scale.resize(n_out);
-  for (std::size_t o = 0; o < n_out; ++o) {
+    const auto count = static_cast<double>(g.size());
     if (k == kind::mean) {
-      e.v[o] = count[o] == 0 ? std::nan("") : e.v[o] / count[o];
-      mag[o] = count[o] == 0 ? 0 : mag[o] / count[o];
+      acc = g.empty() ? std::nan("") : acc / count;
+      mag = g.empty() ? 0 : mag / count;
     }
-    e.scale[o] = k == kind::sum || k == kind::mean ? mag[o] : std::fabs(e.v[o]);
+    e.v.push_back(acc);
+    e.scale.push_back(k == kind::sum || k == kind::mean ? mag : std::fabs(acc));
   }
   return e;
 }
@@ -116,21 +88,8 @@ attr_map reduce_attrs(const std::vector<std::int64_t>& axes, bool keepdims) {
 void check(kind k, const tensor& x, const std::vector<std::int64_t>& axes, bool keepdims,
            double rtol = -1, double atol = -1) {
   const dtype t = x.type();
-  if (rtol < 0) rtol = rtol_for(t);
-  if (atol < 0) atol = atol_for(t);
-  SCOPED_TRACE(::testing::Message() << op_of(k) << " " << x.describe() << " axes ["
-                                    << ::testing::PrintToString(axes) << "] keepdims " << keepdims);
-  const tensor got = run_op1(op_of(k), {x}, reduce_attrs(axes, keepdims));
-  const expected e = reference(k, x, axes, keepdims);
-  ASSERT_EQ(to_string(got.shape()), to_string(e.s));
-  ASSERT_TRUE(got.is_contiguous());
-  const auto g = values(got);
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (!close(g[i], e.v[i], e.scale[i], rtol, atol) && bad++ < 5) {
-      ADD_FAILURE() << "output " << i << ": got " << g[i] << ", expected " << e.v[i];
-    }
-  }
+  expect_reduction(op_of(k), x, axes, keepdims, reference(k, x, axes, keepdims),
+                   rtol < 0 ? rtol_for(t) : rtol, atol < 0 ? atol_for(t) : atol);
 }
 
 // Values that keep every kind exact or well-conditioned for dtype t: products near 1, and
@@ -142,22 +101,6 @@ tensor input_for(kind k, dtype t, const shape& s, std::uint64_t seed) {
   for (std::size_t i = 0; i < v.size(); ++i)
     v[i] = i % 17 == 3 ? 2.0 : ((i * 7 + seed) % 3 == 0 ? -1.0 : 1.0);
   return make(t, s, v);
-}
-
-// Every subset of axes of s (as a list, in a mix of positive and negative spellings).
-std::vector<std::vector<std::int64_t>> axis_subsets(std::size_t rank) {
-  std::vector<std::vector<std::int64_t>> out;
-  for (std::uint32_t mask = 0; mask < (1u << rank); ++mask) {
-    std::vector<std::int64_t> axes;
-    for (std::size_t d = 0; d < rank; ++d) {
-      if (mask & (1u << d)) {
-        const auto a = static_cast<std::int64_t>(d);
-        axes.push_back((mask + d) % 2 == 0 ? a : a - static_cast<std::int64_t>(rank));
-      }
-    }
-    out.push_back(axes);
-  }
-  return out;
 }
 
 const shape test_shapes[] = {{}, {5}, {3, 4}, {2, 3, 4}, {2, 3, 1, 5}, {1, 4, 1, 3}};

@@ -167,6 +167,68 @@ TEST(OnnxImport, BatchNormalizationMatchesFloat64) {
 
 // Shape -> Gather -> Unsqueeze -> Concat -> Reshape over a symbolic batch: the import knows
 // every element but the batch, so the Reshape is loom's static reshape with -1.
+TEST(OnnxImport, BatchNormalizationAfterGemmIsFoldedIntoItsWeights) {
+  model_builder mb;
+  mb.input("x", {-1, 3});
+  const auto w = random_floats(6, 11);  // [K=3, N=2]
+  mb.init_floats("w", {3, 2}, w);
+  mb.init_floats("c", {2}, {0.5F, -1.0F});
+  mb.node("Gemm", {"x", "w", "c"}, {"h"}, "fc");
+  mb.init_floats("s", {2}, {2.0F, 0.5F});
+  mb.init_floats("b", {2}, {0.1F, 0.2F});
+  mb.init_floats("m", {2}, {-0.3F, 0.4F});
+  mb.init_floats("v", {2}, {1.5F, 0.25F});
+  mb.node("BatchNormalization", {"h", "s", "b", "m", "v"}, {"y"}, "bn");
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  ASSERT_EQ(m.rewrites.size(), 1U);
+  EXPECT_NE(m.rewrites[0].find("'bn' into Gemm 'fc'"), std::string::npos) << m.rewrites[0];
+  EXPECT_EQ(m.graph.find("bn"), nullptr);
+  const auto x = random_floats(6, 12);
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({2, 3}, x)}});
+  const double c[] = {0.5, -1.0}, s[] = {2.0, 0.5}, b[] = {0.1, 0.2}, mm[] = {-0.3, 0.4}, vv[] = {1.5, 0.25};
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      double h = c[j];
+      for (int k = 0; k < 3; ++k) h += double(x[i * 3 + k]) * w[k * 2 + j];
+      const double ref = (h - double(float(mm[j]))) / std::sqrt(double(float(vv[j])) + double(1e-5F)) *
+                             double(float(s[j])) + double(float(b[j]));
+      EXPECT_NEAR(y[i * 2 + j], ref, 1e-5) << i << "," << j;
+    }
+  }
+  // Without the rewrite: the same values, BatchNormalization imported as it is.
+  onnx::import_options o;
+  o.fuse_patterns = false;
+  auto plain = onnx::import_bytes(mb.bytes(), o);
+  EXPECT_TRUE(plain.rewrites.empty());
+  const auto y2 = run1(plain, {{"x", memory::host_tensor<float>({2, 3}, x)}});
+  for (std::size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], y2[i], 1e-5);
+}
+
+TEST(OnnxImport, GeluWrittenInPiecesBecomesGelu) {
+  model_builder mb;
+  mb.input("x", {5});
+  auto scalar = [&](const std::string& name, float v) { mb.init_floats(name, {}, {v}); };
+  scalar("sqrt2", 1.4142135F);
+  scalar("one", 1.0F);
+  scalar("half", 0.5F);
+  mb.node("Div", {"x", "sqrt2"}, {"d"}, "div");
+  mb.node("Erf", {"d"}, {"e"}, "erf");
+  mb.node("Add", {"e", "one"}, {"a"}, "add");
+  mb.node("Mul", {"x", "a"}, {"m"}, "mul");
+  mb.node("Mul", {"m", "half"}, {"y"}, "gelu_out");
+  mb.output("y");
+  auto m = onnx::import_bytes(mb.bytes());
+  ASSERT_EQ(m.rewrites.size(), 1U);
+  ASSERT_NE(m.graph.find("gelu_out"), nullptr);
+  EXPECT_EQ(m.graph.find("gelu_out")->op(), "gelu");
+  const std::vector<float> x{-3.0F, -0.5F, 0.0F, 1.0F, 4.0F};
+  const auto y = run1(m, {{"x", memory::host_tensor<float>({5}, x)}});
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(y[i], 0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0))), 1e-6) << x[i];
+  }
+}
+
 TEST(OnnxImport, ShapeComputationsFoldWhereDimensionsAreKnown) {
   model_builder mb;
   mb.input("x", {-1, 4, 6});

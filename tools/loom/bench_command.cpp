@@ -6,7 +6,9 @@
 #include "commands.hpp"
 #include "fusion/fusion_bench.hpp"
 #include "interop/interop_bench.hpp"
+#include "loom/core/input.hpp"
 #include "memory/memory_bench.hpp"
+#include "onnx/onnx_bench.hpp"
 #include "runtime/runtime_bench.hpp"
 #include "train/train_bench.hpp"
 
@@ -152,6 +154,41 @@ void add_bench_command(CLI::App& app) {
     }
     const auto r = bench::run_fusion_bench(o);
     fmt::print("{}", fflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
+  }));
+
+  auto* onnx = bench->add_subcommand(
+      "onnx",
+      "An ONNX model's latency (batch 1) and throughput (batch 32), loom against ONNX Runtime "
+      "on the same file and threads");
+  struct onnx_flags {
+    bench::onnx_bench_options options;
+    bool json = false;
+    std::vector<std::string> dims;
+  };
+  auto oflags = std::make_shared<onnx_flags>();
+  onnx->add_option("model", oflags->options.model, "The .onnx file")->required()->check(CLI::ExistingFile);
+  onnx->add_flag("--json", oflags->json, "Print the results as JSON");
+  onnx->add_flag("--profile", oflags->options.profile, "Also print loom's time per op (from traced runs)");
+  onnx->add_option("--batch", oflags->options.batches, "Batch sizes (repeatable; default 1 and 32)")
+      ->check(CLI::Range(1, 1 << 20));
+  onnx->add_option("--threads", oflags->options.threads, "Thread counts (repeatable; default 1 and 2)")
+      ->check(CLI::Range(1, 1024));
+  onnx->add_option("--iterations", oflags->options.iterations, "Timed runs at batch 1")
+      ->check(CLI::Range(1, 100000));
+  onnx->add_option("--warmup", oflags->options.warmup, "Untimed runs first")->check(CLI::Range(0, 1000));
+  onnx->add_option("--dim", oflags->dims, "NAME=N: a symbolic dimension's value (repeatable)");
+  onnx->add_option("--ort-script", oflags->options.ort_script,
+                   "ONNX Runtime's timing script (default $LOOM_ORT_BENCH or "
+                   "bench/onnx/ort_bench.js); 'none' skips ONNX Runtime");
+  onnx->callback(guarded("bench onnx", [oflags] {
+    bench::onnx_bench_options o = oflags->options;
+    for (const auto& d : oflags->dims) {
+      const auto eq = d.find('=');
+      if (eq == std::string::npos || eq == 0) usage_error("--dim", fmt::format("'{}' is not NAME=N", d));
+      o.dims[d.substr(0, eq)] = parse_number<std::int64_t>(std::string_view(d).substr(eq + 1), "--dim " + d);
+    }
+    const auto r = bench::run_onnx_bench(o);
+    fmt::print("{}", oflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));
   }));
 
   add_bench_cuda_command(*bench);

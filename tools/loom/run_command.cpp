@@ -134,6 +134,9 @@ void add_run_command(CLI::App& app) {
     if (onnx) {
       auto m = onnx::import_file(args->graph_path);
       g = std::move(m.graph);
+      if (args->explain_fusion) {
+        for (const auto& r : m.rewrites) fmt::print("onnx import: {}\n", r);
+      }
       for (const auto& v : m.inputs) onnx_names[v.onnx_name] = v.tensor;
       for (const auto& v : m.outputs) {
         onnx_names[v.onnx_name] = v.tensor;

@@ -24,6 +24,7 @@
 //                            op, opset) and the nodes that use it), an opset above 17, a
 //                            data type loom has no dtype for
 //   loom::not_found          an external data file that is missing or too short
+//   value_required           (an unsupported_error) a graph input's value is needed
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,19 @@
 
 namespace loom::onnx {
 
+/// A graph input whose value the import needs (a Reshape's target shape, a Slice's bounds,
+/// TopK's k fed at run time): import again with its value in import_options::input_values.
+class value_required : public unsupported_error {
+ public:
+  value_required(const std::string& what, std::string input)
+      : unsupported_error(what), input_(std::move(input)) {}
+  /// The ONNX name of the graph input.
+  [[nodiscard]] const std::string& input() const noexcept { return input_; }
+
+ private:
+  std::string input_;
+};
+
 struct import_options {
   /// Initializers become variables (trainable, checkpointed) instead of constants.
   bool initializers_as_variables = false;
@@ -45,8 +59,19 @@ struct import_options {
   /// Fixes symbolic dimensions of graph inputs, by ONNX input name (-1 keeps one unknown):
   /// the import then folds shape computations that read them.
   std::map<std::string, shape> input_shapes;
+  /// The device every node asks for ("" none: the placer decides; "cuda:0", "cpu"). Nodes
+  /// without a kernel there need the session's allow_soft_placement.
+  std::string device;
+  /// Values of graph inputs, by ONNX name: each becomes a constant (its dtype must be the
+  /// input's, its shape fit the input's), so what depends on it is known at import.
+  std::map<std::string, tensor> input_values;
   /// Run ONNX's checker on the model first (on by default).
   bool check_model = true;
+  /// Rewrite what exporters write in pieces before lowering (on by default): a
+  /// BatchNormalization after a Conv or Gemm with constant weights folded into them (in
+  /// double; the answers then differ from the unfolded model's in rounding), and GELU
+  /// written as x * 0.5 * (1 + erf(x / sqrt(2))) imported as loom's gelu.
+  bool fuse_patterns = true;
 };
 
 /// A graph input or output of the imported model.
@@ -73,9 +98,11 @@ struct imported_model {
   /// The opset the file declared.
   std::int64_t file_opset = 0;
   std::string producer;
-  /// Initializers that became variables, by loom node name, with their values (empty unless
+  /// Initializers that became variables, by loom node name (empty unless
   /// import_options::initializers_as_variables).
   std::vector<std::string> variables;
+  /// What import_options::fuse_patterns rewrote, one line each, naming the ONNX nodes.
+  std::vector<std::string> rewrites;
 };
 
 /// Imports the model in `path` (external data resolved against its directory).

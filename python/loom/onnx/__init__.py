@@ -19,6 +19,10 @@ from .. import Session
 
 _onnx = _loom._onnx
 
+InputValueRequired = _onnx.InputValueRequired
+"""TypeError raised when the import needs a graph input's value (a Reshape's shape fed at
+run time): args are (message, input name); load again with input_values={name: value}."""
+
 min_opset = _onnx.min_opset
 max_opset = _onnx.max_opset
 
@@ -43,7 +47,7 @@ class Model:
     input_names / output_names are the model's ONNX names; inputs / outputs describe them
     (dtype, shape with -1 for symbolic dimensions, the symbolic names)."""
 
-    def __init__(self, info, *, threads=None, passes=True):
+    def __init__(self, info, *, threads=None, passes=True, soft_placement=False):
         self.graph = info["graph"]
         self.inputs = info["inputs"]
         self.outputs = info["outputs"]
@@ -51,10 +55,12 @@ class Model:
         self.file_opset = info["file_opset"]
         self.producer = info["producer"]
         self.variables = info["variables"]
+        self.rewrites = info["rewrites"]
         self.input_names = [v["name"] for v in self.inputs]
         self.output_names = [v["name"] for v in self.outputs]
         self._tensor = {v["name"]: v["tensor"] for v in self.inputs + self.outputs}
-        self.session = Session(self.graph, threads=threads or 0, passes=passes)
+        self.session = Session(self.graph, threads=threads or 0, passes=passes,
+                               soft_placement=soft_placement)
 
     def tensor_name(self, name):
         """The loom tensor holding ONNX input or output `name` (names not in the model
@@ -82,13 +88,20 @@ class Model:
         return self.run(feeds)
 
 
-def load(source, *, threads=None, passes=True, initializers_as_variables=False,
-         input_shapes=None, check=True, external_data_dir=None):
+def load(source, *, threads=None, device=None, passes=True, initializers_as_variables=False,
+         input_shapes=None, input_values=None, check=True, fuse_patterns=True,
+         external_data_dir=None):
     """Imports an ONNX model: a path, the bytes of a ModelProto, or an onnx.ModelProto.
 
-    threads: CPU threads of the session (default: every core). input_shapes fixes symbolic
-    dimensions ({"input": [1, 3, 224, 224]}) so shape computations fold at import.
-    initializers_as_variables makes float initializers trainable variables."""
+    threads: CPU threads of the session (default: every core). device ("cuda:0", "cpu")
+    asks every node for that device; nodes without a kernel there run where they can (soft
+    placement). input_shapes fixes symbolic
+    dimensions ({"input": [1, 3, 224, 224]}) so shape computations fold at import;
+    input_values gives graph inputs values (they become constants, no longer fed), which
+    the import needs for inputs that decide shapes (InputValueRequired names them).
+    initializers_as_variables makes float initializers trainable variables. fuse_patterns
+    (default on) folds BatchNormalization into the Conv or Gemm before it and imports GELU
+    written in pieces as loom's gelu (Model.rewrites lists what it did)."""
     if hasattr(source, "SerializeToString"):  # an onnx.ModelProto
         source = source.SerializeToString()
     elif isinstance(source, os.PathLike):
@@ -97,10 +110,13 @@ def load(source, *, threads=None, passes=True, initializers_as_variables=False,
         source,
         initializers_as_variables=initializers_as_variables,
         input_shapes={k: [int(d) for d in v] for k, v in (input_shapes or {}).items()},
+        input_values={k: _as_feed(k, v) for k, v in (input_values or {}).items()},
         check=check,
+        fuse_patterns=fuse_patterns,
         external_data_dir="" if external_data_dir is None else os.fspath(external_data_dir),
+        device="" if device is None else str(device),
     )
-    return Model(info, threads=threads, passes=passes)
+    return Model(info, threads=threads, passes=passes, soft_placement=device is not None)
 
 
 def __getattr__(name):

@@ -26,6 +26,9 @@ namespace loom::cpu {
 void register_array_index_kernels(kernel_registry& registry);
 // Defined in array_grad_kernels.cpp: pad, gather_grad.
 void register_array_grad_kernels(kernel_registry& registry);
+// Defined in array_shape_kernels.cpp: shape_of, dynamic_reshape, expand, constant_of_shape,
+// tile, flip, strided_slice, cumsum and their gradient ops.
+void register_array_shape_kernels(kernel_registry& registry);
 
 namespace {
 
@@ -98,6 +101,7 @@ void register_array_kernels(kernel_registry& r) {
   r.add(make_kernel_def<common::slice_kernel<dense_copy>>("slice", cpu, any));
   register_array_index_kernels(r);
   register_array_grad_kernels(r);
+  register_array_shape_kernels(r);
 }
 
 }  // namespace loom::cpu

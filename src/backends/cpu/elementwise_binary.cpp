@@ -1,6 +1,6 @@
 // CPU kernels of the binary element-wise ops, all with NumPy broadcasting: add, sub, mul,
 // div, pow, maximum, minimum; the comparisons equal, not_equal, less, less_equal, greater,
-// greater_equal (bool results); logical_and, logical_or.
+// greater_equal (bool results); logical_and, logical_or; mod (attribute fmod).
 //
 // As in elementwise_unary.cpp, each op is a functor of elementwise_ops.hpp on one pair of
 // elements in the compute type; binary_kernel<Op> dispatches on the dtype once per call
@@ -20,7 +20,9 @@ constexpr double cheap = 0.5;
 template <class Op>
 class binary_kernel final : public op_kernel {
  public:
-  using op_kernel::op_kernel;
+  explicit binary_kernel(const kernel_construction& c) : op_kernel(c) {
+    if constexpr (std::is_same_v<Op, mod_op>) op_.fmod = c.attr<bool>("fmod");
+  }
 
   void compute(kernel_context& ctx) override {
     const dtype t = ctx.input(0).type();
@@ -28,10 +30,8 @@ class binary_kernel final : public op_kernel {
       using T = decltype(tag);
       if constexpr (Op::template supports<T>) {
         using R = std::conditional_t<Op::bool_out, bool, T>;
-        if constexpr (std::is_same_v<Op, div_op> && std::is_integral_v<T>) {
-          check_divisor<T>(ctx);
-        }
-        run_binary<T, R>(ctx, Op{}, is_half_like<T> ? cheap + 2.0 : cost<T>());
+        if constexpr (divides && std::is_integral_v<T>) check_divisor<T>(ctx);
+        run_binary<T, R>(ctx, op_, is_half_like<T> ? cheap + 2.0 : cost<T>());
       } else {
         ctx.fail("{} does not take {}", ctx.node().op(), to_string(t));
       }
@@ -42,6 +42,7 @@ class binary_kernel final : public op_kernel {
   template <class T>
   static constexpr double cost() {
     if constexpr (std::is_same_v<Op, pow_op>) return 20.0;
+    if constexpr (std::is_same_v<Op, mod_op>) return 4.0;
     if constexpr (std::is_same_v<Op, div_op> && std::is_integral_v<T>) return 3.0;
     return cheap;
   }
@@ -57,6 +58,11 @@ class binary_kernel final : public op_kernel {
       ctx.fail("integer division by zero (divisor {})", y.describe());
     }
   }
+
+  // div and mod: an integer divisor of 0 fails the node.
+  static constexpr bool divides = std::is_same_v<Op, div_op> || std::is_same_v<Op, mod_op>;
+
+  Op op_{};
 };
 
 template <class Op>
@@ -90,6 +96,7 @@ void register_binary_kernels(kernel_registry& r) {
   r.add(binary_def<logical_and_op>("logical_and", {}));
   r.add(binary_def<logical_or_op>("logical_or", {}));
   r.add(binary_def<relu_grad_op>("relu_grad", num));
+  r.add(binary_def<mod_op>("mod", num));
 }
 
 }  // namespace loom::cpu

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <type_traits>
 
@@ -19,6 +20,7 @@
 #include "elementwise_math.hpp"
 #include "kernel/common/elementwise_binary_ops.hpp"
 #include "kernel/common/elementwise_rules.hpp"
+#include "kernel/common/elementwise_unary_ops.hpp"
 
 namespace loom::cpu::ew {
 
@@ -177,6 +179,97 @@ struct logical_not_op {
   bool operator()(bool x) const noexcept { return !x; }
 };
 
+// ---- unary math of the C library (float types) -------------------------------------------------
+
+#define LOOM_LIBM_OP(name, fn)                    \
+  struct name {                                   \
+    template <class T>                            \
+    static constexpr bool supports = is_float<T>; \
+    template <class C>                            \
+    C operator()(C x) const noexcept {            \
+      return fn(x);                               \
+    }                                             \
+  };
+LOOM_LIBM_OP(sin_op, std::sin)
+LOOM_LIBM_OP(cos_op, std::cos)
+LOOM_LIBM_OP(tan_op, std::tan)
+LOOM_LIBM_OP(asin_op, std::asin)
+LOOM_LIBM_OP(acos_op, std::acos)
+LOOM_LIBM_OP(atan_op, std::atan)
+LOOM_LIBM_OP(sinh_op, std::sinh)
+LOOM_LIBM_OP(cosh_op, std::cosh)
+LOOM_LIBM_OP(asinh_op, std::asinh)
+LOOM_LIBM_OP(acosh_op, std::acosh)
+LOOM_LIBM_OP(atanh_op, std::atanh)
+LOOM_LIBM_OP(log1p_op, std::log1p)
+LOOM_LIBM_OP(expm1_op, std::expm1)
+LOOM_LIBM_OP(floor_op, std::floor)
+LOOM_LIBM_OP(ceil_op, std::ceil)
+// Halves to even: rint in the default rounding mode (round-to-nearest-even), as np.round.
+LOOM_LIBM_OP(round_op, std::rint)
+#undef LOOM_LIBM_OP
+
+// ---- activations (float types) ---------------------------------------------------------------
+
+/// log(1 + e^x) as max(x, 0) + log1p(e^-|x|): no overflow for large x, no loss for small.
+struct softplus_op {
+  template <class T>
+  static constexpr bool supports = is_float<T>;
+  template <class C>
+  C operator()(C x) const noexcept {
+    return (x > C(0) ? x : C(0)) + std::log1p(std::exp(-std::fabs(x)));
+  }
+};
+
+/// x sigmoid(x); -inf gives -0, the limit.
+struct silu_op {
+  template <class T>
+  static constexpr bool supports = is_float<T>;
+  float operator()(float x) const noexcept {
+    return x == -std::numeric_limits<float>::infinity() ? -0.0f : x * fast_sigmoid(x);
+  }
+  double operator()(double x) const noexcept {
+    return x == -std::numeric_limits<double>::infinity() ? -0.0 : x / (1.0 + std::exp(-x));
+  }
+};
+
+/// x tanh(softplus(x)); -inf gives -0, the limit.
+struct mish_op {
+  template <class T>
+  static constexpr bool supports = is_float<T>;
+  template <class C>
+  C operator()(C x) const noexcept {
+    if (x == -std::numeric_limits<C>::infinity()) return C(-0.0);
+    return x * std::tanh(softplus_op{}(x));
+  }
+};
+
+/// x > 0 ? gamma x : gamma (alpha (e^(x / beta) - 1)): elu (gamma = beta = 1), selu
+/// (beta = 1) and celu (gamma = 1, beta = alpha), each as ONNX defines it (a factor of 1 and
+/// a division by 1 are exact).
+struct exp_linear_op {
+  template <class T>
+  static constexpr bool supports = is_float<T>;
+  double alpha;
+  double beta = 1.0;
+  double gamma = 1.0;
+  template <class C>
+  C operator()(C x) const noexcept {
+    return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x / C(beta)));
+  }
+};
+
+// The device-neutral ones (src/kernel/common/elementwise_unary_ops.hpp), with their dtypes.
+template <class Fn, bool Signed = false>
+struct neutral_op : Fn {
+  template <class T>
+  static constexpr bool supports = Signed ? is_signed_number<T> : is_float<T>;
+};
+#define LOOM_NEUTRAL_OP(name, with_signed) \
+  using name##_op = neutral_op<loom::ew::name##_fn, with_signed>;
+LOOM_NEUTRAL_UNARY_OPS(LOOM_NEUTRAL_OP)
+#undef LOOM_NEUTRAL_OP
+
 // ---- binary (src/kernel/common/elementwise_binary_ops.hpp, but pow) ---------------------------
 
 using loom::ew::add_op;
@@ -202,6 +295,24 @@ struct pow_op {
   template <class C>
   C operator()(C a, C b) const noexcept {
     return std::pow(a, b);
+  }
+};
+
+/// The remainder with the divisor's sign (`fmod` false: NumPy's mod, Python's %) or with
+/// the dividend's (`fmod` true: C's fmod and %). Integers: loom::ew::int_mod.
+struct mod_op {
+  template <class T>
+  static constexpr bool supports = is_number<T>;
+  static constexpr bool bool_out = false;
+  bool fmod = false;
+  template <class C>
+  C operator()(C a, C b) const noexcept {
+    if constexpr (std::is_integral_v<C>) {
+      return loom::ew::int_mod(a, b, !fmod);
+    } else {
+      const C r = std::fmod(a, b);
+      return fmod ? r : loom::ew::floor_mod_from_fmod(r, b);
+    }
   }
 };
 

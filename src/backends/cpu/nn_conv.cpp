@@ -61,7 +61,10 @@ class conv2d_kernel final : public op_kernel {
   // oneDNN runs on its own (OpenMP) threads, all of the device's.
   [[nodiscard]] bool uses_all_threads() const noexcept override { return true; }
   explicit conv2d_kernel(const kernel_construction& c)
-      : op_kernel(c), type_(c.attr<dtype>("T")), window_(conv_window_of(c)) {}
+      : op_kernel(c),
+        type_(c.attr<dtype>("T")),
+        window_(conv_window_of(c)),
+        constant_filter_(onednn::input_is_constant(c, 1)) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);
@@ -126,13 +129,17 @@ class conv2d_kernel final : public op_kernel {
                {DNNL_ARG_DST, dst_md, pd.dst_desc(), true}});
     });
     if (!plan->primitive) return false;
-    onednn::execute(ctx, *plan, {x.raw_data(), w.raw_data(), out.raw_data()});
+    // The filter is argument 1 (Note [constant reorders]).
+    onednn::execute(ctx, *plan, {x.raw_data(), w.raw_data(), out.raw_data()}, constants_,
+                    constant_filter_ ? 0b010U : 0U);
     return true;
   }
 
   dtype type_;
   nn_rules::conv_window window_;
+  bool constant_filter_;
   onednn::primitive_cache cache_;
+  onednn::constant_reorders constants_;
 };
 
 }  // namespace

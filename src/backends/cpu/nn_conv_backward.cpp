@@ -1,5 +1,6 @@
 // The gradients of conv2d on CPU: conv2d_backprop_input (dx) and conv2d_backprop_filter
-// (dw). float32 and bfloat16 run oneDNN's convolution_backward_data / _weights on the
+// (dw), and conv_transpose2d, which is conv2d_backprop_input with its output shape from its
+// own rule. float32 and bfloat16 run oneDNN's convolution_backward_data / _weights on the
 // tensors' own NCHW / OIHW layouts (no reorder), with the forward primitive descriptor as
 // the hint oneDNN asks for; float64, float16 and whatever oneDNN cannot do on the machine
 // run reference loops. Note [oneDNN integration] (nn_onednn.hpp) says how primitives are
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernel/common/apply_rule.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -200,18 +202,16 @@ shape resolve(const kernel_context& ctx, const char* attr, shape s, const shape&
   return s;
 }
 
-class conv2d_backprop_input_kernel final : public conv_backward_kernel {
- public:
-  explicit conv2d_backprop_input_kernel(const kernel_construction& c)
-      : conv_backward_kernel(c), input_shape_(c.attr<shape>("input_shape")) {}
+// What conv2d_backprop_input and conv_transpose2d share: dx of a resolved shape from dy
+// (input 0) and the filter (input 1), by oneDNN's backward-data or the reference loop.
+class backprop_input_kernel : public conv_backward_kernel {
+ protected:
+  using conv_backward_kernel::conv_backward_kernel;
 
-  void compute(kernel_context& ctx) override {
+  // dx of shape xs (rank 4, every dimension known); `op` names the op in messages.
+  void run(kernel_context& ctx, const shape& xs, const char* op) {
     const tensor& dyin = ctx.input(0);
     const tensor& win = ctx.input(1);
-    require_rank4(ctx, dyin, "dy");
-    require_rank4(ctx, win, "the filter");
-    const shape xs = resolve(ctx, "input_shape", input_shape_,
-                             shape{dyin.dim(0), win.dim(1) * window_.groups, -1, -1});
     const conv_geometry g =
         geometry(ctx, xs, win.shape(), dyin,
                  fmt::format("input_shape {} and filter {}", to_string(xs), win.describe()));
@@ -223,7 +223,7 @@ class conv2d_backprop_input_kernel final : public conv_backward_kernel {
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, dy, w, dx, g, *dt)) {
       return;
     }
-    visit_float_type(ctx, type_, "conv2d_backprop_input", [&](auto tag) {
+    visit_float_type(ctx, type_, op, [&](auto tag) {
       using T = decltype(tag);
       reference_backprop_input<T>(ctx, dy.data<T>(), w.data<T>(), dx.data<T>(), g);
     });
@@ -250,8 +250,48 @@ class conv2d_backprop_input_kernel final : public conv_backward_kernel {
     onednn::execute(ctx, *plan, {dy.raw_data(), w.raw_data(), dx.raw_data()});
     return true;
   }
+};
 
+class conv2d_backprop_input_kernel final : public backprop_input_kernel {
+ public:
+  explicit conv2d_backprop_input_kernel(const kernel_construction& c)
+      : backprop_input_kernel(c), input_shape_(c.attr<shape>("input_shape")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& dyin = ctx.input(0);
+    const tensor& win = ctx.input(1);
+    require_rank4(ctx, dyin, "dy");
+    require_rank4(ctx, win, "the filter");
+    const shape xs = resolve(ctx, "input_shape", input_shape_,
+                             shape{dyin.dim(0), win.dim(1) * window_.groups, -1, -1});
+    run(ctx, xs, "conv2d_backprop_input");
+  }
+
+ private:
   shape input_shape_;
+};
+
+// conv_transpose2d(x, w): conv2d_backprop_input of x by w, its output shape from the rule.
+// x plays dy, and ONNX's filter layout [C_in, C_out / groups, kH, kW] is conv2d's
+// [O, C / groups, kH, kW] of the conv2d whose gradient this is.
+class conv_transpose2d_kernel final : public backprop_input_kernel {
+ public:
+  explicit conv_transpose2d_kernel(const kernel_construction& c)
+      : backprop_input_kernel(c),
+        output_padding_(c.attr<std::vector<std::int64_t>>("output_padding")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& x = ctx.input(0);
+    const tensor& w = ctx.input(1);
+    const shape ys = common::apply_rule(ctx, [&] {
+      return nn_rules::conv_transpose2d_output(x, w, window_,
+                                               {output_padding_.at(0), output_padding_.at(1)});
+    });
+    run(ctx, ys, "conv_transpose2d");
+  }
+
+ private:
+  std::vector<std::int64_t> output_padding_;
 };
 
 class conv2d_backprop_filter_kernel final : public conv_backward_kernel {
@@ -317,6 +357,8 @@ void register_nn_conv_backward_kernels(kernel_registry& r) {
                                                       floats, "onednn"));
   r.add(make_kernel_def<conv2d_backprop_filter_kernel>("conv2d_backprop_filter", device_type::cpu,
                                                        floats, "onednn"));
+  r.add(make_kernel_def<conv_transpose2d_kernel>("conv_transpose2d", device_type::cpu, floats,
+                                                 "onednn"));
 }
 
 }  // namespace loom::cpu

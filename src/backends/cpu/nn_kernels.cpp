@@ -98,6 +98,7 @@ void register_nn_kernels(kernel_registry& r) {
   register_nn_conv_backward_kernels(r);
   register_nn_pool_backward_kernels(r);
   register_nn_fused_kernels(r);
+  register_nn_resize_kernels(r);
   r.add(make_kernel_def<bias_add_kernel>(
       "bias_add", device_type::cpu,
       type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16, dtype::i32, dtype::i64,

@@ -20,12 +20,14 @@ namespace loom::cpu {
 void register_nn_matmul_kernels(kernel_registry& registry);  // matmul (nn_matmul.cpp)
 void register_nn_conv_kernels(kernel_registry& registry);    // conv2d (nn_conv.cpp)
 void register_nn_pool_kernels(kernel_registry& registry);    // max_pool2d, avg_pool2d (nn_pool.cpp)
-// conv2d_backprop_input, conv2d_backprop_filter (nn_conv_backward.cpp)
+// conv2d_backprop_input, conv2d_backprop_filter, conv_transpose2d (nn_conv_backward.cpp)
 void register_nn_conv_backward_kernels(kernel_registry& registry);
 // max_pool2d_grad, avg_pool2d_grad (nn_pool_backward.cpp)
 void register_nn_pool_backward_kernels(kernel_registry& registry);
 // fused_matmul, fused_conv2d (nn_fused.cpp)
 void register_nn_fused_kernels(kernel_registry& registry);
+// resize (nn_resize.cpp)
+void register_nn_resize_kernels(kernel_registry& registry);
 
 namespace nn_detail {
 
@@ -42,9 +44,10 @@ inline nn_rules::conv_window conv_window_of(const kernel_construction& c) {
 
 /// The pool_window of a pooling node's (or its gradient's) attributes.
 inline nn_rules::pool_window pool_window_of(const kernel_construction& c) {
-  return nn_rules::pool_window_of(c.attr<std::vector<std::int64_t>>("kernel"),
-                                  c.attr<std::vector<std::int64_t>>("strides"),
-                                  c.attr<std::vector<std::int64_t>>("padding"));
+  return nn_rules::pool_window_of(
+      c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
+      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"),
+      c.attr<std::vector<std::int64_t>>("dilations"));
 }
 
 /// ceil(a / d) for d > 0 and any a.
@@ -75,10 +78,20 @@ inline std::pair<std::int64_t, std::int64_t> window_cols(const pool_geometry& g,
   return {std::max<std::int64_t>(x0, 0), std::min(x0 + g.kernel[1], g.w)};
 }
 
+/// The taps [first, second) of a dilated window starting at input index `start` (taps
+/// start + i · dilation, 0 <= i < k) that fall inside [0, n).
+inline std::pair<std::int64_t, std::int64_t> window_taps(std::int64_t start, std::int64_t k,
+                                                         std::int64_t dilation,
+                                                         std::int64_t n) noexcept {
+  const std::int64_t lo = start >= 0 ? 0 : ceil_div(-start, dilation);
+  const std::int64_t hi = std::min(k, ceil_div(n - start, dilation));
+  return {lo, std::max(lo, hi)};
+}
+
 /// True for 2x2 windows with stride 2 and no padding: windows tile the plane (an odd last
 /// row or column lies in none), and the max kernels take their vectorized paths.
 inline bool tiles_2x2(const pool_geometry& g) noexcept {
-  return g.kernel == std::array<std::int64_t, 2>{2, 2} &&
+  return !g.dilated() && g.kernel == std::array<std::int64_t, 2>{2, 2} &&
          g.stride == std::array<std::int64_t, 2>{2, 2} && g.pad == std::array<std::int64_t, 4>{};
 }
 
@@ -128,6 +141,32 @@ inline T narrow(acc_t<T> v) noexcept {
   } else {
     return static_cast<T>(v);
   }
+}
+
+/// The maximum of the dilated window of output (oy, ox) over the plane `in` (taps
+/// dilation apart, those outside the input skipped) and the index in the plane of the
+/// element that holds it, by max pooling's rule: from -inf, a strictly greater element
+/// replaces the maximum (the first of equal maxima wins, NaN never does; a window with
+/// nothing above -inf gives its first tap). Forward and gradient share it.
+template <class T>
+inline std::pair<acc_t<T>, std::int64_t> dilated_window_max(const T* in, const pool_geometry& g,
+                                                            std::int64_t oy, std::int64_t ox) {
+  const std::int64_t y0 = oy * g.stride[0] - g.pad[0];
+  const std::int64_t x0 = ox * g.stride[1] - g.pad[2];
+  const auto [i0, i1] = window_taps(y0, g.kernel[0], g.dilation[0], g.h);
+  const auto [j0, j1] = window_taps(x0, g.kernel[1], g.dilation[1], g.w);
+  acc_t<T> best = -std::numeric_limits<acc_t<T>>::infinity();
+  std::int64_t at = (y0 + i0 * g.dilation[0]) * g.w + x0 + j0 * g.dilation[1];
+  for (std::int64_t i = i0; i < i1; ++i) {
+    for (std::int64_t j = j0; j < j1; ++j) {
+      const std::int64_t k = (y0 + i * g.dilation[0]) * g.w + x0 + j * g.dilation[1];
+      const acc_t<T> e = widen<T>(in[k]);
+      const bool greater = e > best;
+      at = greater ? k : at;
+      best = greater ? e : best;
+    }
+  }
+  return {best, at};
 }
 
 }  // namespace nn_detail

@@ -8,6 +8,9 @@
 #include <atomic>
 #include <memory>
 
+#include "loom/graph/graph.hpp"
+#include "loom/memory/tensor_allocation.hpp"
+
 namespace loom::cpu::onednn {
 
 dnnl::engine& engine() {
@@ -134,6 +137,38 @@ dnnl::stream& thread_stream() {
 }  // namespace
 
 void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data) {
+  static constant_reorders none;
+  execute(ctx, p, data, none, 0);
+}
+
+const void* constant_reorders::get(const plan& p, std::size_t i, const void* handle) {
+  const std::lock_guard lock(mutex_);
+  auto [it, added] = copies_.try_emplace({p.id, handle});
+  if (added) {
+    try {
+      const auto bytes = static_cast<std::int64_t>(p.args.at(i).inner.get_size());
+      it->second = memory::host_tensor(dtype::u8, shape{bytes});
+      dnnl::memory from(p.args[i].md, engine(), const_cast<void*>(handle));  // NOLINT: read only
+      dnnl::memory to(p.args[i].inner, engine(), it->second.raw_data());
+      dnnl::stream s(engine());
+      p.reorders.at(i)->execute(s, from, to);
+      s.wait();
+    } catch (...) {
+      copies_.erase(it);
+      throw;
+    }
+  }
+  return it->second.raw_data();
+}
+
+bool input_is_constant(const kernel_construction& c, std::size_t i) {
+  const graph* g = c.graph();
+  if (g == nullptr || i >= c.node().inputs.size()) return false;
+  return g->at(c.node().inputs[i].node).op() == "const";
+}
+
+void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data,
+             constant_reorders& constants, std::uint32_t constant_mask) {
   use_threads(ctx.num_threads());
   tensor scratch;
   std::vector<tensor> staged;  // the temporaries of reordered arguments, alive until the end
@@ -146,6 +181,11 @@ void execute(kernel_context& ctx, const plan& p, std::initializer_list<const voi
       void* handle = const_cast<void*>(d);  // NOLINT
       if (!p.reorders.at(i)) {
         t.in_order.at(i++).set_data_handle(handle);
+        continue;
+      }
+      if ((constant_mask >> i & 1U) != 0 && !p.args[i].output) {
+        t.in_order.at(i).set_data_handle(const_cast<void*>(constants.get(p, i, d)));  // NOLINT
+        ++i;
         continue;
       }
       const auto bytes = static_cast<std::int64_t>(p.args[i].inner.get_size());

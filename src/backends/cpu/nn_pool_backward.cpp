@@ -119,6 +119,17 @@ void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
   if (max_pool_grad_2x2<T>(ctx, x, dy, dx, g)) return;
   using Acc = acc_t<T>;
   const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1] + g.h * g.w);
+  if (g.dilated()) {  // taps dilation apart: the same rule over them
+    for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t p, Acc* acc, const T* grad) {
+      const T* in = x + p * g.h * g.w;
+      for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+          acc[dilated_window_max(in, g, oy, ox).second] += widen<T>(grad[oy * g.ow + ox]);
+        }
+      }
+    });
+    return;
+  }
   for_each_plane<T>(ctx, dy, dx, g, cost, [&](std::int64_t p, Acc* acc, const T* grad) {
     const T* in = x + p * g.h * g.w;
     for (std::int64_t oy = 0; oy < g.oh; ++oy) {
@@ -196,6 +207,12 @@ class pool_grad_kernel final : public op_kernel {
     }
     const std::string given = Max ? fmt::format("input {}", ctx.input(0).describe())
                                   : fmt::format("input_shape {}", to_string(xs));
+    if (include_pad_ && window_.ceil_mode) {
+      ctx.fail("ceil_mode with count_include_pad is not supported");  // Note [pooling ceil_mode]
+    }
+    if (!Max && (window_.dilation[0] != 1 || window_.dilation[1] != 1)) {
+      ctx.fail("avg_pool2d takes dilations of 1 only");
+    }
     const pool_geometry g = nn_rules::pool2d_geometry(xs, window_);
     if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", given);
     if (g.oh < 0 || g.ow < 0) {

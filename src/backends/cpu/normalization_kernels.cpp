@@ -748,9 +748,12 @@ class layer_norm_grad_kernel final : public common::layer_norm_kernel_base {
 
 }  // namespace
 
+void register_batch_norm_kernels(kernel_registry& registry);  // normalization_batch_norm.cpp
+
 void register_normalization_kernels(kernel_registry& r) {
   r.add(make_kernel_def<layer_norm_kernel>("layer_norm", cpu));
   r.add(make_kernel_def<layer_norm_grad_kernel>("layer_norm_grad", cpu));
+  register_batch_norm_kernels(r);
 }
 
 }  // namespace loom::cpu

@@ -1,4 +1,6 @@
-// CPU kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod and argmax.
+// CPU kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_l1,
+// reduce_l2, reduce_sum_square, reduce_log_sum, reduce_log_sum_exp, reduce_any, reduce_all,
+// argmax and argmin.
 //
 // Note [reduction geometry]
 // A reduction sees its input (any strides) as two lists of dims: the kept dims, in output
@@ -40,6 +42,34 @@ inline constexpr bool reducible_v =
     std::is_same_v<T, bfloat16> || std::is_same_v<T, std::int32_t> ||
     std::is_same_v<T, std::int64_t>;
 
+// Whether kind K has a kernel for T: any and all take bool alone; mean, l2, log_sum and
+// log_sum_exp the float types; the others every reducible type.
+template <class T, reduce_kind K>
+inline constexpr bool supports_v =
+    (K == reduce_kind::any || K == reduce_kind::all)
+        ? std::is_same_v<T, bool>
+        : reducible_v<T> &&
+              ((K != reduce_kind::mean && K != reduce_kind::l2 && K != reduce_kind::log_sum &&
+                K != reduce_kind::log_sum_exp) ||
+               std::is_floating_point_v<compute_t<T>>);
+
+// reduce_log_sum_exp's accumulator: the largest element m so far and Σ exp(x - m), so that
+// log Σ exp(x) = m + log s never overflows (the online form of the max-shifted sum).
+struct lse_acc {
+  double m;
+  double s;
+};
+
+// Two lse accumulators combined: the smaller's sum rescaled to the larger maximum. A NaN
+// wins; an empty side (m = -inf) changes nothing; equal maxima (both +inf included) add.
+inline lse_acc lse_combine(lse_acc a, lse_acc b) noexcept {
+  if (a.m != a.m || b.m != b.m) return {std::numeric_limits<double>::quiet_NaN(), 1.0};
+  if (a.m < b.m) std::swap(a, b);
+  if (b.m == -std::numeric_limits<double>::infinity()) return a;
+  if (a.m == b.m) return {a.m, a.s + b.s};
+  return {a.m, a.s + b.s * std::exp(b.m - a.m)};
+}
+
 // How one kind of reduction accumulates T: the accumulator type A, its identity, how one
 // element enters it (lift), how two combine, a run along one dim, a row of outputs, and the
 // final value.
@@ -47,16 +77,44 @@ template <class T, reduce_kind K>
 struct reducer {
   using C = compute_t<T>;
   static constexpr bool floating = std::is_floating_point_v<C>;
-  static constexpr bool additive = K == reduce_kind::sum || K == reduce_kind::mean;
+  // The sums: of x (sum, mean, log_sum), |x| (l1) or x² (l2, sum_square).
+  static constexpr bool additive = K == reduce_kind::sum || K == reduce_kind::mean ||
+                                   K == reduce_kind::l1 || K == reduce_kind::l2 ||
+                                   K == reduce_kind::sum_square || K == reduce_kind::log_sum;
   // Sums of floats in double (Note [blocked summation]); integer sums and products wrap in
-  // 64 bits (unsigned, so overflow is defined); max and min in the compute type.
-  using A =
+  // 64 bits (unsigned, so overflow is defined); max and min in the compute type; log_sum_exp
+  // in an lse_acc; any and all in a byte (0 or 1: std::vector<bool> has no data()).
+  using A = std::conditional_t<
+      K == reduce_kind::log_sum_exp, lse_acc,
+      std::conditional_t<K == reduce_kind::any || K == reduce_kind::all, std::uint8_t,
       std::conditional_t<additive, std::conditional_t<floating, double, std::uint64_t>,
                          std::conditional_t<K == reduce_kind::prod,
-                                            std::conditional_t<floating, C, std::uint64_t>, C>>;
+                                            std::conditional_t<floating, C, std::uint64_t>, C>>>>;
+
+  // What an element adds to a sum: x, |x| or x² (V: the compute or the accumulator type).
+  template <class V>
+  static V term(V v) noexcept {
+    if constexpr (K == reduce_kind::l1) {
+      if constexpr (std::is_unsigned_v<V>) {
+        return static_cast<std::int64_t>(v) < 0 ? V(0) - v : v;
+      } else {
+        return v < V(0) ? -v : v;
+      }
+    } else if constexpr (K == reduce_kind::l2 || K == reduce_kind::sum_square) {
+      return v * v;
+    } else {
+      return v;
+    }
+  }
 
   static A identity() noexcept {
-    if constexpr (additive) {
+    if constexpr (K == reduce_kind::log_sum_exp) {
+      return {-std::numeric_limits<double>::infinity(), 0.0};
+    } else if constexpr (K == reduce_kind::any) {
+      return 0;
+    } else if constexpr (K == reduce_kind::all) {
+      return 1;
+    } else if constexpr (additive) {
       return A(0);
     } else if constexpr (K == reduce_kind::prod) {
       return A(1);
@@ -68,18 +126,28 @@ struct reducer {
   }
 
   static A lift(T v) noexcept {
-    if constexpr (floating) {
-      return static_cast<A>(load(v));
+    if constexpr (K == reduce_kind::log_sum_exp) {
+      return {static_cast<double>(load(v)), 1.0};
+    } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
+      return v ? 1 : 0;
+    } else if constexpr (floating) {
+      return term(static_cast<A>(load(v)));
     } else if constexpr (K == reduce_kind::max || K == reduce_kind::min) {
       return v;
     } else {
-      return static_cast<A>(static_cast<std::int64_t>(v));
+      return term(static_cast<A>(static_cast<std::int64_t>(v)));
     }
   }
 
   // max/min: a NaN on either side wins (NumPy's maximum/minimum).
   static A combine(A a, A b) noexcept {
-    if constexpr (additive) {
+    if constexpr (K == reduce_kind::log_sum_exp) {
+      return lse_combine(a, b);
+    } else if constexpr (K == reduce_kind::any) {
+      return a | b;
+    } else if constexpr (K == reduce_kind::all) {
+      return a & b;
+    } else if constexpr (additive) {
       return a + b;
     } else if constexpr (K == reduce_kind::prod) {
       return a * b;
@@ -102,7 +170,8 @@ struct reducer {
   template <bool Unit>
   static A run(const T* p, std::int64_t n, std::int64_t s) noexcept {
     if constexpr (additive && floating) {
-      return blocked_sum<C>(n, [p, s](std::int64_t i) { return load(p[Unit ? i : i * s]); });
+      return blocked_sum<C>(n,
+                            [p, s](std::int64_t i) { return term(load(p[Unit ? i : i * s])); });
     } else if constexpr (Unit && std::is_same_v<T, C> && floating &&
                          (K == reduce_kind::max || K == reduce_kind::min)) {
       bool nan = false;
@@ -133,6 +202,14 @@ struct reducer {
     if constexpr (K == reduce_kind::mean) {
       if (count == 0) return store<T>(std::numeric_limits<double>::quiet_NaN());
       return store<T>(a / static_cast<double>(count));
+    } else if constexpr (K == reduce_kind::l2) {
+      return store<T>(std::sqrt(a));
+    } else if constexpr (K == reduce_kind::log_sum) {
+      return store<T>(std::log(a));
+    } else if constexpr (K == reduce_kind::log_sum_exp) {
+      return store<T>(a.m + std::log(a.s));
+    } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
+      return a != 0;
     } else if constexpr (!floating && K != reduce_kind::max && K != reduce_kind::min) {
       return static_cast<T>(static_cast<std::int64_t>(a));
     } else {
@@ -365,8 +442,7 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
     if (num_out == 0) return;
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
-      if constexpr (reducible_v<T> &&
-                    !(K == reduce_kind::mean && !std::is_floating_point_v<compute_t<T>>)) {
+      if constexpr (supports_v<T, K>) {
         if (num_red == 0) {
           using R = reducer<T, K>;
           std::fill_n(out.data<T>(), num_out, R::finish(R::identity(), 0));
@@ -380,24 +456,31 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
   }
 };
 
-// ---- argmax -----------------------------------------------------------------------------
+// ---- argmax, argmin ---------------------------------------------------------------------
 
 template <class T>
 inline constexpr bool argmax_type_v =
     reducible_v<T> || std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t>;
 
-// True when v replaces the best so far: larger, or the first NaN (NaN wins, as NumPy).
-template <class C>
-inline bool beats(C v, C best) noexcept {
+// True when v at a later index replaces the best so far: larger (Min: smaller), equal when
+// the last index is selected, or a NaN (NaN wins, as NumPy: the first NaN, or the last one
+// when the last index is selected).
+template <bool Min, class C>
+inline bool beats(C v, C best, bool last) noexcept {
   if constexpr (std::is_floating_point_v<C>) {
-    return v > best || (v != v && best == best);
+    const bool vn = v != v;
+    const bool bn = best != best;
+    if (vn || bn) return vn && (!bn || last);
+  }
+  if constexpr (Min) {
+    return v < best || (last && v == best);
   } else {
-    return v > best;
+    return v > best || (last && v == best);
   }
 }
 
-template <class T, class I>
-void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
+template <bool Min, class T, class I>
+void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp, bool last) {
   using C = compute_t<T>;
   const std::int64_t n = sp.n;
   if (sp.inner == 1) {
@@ -405,14 +488,15 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
       for (std::int64_t o = b; o < e; ++o) {
         const T* p = x + o * n;
         if constexpr (std::is_same_v<T, C> && std::is_floating_point_v<C>) {
-          // The maximum first (vectorised), then its first index, or the first NaN's.
+          // The extreme first (vectorised), then its first (or last) index, or the NaN's.
           bool nan = false;
-          const C m = extreme<true>(p, n, nan);
-          std::int64_t i = 0;
-          if (nan) {
-            while (p[i] == p[i]) ++i;
+          const C m = extreme<!Min>(p, n, nan);
+          const auto hit = [&](std::int64_t i) { return nan ? p[i] != p[i] : p[i] == m; };
+          std::int64_t i = last ? n - 1 : 0;
+          if (last) {
+            while (i > 0 && !hit(i)) --i;
           } else {
-            while (i + 1 < n && p[i] != m) ++i;
+            while (i + 1 < n && !hit(i)) ++i;
           }
           y[o] = static_cast<I>(i);
           continue;
@@ -421,7 +505,7 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
         std::int64_t bi = 0;
         for (std::int64_t i = 1; i < n; ++i) {
           const C v = load(p[i]);
-          if (beats(v, best)) {
+          if (beats<Min>(v, best, last)) {
             best = v;
             bi = i;
           }
@@ -450,7 +534,7 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
                          const T* row = p + i * sp.inner;
                          for (std::int64_t j = 0; j < w; ++j) {
                            const C v = load(row[j]);
-                           const bool take = beats(v, best[j]);
+                           const bool take = beats<Min>(v, best[j], last);
                            best[j] = take ? v : best[j];
                            idx[j] = take ? i : idx[j];
                          }
@@ -461,29 +545,37 @@ void argmax_into(kernel_context& ctx, const T* x, I* y, const axis_split& sp) {
                    });
 }
 
-class argmax_kernel final : public common::axis_kernel_base {
+// argmax and argmin (common::arg_kernel_base reads which, and the attributes).
+class argmax_kernel final : public common::arg_kernel_base {
  public:
-  using axis_kernel_base::axis_kernel_base;
+  using arg_kernel_base::arg_kernel_base;
 
   void compute(kernel_context& ctx) override {
     tensor hold;
     const tensor& x = dense_input(ctx, 0, hold);
     const shape& s = x.shape();
-    const reduction_rules::along_axis a = argmax_along(ctx, s);
+    const reduction_rules::along_axis a = argmax_along(ctx, s, op_name());
     const axis_split& sp = a.split;
-    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis));
+    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis, keepdims_));
     if (sp.outer * sp.inner == 0) return;
     const dtype out_t = out.type();
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (argmax_type_v<T>) {
+        const auto run = [&](auto* y) {
+          if (is_min_) {
+            argmax_into<true, T>(ctx, x.data<T>(), y, sp, last_);
+          } else {
+            argmax_into<false, T>(ctx, x.data<T>(), y, sp, last_);
+          }
+        };
         if (out_t == dtype::i32) {
-          argmax_into<T>(ctx, x.data<T>(), out.data<std::int32_t>(), sp);
+          run(out.data<std::int32_t>());
         } else {
-          argmax_into<T>(ctx, x.data<T>(), out.data<std::int64_t>(), sp);
+          run(out.data<std::int64_t>());
         }
       } else {
-        ctx.fail("argmax has no kernel for {}", to_string(x.type()));
+        ctx.fail("{} has no kernel for {}", op_name(), to_string(x.type()));
       }
     });
   }
@@ -497,7 +589,15 @@ void register_reduce_kernels(kernel_registry& r) {
   r.add(make_kernel_def<reduce_kernel<reduce_kind::max>>("reduce_max", cpu));
   r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", cpu));
   r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::l1>>("reduce_l1", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::l2>>("reduce_l2", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::sum_square>>("reduce_sum_square", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::log_sum>>("reduce_log_sum", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::log_sum_exp>>("reduce_log_sum_exp", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::any>>("reduce_any", cpu));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::all>>("reduce_all", cpu));
   r.add(make_kernel_def<argmax_kernel>("argmax", cpu));
+  r.add(make_kernel_def<argmax_kernel>("argmin", cpu));
 }
 
 }  // namespace loom::cpu

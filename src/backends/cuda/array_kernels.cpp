@@ -1,6 +1,7 @@
 // The CUDA backend's array kernels: the kernels every backend shares
 // (src/kernel/common/array_kernels.hpp: reshape, transpose, split, slice, concat, pad, gather,
-// gather_grad, one_hot) over the CUDA device work below (a dense copy, concat's join, the
+// gather_grad, one_hot; array_layout_kernels.hpp: tile, flip, strided_slice) over the CUDA
+// device work below (a dense copy, concat's join, the
 // fills of pad and one_hot, gather's take, gather_grad's sum), and the family's registration.
 // The CPU's counterparts are in src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp
 // and array_grad_kernels.cpp; the device code is in kernels/array.cu. squeeze, expand_dims and
@@ -25,6 +26,7 @@
 #include "cuda_check.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "kernel/common/array_layout_kernels.hpp"
 #include "kernel/common/array_views.hpp"
 #include "kernel/common/elementwise_convert.hpp"
 #include "kernels/array.cuh"
@@ -279,6 +281,10 @@ void register_array_kernels(kernel_registry& r) {
       "one_hot", {{"dtype", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
   // The op's dtypes: T numeric (no bool), Tindices int32 or int64.
   r.add(cuda_def<common::gather_grad_kernel<gather_grad_sum>>("gather_grad"));
+  // tile, flip, strided_slice: strided views of the input, copied dense.
+  r.add(cuda_def<common::tile_kernel<dense_copy>>("tile", any));
+  r.add(cuda_def<common::flip_kernel<dense_copy>>("flip", any));
+  r.add(cuda_def<common::strided_slice_kernel<dense_copy>>("strided_slice", any));
 }
 
 }  // namespace loom::cuda

@@ -1,4 +1,5 @@
-// CUDA kernels of the element-wise ops: the unary and binary math (with NumPy broadcasting),
+// CUDA kernels of the element-wise ops: the unary and binary math (with NumPy broadcasting;
+// the unary ops' attributes, as elu's alpha, passed by value),
 // cast, where, and the generators fill, zeros, ones and range. The device code is in
 // kernels/elementwise_*.cu; this file checks arguments, allocates outputs (in place when the
 // input's buffer is the node's alone, as on CPU) and describes operands to the kernels (Note
@@ -86,14 +87,16 @@ using ew_types = std::vector<dtype>;
 
 // ---- unary -----------------------------------------------------------------------------------
 
-void run_unary(kernel_context& ctx, kernels::unary_op op) {
+// `bool_out`: the predicates, whose bool result cannot take x's buffer.
+void run_unary(kernel_context& ctx, kernels::unary_op op, const kernels::unary_attrs& attrs = {},
+               bool bool_out = false) {
   const tensor& x = ctx.input(0);
   const shape s = x.shape();
   const auto layout = ew_layout_of<1>(ctx, s, {&x});
   launch_scope scope(ctx);
-  tensor& y = forward_or_allocate(ctx, s, {0});
+  tensor& y = bool_out ? ctx.allocate_output(0, s) : forward_or_allocate(ctx, s, {0});
   if (!kernels::launch_unary(op, elem_type_of(x.type()), x.raw_data(), y.raw_data(), layout,
-                             scope.stream)) {
+                             scope.stream, attrs)) {
     ctx.fail("{} does not take {}", ctx.node().op(), to_string(x.type()));
   }
   check_launch(ctx, ctx.node().op().c_str());
@@ -106,6 +109,45 @@ class unary_kernel final : public op_kernel {
 
  private:
   kernels::unary_op op_;
+};
+
+// The unary ops with attributes, and the predicates.
+class attr_unary_kernel final : public op_kernel {
+ public:
+  attr_unary_kernel(const kernel_construction& c, kernels::unary_op op)
+      : op_kernel(c), op_(op), attrs_(attrs_of(c, op)) {}
+  void compute(kernel_context& ctx) override {
+    using kernels::unary_op;
+    const bool bool_out =
+        op_ == unary_op::isnan || op_ == unary_op::isinf || op_ == unary_op::isfinite;
+    run_unary(ctx, op_, attrs_, bool_out);
+  }
+
+ private:
+  static kernels::unary_attrs attrs_of(const kernel_construction& c, kernels::unary_op op) {
+    using kernels::unary_op;
+    kernels::unary_attrs a;
+    auto real = [&](const char* name) { return c.attr<double>(name); };
+    if (op == unary_op::isinf) {
+      a.detect_positive = c.attr<bool>("detect_positive");
+      a.detect_negative = c.attr<bool>("detect_negative");
+    } else if (op == unary_op::selu) {
+      a.alpha = real("alpha");
+      a.gamma = real("gamma");
+    } else if (op == unary_op::celu) {
+      a.alpha = real("alpha");
+      a.beta = a.alpha;
+    } else if (op == unary_op::hard_sigmoid) {
+      a.alpha = real("alpha");
+      a.beta = real("beta");
+    } else if (op != unary_op::isnan && op != unary_op::isfinite) {
+      a.alpha = real("alpha");
+    }
+    return a;
+  }
+
+  kernels::unary_op op_;
+  kernels::unary_attrs attrs_;
 };
 
 class gelu_kernel final : public op_kernel {
@@ -124,8 +166,11 @@ class gelu_kernel final : public op_kernel {
 
 class binary_kernel final : public op_kernel {
  public:
+  // mod's attribute fmod picks the device op.
   binary_kernel(const kernel_construction& c, kernels::binary_op op, bool bool_out)
-      : op_kernel(c), op_(op), bool_out_(bool_out) {}
+      : op_kernel(c),
+        op_(op == kernels::binary_op::mod && c.attr<bool>("fmod") ? kernels::binary_op::fmod : op),
+        bool_out_(bool_out) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& x = ctx.input(0);
@@ -300,6 +345,38 @@ void register_elementwise_kernels(kernel_registry& r) {
   r.add(def_with<unary_kernel>("reciprocal", on_t(fl), unary_op::reciprocal));
   r.add(def_with<unary_kernel>("logical_not", on_t({}), unary_op::logical_not));
 
+  r.add(def_with<unary_kernel>("sin", on_t(fl), unary_op::sin));
+  r.add(def_with<unary_kernel>("cos", on_t(fl), unary_op::cos));
+  r.add(def_with<unary_kernel>("tan", on_t(fl), unary_op::tan));
+  r.add(def_with<unary_kernel>("asin", on_t(fl), unary_op::asin));
+  r.add(def_with<unary_kernel>("acos", on_t(fl), unary_op::acos));
+  r.add(def_with<unary_kernel>("atan", on_t(fl), unary_op::atan));
+  r.add(def_with<unary_kernel>("sinh", on_t(fl), unary_op::sinh));
+  r.add(def_with<unary_kernel>("cosh", on_t(fl), unary_op::cosh));
+  r.add(def_with<unary_kernel>("asinh", on_t(fl), unary_op::asinh));
+  r.add(def_with<unary_kernel>("acosh", on_t(fl), unary_op::acosh));
+  r.add(def_with<unary_kernel>("atanh", on_t(fl), unary_op::atanh));
+  r.add(def_with<unary_kernel>("log1p", on_t(fl), unary_op::log1p));
+  r.add(def_with<unary_kernel>("expm1", on_t(fl), unary_op::expm1));
+  r.add(def_with<unary_kernel>("floor", on_t(fl), unary_op::floor));
+  r.add(def_with<unary_kernel>("ceil", on_t(fl), unary_op::ceil));
+  r.add(def_with<unary_kernel>("round", on_t(fl), unary_op::round));
+  r.add(def_with<unary_kernel>("softplus", on_t(fl), unary_op::softplus));
+  r.add(def_with<unary_kernel>("softsign", on_t(fl), unary_op::softsign));
+  r.add(def_with<unary_kernel>("silu", on_t(fl), unary_op::silu));
+  r.add(def_with<unary_kernel>("mish", on_t(fl), unary_op::mish));
+  r.add(def_with<unary_kernel>("hard_swish", on_t(fl), unary_op::hard_swish));
+  r.add(def_with<unary_kernel>("sign", on_t(sig), unary_op::sign));
+  r.add(def_with<attr_unary_kernel>("elu", on_t(fl), unary_op::elu));
+  r.add(def_with<attr_unary_kernel>("selu", on_t(fl), unary_op::selu));
+  r.add(def_with<attr_unary_kernel>("celu", on_t(fl), unary_op::celu));
+  r.add(def_with<attr_unary_kernel>("leaky_relu", on_t(fl), unary_op::leaky_relu));
+  r.add(def_with<attr_unary_kernel>("hard_sigmoid", on_t(fl), unary_op::hard_sigmoid));
+  r.add(def_with<attr_unary_kernel>("thresholded_relu", on_t(fl), unary_op::thresholded_relu));
+  r.add(def_with<attr_unary_kernel>("isnan", on_t(fl), unary_op::isnan));
+  r.add(def_with<attr_unary_kernel>("isinf", on_t(fl), unary_op::isinf));
+  r.add(def_with<attr_unary_kernel>("isfinite", on_t(fl), unary_op::isfinite));
+
   r.add(def_with<binary_kernel>("add", on_t(num), binary_op::add, false));
   r.add(def_with<binary_kernel>("sub", on_t(num), binary_op::sub, false));
   r.add(def_with<binary_kernel>("mul", on_t(num), binary_op::mul, false));
@@ -316,6 +393,7 @@ void register_elementwise_kernels(kernel_registry& r) {
   r.add(def_with<binary_kernel>("logical_and", on_t({}), binary_op::logical_and, true));
   r.add(def_with<binary_kernel>("logical_or", on_t({}), binary_op::logical_or, true));
   r.add(def_with<binary_kernel>("relu_grad", on_t(num), binary_op::relu_grad, false));
+  r.add(def_with<binary_kernel>("mod", on_t(num), binary_op::mod, false));
 
   r.add(def_with<cast_kernel>("cast", on_t(all)));
   r.add(def_with<where_kernel>("where", on_t(all)));

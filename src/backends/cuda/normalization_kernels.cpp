@@ -1,5 +1,5 @@
 // The normalization family's CUDA kernels: layer_norm and layer_norm_grad (device code in
-// kernels/layer_norm.cu; Note [cuda layer_norm]). Semantics are the CPU kernels'
+// kernels/layer_norm.cu; Note [cuda layer_norm]) and batch_norm (kernels/batch_norm.cu). Semantics are the CPU kernels'
 // (src/backends/cpu/normalization_kernels.cpp); output shapes and argument checks are the
 // rules both call (loom/graph/ops/normalization_rules.hpp). Every check on shapes and
 // attributes runs before the first CUDA call, so a bad node fails alike on both devices.
@@ -9,6 +9,7 @@
 
 #include "cuda_kernels.hpp"
 #include "kernel/common/normalization_helpers.hpp"
+#include "kernels/batch_norm.cuh"
 #include "kernels/layer_norm.cuh"
 #include "reduction_common.hpp"
 
@@ -76,9 +77,36 @@ class layer_norm_grad_kernel final : public common::layer_norm_kernel_base {
   }
 };
 
+// ---- batch_norm ---------------------------------------------------------------------------
+
+class batch_norm_kernel final : public op_kernel {
+ public:
+  explicit batch_norm_kernel(const kernel_construction& c)
+      : op_kernel(c), eps_(c.attr<double>("epsilon")) {}
+
+  void compute(kernel_context& ctx) override {
+    const dtype t = ctx.input(0).type();
+    const normalization_rules::batch_norm_geometry g = common::batch_norm_geometry(ctx);
+    if (!kernels::batch_norm_supports(elem_of(t))) {
+      ctx.fail("batch_norm has no kernel for {}", to_string(t));
+    }
+    launch_scope scope(ctx);
+    const common::batch_norm_tensors io(ctx);
+    if (io.x.num_elements() == 0) return;
+    kernels::launch_batch_norm(elem_of(t), io.x.raw_data(), io.scale.raw_data(),
+                               io.bias.raw_data(), io.mean.raw_data(), io.var.raw_data(),
+                               io.y.raw_data(), g.outer, g.channels, g.inner, eps_, scope.stream);
+    check_launch(ctx, "batch_norm");
+  }
+
+ private:
+  double eps_;
+};
+
 }  // namespace
 
 void register_normalization_kernels(kernel_registry& r) {
+  r.add(make_kernel_def<batch_norm_kernel>("batch_norm", gpu, "cuda"));
   r.add(make_kernel_def<layer_norm_kernel>("layer_norm", gpu, "cuda"));
   r.add(make_kernel_def<layer_norm_grad_kernel>("layer_norm_grad", gpu, "cuda"));
 }

@@ -1,4 +1,6 @@
-// CUDA kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, argmax,
+// CUDA kernels of reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_l1,
+// reduce_l2, reduce_sum_square, reduce_log_sum, reduce_log_sum_exp, reduce_any, reduce_all,
+// argmax,
 // softmax, log_softmax and softmax_cross_entropy (device code in kernels/reduction.cu and
 // kernels/softmax.cu). Semantics are the CPU kernels' (src/backends/cpu/reduction_reduce.cpp,
 // reduction_softmax.cpp); output shapes and argument checks are the rules both call
@@ -37,7 +39,15 @@ static_assert(static_cast<int>(reduce_op::sum) == static_cast<int>(reduce_kind::
               static_cast<int>(reduce_op::mean) == static_cast<int>(reduce_kind::mean) &&
               static_cast<int>(reduce_op::max) == static_cast<int>(reduce_kind::max) &&
               static_cast<int>(reduce_op::min) == static_cast<int>(reduce_kind::min) &&
-              static_cast<int>(reduce_op::prod) == static_cast<int>(reduce_kind::prod));
+              static_cast<int>(reduce_op::prod) == static_cast<int>(reduce_kind::prod) &&
+              static_cast<int>(reduce_op::l1) == static_cast<int>(reduce_kind::l1) &&
+              static_cast<int>(reduce_op::l2) == static_cast<int>(reduce_kind::l2) &&
+              static_cast<int>(reduce_op::sum_square) == static_cast<int>(reduce_kind::sum_square) &&
+              static_cast<int>(reduce_op::log_sum) == static_cast<int>(reduce_kind::log_sum) &&
+              static_cast<int>(reduce_op::log_sum_exp) ==
+                  static_cast<int>(reduce_kind::log_sum_exp) &&
+              static_cast<int>(reduce_op::any) == static_cast<int>(reduce_kind::any) &&
+              static_cast<int>(reduce_op::all) == static_cast<int>(reduce_kind::all));
 
 // ---- reduce_* -----------------------------------------------------------------------------
 
@@ -60,10 +70,12 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
     launch_scope scope(ctx);
     tensor& out = ctx.allocate_output(0, rg.output);
     if (num_out == 0) return;
-    if (num_red == 0) {  // sum 0, prod 1, mean NaN
-      const double v = K == reduce_kind::prod   ? 1.0
+    if (num_red == 0) {  // sums 0, prod and all 1, mean NaN, logs -inf
+      const double v = (K == reduce_kind::prod || K == reduce_kind::all) ? 1.0
                        : K == reduce_kind::mean ? std::numeric_limits<double>::quiet_NaN()
-                                                : 0.0;
+                       : (K == reduce_kind::log_sum || K == reduce_kind::log_sum_exp)
+                           ? -std::numeric_limits<double>::infinity()
+                           : 0.0;
       return fill(ctx, scope, out, v);
     }
     // The dims that matter (size 1 dropped), neighbours of the same kind merged.
@@ -131,26 +143,27 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
 
 // ---- argmax -----------------------------------------------------------------------------
 
-class argmax_kernel final : public common::axis_kernel_base {
+// argmax and argmin (common::arg_kernel_base reads which, and the attributes).
+class argmax_kernel final : public common::arg_kernel_base {
  public:
-  using axis_kernel_base::axis_kernel_base;
+  using arg_kernel_base::arg_kernel_base;
 
   void compute(kernel_context& ctx) override {
     const shape s = ctx.input(0).shape();
     const dtype t = ctx.input(0).type();
-    const reduction_rules::along_axis a = argmax_along(ctx, s);
+    const reduction_rules::along_axis a = argmax_along(ctx, s, op_name());
     const reduction_rules::axis_split& sp = a.split;
     if (!kernels::argmax_supports(elem_of(t))) {
-      ctx.fail("argmax has no kernel for {}", to_string(t));
+      ctx.fail("{} has no kernel for {}", op_name(), to_string(t));
     }
     launch_scope scope(ctx);
-    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis));
+    tensor& out = ctx.allocate_output(0, reduction_rules::argmax_output(s, a.axis, keepdims_));
     if (sp.outer * sp.inner == 0) return;
     tensor hold;
     const tensor& x = dense_input(ctx, 0, hold);
-    kernels::launch_argmax(elem_of(t), out.type() == dtype::i32, x.raw_data(), out.raw_data(),
-                           sp.outer, sp.n, sp.inner, scope.stream);
-    check_launch(ctx, "argmax");
+    kernels::launch_argmax(elem_of(t), out.type() == dtype::i32, is_min_, last_, x.raw_data(),
+                           out.raw_data(), sp.outer, sp.n, sp.inner, scope.stream);
+    check_launch(ctx, op_name());
   }
 };
 
@@ -221,7 +234,16 @@ void register_reduction_kernels(kernel_registry& r) {
   r.add(make_kernel_def<reduce_kernel<reduce_kind::max>>("reduce_max", gpu, "cuda"));
   r.add(make_kernel_def<reduce_kernel<reduce_kind::min>>("reduce_min", gpu, "cuda"));
   r.add(make_kernel_def<reduce_kernel<reduce_kind::prod>>("reduce_prod", gpu, "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::l1>>("reduce_l1", gpu, "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::l2>>("reduce_l2", gpu, "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::sum_square>>("reduce_sum_square", gpu, "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::log_sum>>("reduce_log_sum", gpu, "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::log_sum_exp>>("reduce_log_sum_exp", gpu,
+                                                                 "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::any>>("reduce_any", gpu, "cuda"));
+  r.add(make_kernel_def<reduce_kernel<reduce_kind::all>>("reduce_all", gpu, "cuda"));
   r.add(make_kernel_def<argmax_kernel>("argmax", gpu, "cuda"));
+  r.add(make_kernel_def<argmax_kernel>("argmin", gpu, "cuda"));
   r.add(make_kernel_def<softmax_kernel<false>>("softmax", gpu, "cuda"));
   r.add(make_kernel_def<softmax_kernel<true>>("log_softmax", gpu, "cuda"));
   r.add(make_kernel_def<xent_kernel>("softmax_cross_entropy", gpu, "cuda"));

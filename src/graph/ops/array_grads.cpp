@@ -1,9 +1,13 @@
 // Gradients of the array ops (array_ops.cpp): shape ops reshape the gradient back;
 // transpose transposes it by the inverse permutation; concat and split exchange roles;
-// slice pads its gradient with zeros; gather scatters it (gather_grad).
+// slice pads its gradient with zeros; gather scatters it (gather_grad). dynamic_reshape
+// reshapes back to shape_of(x) and expand sums back (expand_grad), both at run time; tile
+// sums the repeats; flip flips back; strided_slice writes into zeros (strided_slice_grad);
+// cumsum sums the other way.
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
+#include "loom/graph/ops/reduction.hpp"
 
 namespace loom {
 namespace {
@@ -81,6 +85,47 @@ grads pad_grad(const gradient_context& c) {
   return {ops::slice(c.grad(0), begin, size)};
 }
 
+
+// g, shaped at run time like input 0, given input 0's static shape when that is known (a
+// gradient has its input's type).
+output with_input_shape(const gradient_context& c, output g) {
+  const auto& t = c.input(0).type();
+  if (!t.shape || !t.shape->is_fully_defined()) return g;
+  return ops::reshape(g, t.shape->to_vector());
+}
+
+grads tile_grad(const gradient_context& c) {
+  // dy as [m0, d0, m1, d1, ...], summed over the repeats.
+  const shape& in = c.input_shape(0);
+  const auto multiples = c.attr<ints>("multiples");
+  ints split;
+  ints axes;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    axes.push_back(static_cast<std::int64_t>(split.size()));
+    split.push_back(multiples.at(d));
+    split.push_back(in[d]);
+  }
+  output g = ops::reshape(c.grad(0), split);
+  if (!axes.empty()) g = ops::reduce_sum(g, axes, false);
+  return {ops::reshape(g, in.to_vector())};
+}
+
+grads strided_slice_grad(const gradient_context& c) {
+  return {ops::strided_slice_grad(c.grad(0), c.input_shape(0), c.attr<ints>("starts"),
+                                  c.attr<ints>("ends"), c.attr<ints>("axes"),
+                                  c.attr<ints>("steps"))};
+}
+
+grads strided_slice_grad_grad(const gradient_context& c) {
+  return {ops::strided_slice(c.grad(0), c.attr<ints>("starts"), c.attr<ints>("ends"),
+                             c.attr<ints>("axes"), c.attr<ints>("steps"))};
+}
+
+grads cumsum_grad(const gradient_context& c) {
+  return {ops::cumsum(c.grad(0), c.attr<std::int64_t>("axis"), c.attr<bool>("exclusive"),
+                      !c.attr<bool>("reverse"))};
+}
+
 }  // namespace
 
 void register_array_gradients(gradient_registry& r) {
@@ -97,6 +142,27 @@ void register_array_gradients(gradient_registry& r) {
     return {c.unbroadcast(c.grad(0), 0)};
   });
   r.add_none("one_hot");
+  r.add_none("shape_of");
+  r.add_none("constant_of_shape");
+  r.add("dynamic_reshape", [](const gradient_context& c) -> grads {
+    return {with_input_shape(c, ops::dynamic_reshape(c.grad(0), ops::shape_of(c.input(0)))),
+            std::nullopt};
+  });
+  r.add("expand", [](const gradient_context& c) -> grads {
+    return {with_input_shape(c, ops::expand_grad(c.grad(0), ops::shape_of(c.input(0)))),
+            std::nullopt};
+  });
+  r.add("expand_grad", [](const gradient_context& c) -> grads {
+    return {with_input_shape(c, ops::expand(c.grad(0), ops::shape_of(c.input(0)))),
+            std::nullopt};
+  });
+  r.add("tile", tile_grad);
+  r.add("flip", [](const gradient_context& c) -> grads {
+    return {ops::flip(c.grad(0), c.attr<ints>("axes"))};
+  });
+  r.add("strided_slice", strided_slice_grad);
+  r.add("strided_slice_grad", strided_slice_grad_grad);
+  r.add("cumsum", cumsum_grad);
 }
 
 }  // namespace loom

@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
 #include "loom/core/error.hpp"
 
@@ -266,6 +268,180 @@ void check_broadcast(const shape& in, const shape& target, const text_fn& what) 
                       to_string(target), d, in[d], want));
     }
   }
+}
+
+
+shape dynamic_reshape_shape(const ints& spec, const shape& in, bool allowzero,
+                            const text_fn& what) {
+  const std::int64_t n = in.num_elements();
+  const auto fail = [&](const std::string& why) {
+    throw invalid_argument(fmt::format("cannot reshape {} ({} elements) to [{}]: {}", what(), n,
+                                       fmt::join(spec, ", "), why));
+  };
+  shape out(spec);
+  std::ptrdiff_t infer_at = -1;
+  bool has_zero = false;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < spec.size(); ++i) {
+    const std::int64_t d = spec[i];
+    if (d < -1) fail(fmt::format("entry {} is {}, below -1", i, d));
+    if (d == -1) {
+      if (infer_at >= 0) fail("more than one entry is -1");
+      infer_at = static_cast<std::ptrdiff_t>(i);
+      continue;
+    }
+    if (d == 0) {
+      has_zero = true;
+      if (!allowzero) {
+        if (i >= in.rank()) {
+          fail(fmt::format("entry {} is 0 (copy the input's dimension) but the input has rank {}",
+                           i, in.rank()));
+        }
+        out[i] = in[i];
+      }
+    }
+    known *= out[i];
+  }
+  if (allowzero && has_zero && infer_at >= 0) fail("with allowzero, 0 and -1 cannot both appear");
+  if (infer_at >= 0) {
+    if (known == 0) fail("the -1 cannot be inferred when the other entries hold 0 elements");
+    if (n % known != 0) {
+      fail(fmt::format("the other entries hold {} elements, which do not divide {}", known, n));
+    }
+    out[static_cast<std::size_t>(infer_at)] = n / known;
+  } else if (known != n) {
+    fail(fmt::format("the target holds {} elements", known));
+  }
+  return out;
+}
+
+shape expand_shape(const shape& in, const ints& target, const text_fn& what) {
+  const std::size_t rank = std::max(in.rank(), target.size());
+  shape out = shape::filled(rank, 1);
+  for (std::size_t k = 0; k < rank; ++k) {
+    const std::int64_t a = k + in.rank() >= rank ? in[k + in.rank() - rank] : 1;
+    const std::int64_t b = k + target.size() >= rank ? target[k + target.size() - rank] : 1;
+    if (b < 0) {
+      throw invalid_argument(fmt::format("cannot expand {} to [{}]: dimension {} is negative",
+                                         what(), fmt::join(target, ", "), b));
+    }
+    if (a < 0) {
+      out[k] = b > 1 ? b : -1;
+    } else if (a == b || b == 1) {
+      out[k] = a;
+    } else if (a == 1) {
+      out[k] = b;
+    } else {
+      throw invalid_argument(
+          fmt::format("cannot expand {} to [{}]: dimension {} of the result would be both {} and {}",
+                      what(), fmt::join(target, ", "), k, a, b));
+    }
+  }
+  return out;
+}
+
+ints expand_grad_axes(const shape& in, const shape& out, const text_fn& what) {
+  check_broadcast(in, out, what);
+  const std::size_t lead = out.rank() - in.rank();
+  ints axes;
+  for (std::size_t d = 0; d < out.rank(); ++d) {
+    if (d < lead || (in[d - lead] == 1 && out[d] != 1)) axes.push_back(static_cast<std::int64_t>(d));
+  }
+  return axes;
+}
+
+shape tile_shape(const shape& in, const ints& multiples, const text_fn& what) {
+  if (multiples.size() != in.rank()) {
+    throw invalid_argument(fmt::format("multiples [{}] has {} entries for the rank-{} input {}",
+                                       fmt::join(multiples, ", "), multiples.size(), in.rank(),
+                                       what()));
+  }
+  shape out = in;
+  for (std::size_t d = 0; d < in.rank(); ++d) {
+    if (multiples[d] < 0) {
+      throw invalid_argument(fmt::format("multiples [{}] has the negative entry {} for {}",
+                                         fmt::join(multiples, ", "), multiples[d], what()));
+    }
+    if (in[d] >= 0) out[d] = in[d] * multiples[d];
+  }
+  return out;
+}
+
+std::vector<bool> flip_dims(std::size_t rank, const ints& axes, const text_fn& what) {
+  std::vector<bool> flip(rank, axes.empty());
+  for (auto a : axes) {
+    const std::size_t d = wrap_axis(a, rank, what);
+    if (flip[d]) {
+      throw invalid_argument(
+          fmt::format("axes [{}] name dimension {} twice", fmt::join(axes, ", "), d));
+    }
+    flip[d] = true;
+  }
+  return flip;
+}
+
+strided_slice_geometry strided_slice_shape(const shape& in, const ints& starts, const ints& ends,
+                                           const ints& axes, const ints& steps,
+                                           const text_fn& what) {
+  const std::size_t n = starts.size();
+  if (ends.size() != n || (!axes.empty() && axes.size() != n) ||
+      (!steps.empty() && steps.size() != n)) {
+    throw invalid_argument(fmt::format(
+        "starts [{}], ends [{}], axes [{}] and steps [{}] differ in length (axes and steps may "
+        "be empty) for {}",
+        fmt::join(starts, ", "), fmt::join(ends, ", "), fmt::join(axes, ", "),
+        fmt::join(steps, ", "), what()));
+  }
+  strided_slice_geometry g;
+  const std::size_t rank = in.rank();
+  g.out = in;
+  g.start = ints(rank, 0);
+  g.step = ints(rank, 1);
+  std::vector<bool> seen(rank, false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t a = axes.empty() ? static_cast<std::int64_t>(i) : axes[i];
+    const std::size_t d = wrap_axis(a, rank, what);
+    if (seen[d]) {
+      throw invalid_argument(fmt::format("axes [{}] name dimension {} twice for {}",
+                                         fmt::join(axes, ", "), d, what()));
+    }
+    seen[d] = true;
+    const std::int64_t step = steps.empty() ? 1 : steps[i];
+    if (step == 0) {
+      throw invalid_argument(
+          fmt::format("steps [{}] has a 0 (for axis {}) for {}", fmt::join(steps, ", "), a, what()));
+    }
+    g.step[d] = step;
+    const std::int64_t dim = in[d];
+    if (dim < 0) {
+      g.out[d] = -1;
+      continue;
+    }
+    std::int64_t start = starts[i];
+    std::int64_t end = ends[i];
+    if (start < 0) start += dim;
+    if (end < 0) end += dim;
+    std::int64_t count = 0;
+    if (dim == 0) {
+      start = 0;
+    } else if (step > 0) {
+      start = std::clamp<std::int64_t>(start, 0, dim);
+      end = std::clamp<std::int64_t>(end, 0, dim);
+      count = end > start ? 1 + (end - start - 1) / step : 0;
+    } else {
+      // -step overflows for INT64_MIN; any step past the dimension takes one element.
+      const std::int64_t back = step == std::numeric_limits<std::int64_t>::min()
+                                    ? std::numeric_limits<std::int64_t>::max()
+                                    : -step;
+      start = std::clamp<std::int64_t>(start, 0, dim - 1);
+      end = std::clamp<std::int64_t>(end, -1, dim - 1);
+      count = start > end ? 1 + (start - end - 1) / back : 0;
+    }
+    if (count == 0) start = 0;
+    g.start[d] = start;
+    g.out[d] = count;
+  }
+  return g;
 }
 
 }  // namespace loom::array_rules

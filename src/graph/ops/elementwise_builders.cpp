@@ -57,6 +57,106 @@ output reciprocal(output x, const node_options& o) {
   return unary("reciprocal", x, o);
 }
 
+output sin(output x, const node_options& o) {
+  return unary("sin", x, o);
+}
+output cos(output x, const node_options& o) {
+  return unary("cos", x, o);
+}
+output tan(output x, const node_options& o) {
+  return unary("tan", x, o);
+}
+output asin(output x, const node_options& o) {
+  return unary("asin", x, o);
+}
+output acos(output x, const node_options& o) {
+  return unary("acos", x, o);
+}
+output atan(output x, const node_options& o) {
+  return unary("atan", x, o);
+}
+output sinh(output x, const node_options& o) {
+  return unary("sinh", x, o);
+}
+output cosh(output x, const node_options& o) {
+  return unary("cosh", x, o);
+}
+output asinh(output x, const node_options& o) {
+  return unary("asinh", x, o);
+}
+output acosh(output x, const node_options& o) {
+  return unary("acosh", x, o);
+}
+output atanh(output x, const node_options& o) {
+  return unary("atanh", x, o);
+}
+output log1p(output x, const node_options& o) {
+  return unary("log1p", x, o);
+}
+output expm1(output x, const node_options& o) {
+  return unary("expm1", x, o);
+}
+output floor(output x, const node_options& o) {
+  return unary("floor", x, o);
+}
+output ceil(output x, const node_options& o) {
+  return unary("ceil", x, o);
+}
+output round(output x, const node_options& o) {
+  return unary("round", x, o);
+}
+output sign(output x, const node_options& o) {
+  return unary("sign", x, o);
+}
+output softplus(output x, const node_options& o) {
+  return unary("softplus", x, o);
+}
+output softsign(output x, const node_options& o) {
+  return unary("softsign", x, o);
+}
+output silu(output x, const node_options& o) {
+  return unary("silu", x, o);
+}
+output mish(output x, const node_options& o) {
+  return unary("mish", x, o);
+}
+output hard_swish(output x, const node_options& o) {
+  return unary("hard_swish", x, o);
+}
+output isnan(output x, const node_options& o) {
+  return unary("isnan", x, o);
+}
+output isfinite(output x, const node_options& o) {
+  return unary("isfinite", x, o);
+}
+output elu(output x, double alpha, const node_options& o) {
+  return unary("elu", x, o, {{"alpha", alpha}});
+}
+output selu(output x, double alpha, double gamma, const node_options& o) {
+  return unary("selu", x, o, {{"alpha", alpha}, {"gamma", gamma}});
+}
+output celu(output x, double alpha, const node_options& o) {
+  return unary("celu", x, o, {{"alpha", alpha}});
+}
+output leaky_relu(output x, double alpha, const node_options& o) {
+  return unary("leaky_relu", x, o, {{"alpha", alpha}});
+}
+output hard_sigmoid(output x, double alpha, double beta, const node_options& o) {
+  return unary("hard_sigmoid", x, o, {{"alpha", alpha}, {"beta", beta}});
+}
+output thresholded_relu(output x, double alpha, const node_options& o) {
+  return unary("thresholded_relu", x, o, {{"alpha", alpha}});
+}
+output isinf(output x, bool detect_positive, bool detect_negative, const node_options& o) {
+  return unary("isinf", x, o,
+               {{"detect_positive", detect_positive}, {"detect_negative", detect_negative}});
+}
+output clamp(output x, double lo, double hi, const node_options& o) {
+  graph_builder& b = x.builder();
+  const output low = maximum(x, scalar(b, lo, x.dtype_of()));
+  return minimum(low, scalar(b, hi, x.dtype_of()), o);
+}
+
 output add(output x, output y, const node_options& o) {
   return binary("add", x, y, o);
 }
@@ -77,6 +177,9 @@ output maximum(output x, output y, const node_options& o) {
 }
 output minimum(output x, output y, const node_options& o) {
   return binary("minimum", x, y, o);
+}
+output mod(output x, output y, bool fmod, const node_options& o) {
+  return x.builder().add1("mod", {x, y}, {{"fmod", fmod}}, o);
 }
 output equal(output x, output y, const node_options& o) {
   return binary("equal", x, y, o);

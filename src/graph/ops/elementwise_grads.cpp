@@ -56,6 +56,32 @@ grads max_min_grad(const gradient_context& c, bool is_max) {
           c.unbroadcast(ops::where(x_wins, zero, dy), 1)};
 }
 
+// x > 0 ? dy * pos : dy * neg, for the activations that switch at 0 (elu, selu, celu,
+// leaky_relu): at x = 0 the left side's slope, as PyTorch.
+output switch_at_zero(const gradient_context& c, output x, output pos, output neg) {
+  return ops::where(ops::greater(x, c.scalar(0.0, c.input_type(0))), pos, neg);
+}
+
+grads hard_swish_grad(const gradient_context& c) {
+  // y = x t, t = clamp(x / 6 + 1/2, 0, 1): 0 below -3, 1 above 3, x / 3 + 1/2 between (the
+  // kinks take the middle's, as PyTorch).
+  const output x = c.input(0);
+  const output dy = c.grad(0);
+  const dtype t = c.input_type(0);
+  const output inner = ops::where(ops::greater(x, c.scalar(3.0, t)), dy, dy * (x / 3.0 + 0.5));
+  return {ops::where(ops::less(x, c.scalar(-3.0, t)), c.scalar(0.0, t), inner)};
+}
+
+grads mod_grad(const gradient_context& c) {
+  // z = x - q y with q the integer quotient (floored, or truncated for fmod): dz/dx = 1,
+  // dz/dy = -q. q is (x - z) / y rounded (exact but for the division's rounding).
+  const output x = c.input(0);
+  const output y = c.input(1);
+  const output dy = c.grad(0);
+  const output q = ops::round((x - c.output_of(0)) / y);
+  return {c.unbroadcast(dy, 0), c.unbroadcast(-(dy * q), 1)};
+}
+
 }  // namespace
 
 void register_elementwise_gradients(gradient_registry& r) {
@@ -77,6 +103,71 @@ void register_elementwise_gradients(gradient_registry& r) {
         }));
   r.add("square", unary([](auto&, output x, output, output dy) { return dy * (x * 2.0); }));
   r.add("reciprocal", unary([](auto&, output, output y, output dy) { return -(dy * (y * y)); }));
+
+  r.add("sin", unary([](auto&, output x, output, output dy) { return dy * ops::cos(x); }));
+  r.add("cos", unary([](auto&, output x, output, output dy) { return -(dy * ops::sin(x)); }));
+  r.add("tan", unary([](auto&, output, output y, output dy) { return dy * (y * y + 1.0); }));
+  r.add("asin",
+        unary([](auto&, output x, output, output dy) { return dy * ops::rsqrt(1.0 - x * x); }));
+  r.add("acos",
+        unary([](auto&, output x, output, output dy) { return -(dy * ops::rsqrt(1.0 - x * x)); }));
+  r.add("atan", unary([](auto&, output x, output, output dy) { return dy / (x * x + 1.0); }));
+  r.add("sinh", unary([](auto&, output x, output, output dy) { return dy * ops::cosh(x); }));
+  r.add("cosh", unary([](auto&, output x, output, output dy) { return dy * ops::sinh(x); }));
+  r.add("asinh",
+        unary([](auto&, output x, output, output dy) { return dy * ops::rsqrt(x * x + 1.0); }));
+  r.add("acosh",
+        unary([](auto&, output x, output, output dy) { return dy * ops::rsqrt(x * x - 1.0); }));
+  r.add("atanh", unary([](auto&, output x, output, output dy) { return dy / (1.0 - x * x); }));
+  r.add("log1p", unary([](auto&, output x, output, output dy) { return dy / (x + 1.0); }));
+  r.add("expm1", unary([](auto&, output, output y, output dy) { return dy * (y + 1.0); }));
+  r.add("softplus", unary([](auto&, output x, output, output dy) { return dy * ops::sigmoid(x); }));
+  r.add("softsign", unary([](auto&, output x, output, output dy) {
+          const output d = ops::abs(x) + 1.0;
+          return dy / (d * d);
+        }));
+  // y = x s, s = sigmoid(x): dy/dx = s (1 + x (1 - s)).
+  r.add("silu", unary([](auto&, output x, output, output dy) {
+          const output s = ops::sigmoid(x);
+          return dy * (s * (x * (1.0 - s) + 1.0));
+        }));
+  // y = x t, t = tanh(softplus(x)): dy/dx = t + x sigmoid(x) (1 - t^2).
+  r.add("mish", unary([](auto&, output x, output, output dy) {
+          const output t = ops::tanh(ops::softplus(x));
+          return dy * (t + x * ops::sigmoid(x) * (1.0 - t * t));
+        }));
+  r.add("hard_swish", hard_swish_grad);
+  // From the output where x <= 0: alpha e^x = y + alpha.
+  r.add("elu", unary([](auto& c, output x, output y, output dy) {
+          return switch_at_zero(c, x, dy, dy * (y + c.template attr<double>("alpha")));
+        }));
+  // gamma alpha e^x = y + gamma alpha.
+  r.add("selu", unary([](auto& c, output x, output y, output dy) {
+          const double gamma = c.template attr<double>("gamma");
+          const double ga = gamma * c.template attr<double>("alpha");
+          return switch_at_zero(c, x, dy * gamma, dy * (y + ga));
+        }));
+  // e^(x / alpha) = y / alpha + 1.
+  r.add("celu", unary([](auto& c, output x, output y, output dy) {
+          return switch_at_zero(c, x, dy, dy * (y / c.template attr<double>("alpha") + 1.0));
+        }));
+  r.add("leaky_relu", unary([](auto& c, output x, output, output dy) {
+          return switch_at_zero(c, x, dy, dy * c.template attr<double>("alpha"));
+        }));
+  // alpha inside (0, 1) (where the clamp is not active), else 0.
+  r.add("hard_sigmoid", unary([](auto& c, output x, output, output dy) {
+          const double alpha = c.template attr<double>("alpha");
+          const output u = x * alpha + c.template attr<double>("beta");
+          const output zero = c.scalar(0.0, c.input_type(0));
+          const output inside =
+              ops::logical_and(ops::greater(u, zero), ops::less(u, c.scalar(1.0, c.input_type(0))));
+          return ops::where(inside, dy * alpha, zero);
+        }));
+  r.add("thresholded_relu", unary([](auto& c, output x, output, output dy) {
+          const output above =
+              ops::greater(x, c.scalar(c.template attr<double>("alpha"), c.input_type(0)));
+          return ops::where(above, dy, c.scalar(0.0, c.input_type(0)));
+        }));
 
   r.add("add", [](const gradient_context& c) -> grads {
     return {c.unbroadcast(c.grad(0), 0), c.unbroadcast(c.grad(0), 1)};
@@ -107,6 +198,7 @@ void register_elementwise_gradients(gradient_registry& r) {
     const output dyy = ops::where(positive, dy * z * log_x, zero);
     return {c.unbroadcast(dx, 0), c.unbroadcast(dyy, 1)};
   });
+  r.add("mod", mod_grad);
   r.add("maximum", [](const gradient_context& c) { return max_min_grad(c, true); });
   r.add("minimum", [](const gradient_context& c) { return max_min_grad(c, false); });
   r.add("where", [](const gradient_context& c) -> grads {
@@ -123,10 +215,13 @@ void register_elementwise_gradients(gradient_registry& r) {
     return {ops::cast(c.grad(0), from)};
   });
 
-  // No gradient flows through comparisons, logic, constants and random numbers.
-  for (const char* op : {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-                         "logical_and", "logical_or", "logical_not", "fill", "zeros", "ones",
-                         "range", "random_uniform", "random_normal"}) {
+  // No gradient flows through comparisons, logic, constants, random numbers, the rounding
+  // functions and sign (zero almost everywhere) and the predicates.
+  for (const char* op :
+       {"equal",       "not_equal",      "less",          "less_equal", "greater", "greater_equal",
+        "logical_and", "logical_or",     "logical_not",   "fill",       "zeros",   "ones",
+        "range",       "random_uniform", "random_normal", "floor",      "ceil",    "round",
+        "sign",        "isnan",          "isinf",         "isfinite"}) {
     r.add_none(op);
   }
 }

@@ -116,6 +116,61 @@ void register_elementwise_ops(op_registry& r) {
   add_unary(r, "erf", fl, "the error function");
   add_unary(r, "square", sig, "x * x");
   add_unary(r, "reciprocal", fl, "1 / x");
+  add_unary(r, "sin", fl, "sine");
+  add_unary(r, "cos", fl, "cosine");
+  add_unary(r, "tan", fl, "tangent");
+  add_unary(r, "asin", fl, "inverse sine (NaN outside [-1, 1])");
+  add_unary(r, "acos", fl, "inverse cosine (NaN outside [-1, 1])");
+  add_unary(r, "atan", fl, "inverse tangent");
+  add_unary(r, "sinh", fl, "hyperbolic sine");
+  add_unary(r, "cosh", fl, "hyperbolic cosine");
+  add_unary(r, "asinh", fl, "inverse hyperbolic sine");
+  add_unary(r, "acosh", fl, "inverse hyperbolic cosine (NaN below 1)");
+  add_unary(r, "atanh", fl, "inverse hyperbolic tangent (±inf at ±1, NaN beyond)");
+  add_unary(r, "log1p", fl, "log(1 + x), accurate near 0");
+  add_unary(r, "expm1", fl, "e^x - 1, accurate near 0");
+  add_unary(r, "floor", fl, "the largest integer <= x");
+  add_unary(r, "ceil", fl, "the smallest integer >= x");
+  add_unary(r, "round", fl, "the nearest integer, halves to even");
+  add_unary(r, "sign", sig, "-1, 0 or 1 by x's sign (NaN stays NaN)");
+  add_unary(r, "softplus", fl, "log(1 + e^x)");
+  add_unary(r, "softsign", fl, "x / (1 + |x|)");
+  add_unary(r, "silu", fl, "x * sigmoid(x)");
+  add_unary(r, "mish", fl, "x * tanh(softplus(x))");
+  add_unary(r, "hard_swish", fl, "x * max(0, min(1, x / 6 + 1/2))");
+  add_unary(r, "elu", fl, "x > 0 ? x : alpha (e^x - 1)", {finite_real_attr("alpha", 1.0)});
+  add_unary(r, "selu", fl, "gamma (x > 0 ? x : alpha (e^x - 1))",
+            {finite_real_attr("alpha", 1.67326319217681884765625),
+             finite_real_attr("gamma", 1.05070102214813232421875)});
+  {
+    attr_def alpha = finite_real_attr("alpha", 1.0);
+    alpha.validate = [](const attr_value& v) {
+      const double a = v.as<double>();
+      if (a == 0.0 || !std::isfinite(a)) throw invalid_argument("must be finite and not 0");
+    };
+    add_unary(r, "celu", fl, "x > 0 ? x : alpha (e^(x / alpha) - 1)", {std::move(alpha)});
+  }
+  add_unary(r, "leaky_relu", fl, "x < 0 ? alpha x : x", {finite_real_attr("alpha", 0.01)});
+  add_unary(r, "hard_sigmoid", fl, "max(0, min(1, alpha x + beta))",
+            {finite_real_attr("alpha", 0.2), finite_real_attr("beta", 0.5)});
+  add_unary(r, "thresholded_relu", fl, "x > alpha ? x : 0", {finite_real_attr("alpha", 1.0)});
+  for (const char* name : {"isnan", "isinf", "isfinite"}) {
+    op_def d;
+    d.name = name;
+    d.summary = std::string_view(name) == "isnan"   ? "x is NaN"
+                : std::string_view(name) == "isinf" ? "x is +inf (detect_positive) or -inf "
+                                                      "(detect_negative)"
+                                                    : "x is neither infinite nor NaN";
+    d.inputs = {typed("x")};
+    d.outputs = {fixed("y", dtype::boolean)};
+    d.attrs = {type_attr("T", fl)};
+    if (std::string_view(name) == "isinf") {
+      d.attrs.push_back(attr("detect_positive", attr_type::boolean, attr_value(true)));
+      d.attrs.push_back(attr("detect_negative", attr_type::boolean, attr_value(true)));
+    }
+    d.infer = [](inference_context& c) { c.set_output(0, dtype::boolean, c.input(0).shape); };
+    r.add(std::move(d));
+  }
 
   const auto& num = numeric_types();
   add_binary(r, "add", num, false, "x + y (broadcasting)");
@@ -127,6 +182,16 @@ void register_elementwise_ops(op_registry& r) {
   add_binary(r, "relu_grad", num, false,
              "relu's gradient from its output: x (dy) where y > 0, else 0");
   add_binary(r, "minimum", num, false, "min(x, y) (broadcasting; NaN propagates)");
+  {
+    op_def d;
+    d.name = "mod";
+    d.summary = "the remainder of x / y (broadcasting): with y's sign, or x's when fmod (C's fmod)";
+    d.inputs = {typed("x"), typed("y")};
+    d.outputs = {typed("z")};
+    d.attrs = {type_attr("T", num), attr("fmod", attr_type::boolean, attr_value(false))};
+    d.infer = [](inference_context& c) { c.set_output(0, c.input(0).type, broadcast_inputs(c)); };
+    r.add(std::move(d));
+  }
   add_binary(r, "equal", all_types(), true, "x == y (broadcasting)");
   add_binary(r, "not_equal", all_types(), true, "x != y (broadcasting)");
   add_binary(r, "less", num, true, "x < y (broadcasting)");

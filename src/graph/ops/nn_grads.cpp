@@ -1,6 +1,7 @@
 // Gradients of the nn ops (nn_ops.cpp): matmul by matmuls, bias_add by a reduction, and
 // conv2d and pooling by their backward ops (conv2d_backprop_input/filter,
-// max_pool2d_grad, avg_pool2d_grad), which take the forward node's attributes; the fused
+// max_pool2d_grad, avg_pool2d_grad), which take the forward node's attributes;
+// conv_transpose2d by conv2d and conv2d_backprop_filter; the fused
 // ops (nn_fused_ops.cpp) through the activation's gradient and then their core's.
 #include <cmath>
 #include <numbers>
@@ -84,6 +85,18 @@ grads conv2d_grad(const gradient_context& c) {
   return conv2d_input_grads(c, c.grad(0));
 }
 
+// conv_transpose2d(x, w) is conv2d_backprop_input(x, w): the adjoint of conv2d(., w). So
+// dx = conv2d(dy, w), and dw = conv2d_backprop_filter(dy, x), dy playing conv2d's input
+// and x its output's gradient (output_padding only adds rows conv2d never reads).
+grads conv_transpose2d_grad(const gradient_context& c) {
+  graph_builder& b = c.builder();
+  const output dy = c.grad(0);
+  attr_map filter_attrs = conv_attrs(c);
+  filter_attrs.emplace("filter_shape", c.input_shape(1));
+  return {b.add1("conv2d", {dy, c.input(1)}, conv_attrs(c)),
+          b.add1("conv2d_backprop_filter", {dy, c.input(0)}, std::move(filter_attrs))};
+}
+
 // fused_matmul / fused_conv2d: y = act(z), z = core + bias + residual. dz = dy * act'(z),
 // from y where act' is a function of y (relu, tanh, sigmoid), else from z recomputed by the
 // same fused op without its activation; then the core's gradients of dz, the bias's sum of
@@ -139,7 +152,9 @@ gradient_fn fused_grad(bool conv) {
 attr_map pool_attrs(const gradient_context& c) {
   return {{"kernel", c.attr<ints>("kernel")},
           {"strides", c.attr<ints>("strides")},
-          {"padding", c.attr<ints>("padding")}};
+          {"padding", c.attr<ints>("padding")},
+          {"ceil_mode", c.attr<bool>("ceil_mode")},
+          {"dilations", c.attr<ints>("dilations")}};
 }
 
 }  // namespace
@@ -148,6 +163,12 @@ void register_nn_gradients(gradient_registry& r) {
   r.add("matmul", matmul_grad);
   r.add("bias_add", bias_add_grad);
   r.add("conv2d", conv2d_grad);
+  r.add("conv_transpose2d", conv_transpose2d_grad);
+  // resize: differentiable in principle, but without a backward op yet; asking is an error
+  // naming the node (never a silent zero).
+  r.add("resize", [](const gradient_context& c) -> grads {
+    c.fail("resize has no gradient (no backward op for it yet)");
+  });
   r.add("fused_matmul", fused_grad(false));
   r.add("fused_conv2d", fused_grad(true));
   r.add("max_pool2d", [](const gradient_context& c) -> grads {

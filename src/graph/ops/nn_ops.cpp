@@ -1,6 +1,6 @@
-// matmul, bias_add, conv2d, max_pool2d, avg_pool2d and the gradients conv2d_backprop_input,
-// conv2d_backprop_filter, max_pool2d_grad, avg_pool2d_grad: definitions, inference and
-// builders.
+// matmul, bias_add, conv2d, conv_transpose2d, max_pool2d, avg_pool2d and the gradients
+// conv2d_backprop_input, conv2d_backprop_filter, max_pool2d_grad, avg_pool2d_grad:
+// definitions, inference and builders (resize: nn_resize_ops.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -142,6 +142,17 @@ void infer_conv2d(inference_context& c) {
   c.set_output(0, x.type, conv_forward_shape(c, *x.shape, *w.shape, read_conv_attrs(c), "input"));
 }
 
+// conv_transpose2d(input, filter): the rule's shape (nn_rules::conv_transpose2d_output).
+void infer_conv_transpose2d(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  const tensor_type& w = c.input(1);
+  const auto op = c.attr<std::vector<std::int64_t>>("output_padding");
+  const shape sx = x.shape ? *x.shape : shape{-1, -1, -1, -1};
+  const shape sw = w.shape ? *w.shape : shape{-1, -1, -1, -1};
+  c.set_output(0, x.type,
+               nn_rules::conv_transpose2d_output(sx, sw, read_conv_attrs(c), {op.at(0), op.at(1)}));
+}
+
 // Fails unless `dy` (the gradient fed to a backward op) has the forward output's shape
 // `expected` wherever both are known. `from` says what `expected` was computed from.
 void check_dy(const inference_context& c, const tensor_type& dy, const shape& expected,
@@ -219,7 +230,17 @@ void infer_conv2d_backprop_filter(inference_context& c) {
 shape pool_forward_shape(const inference_context& c, const shape& s) {
   const nn_rules::pool_window win = nn_rules::pool_window_of(
       c.attr<std::vector<std::int64_t>>("kernel"), c.attr<std::vector<std::int64_t>>("strides"),
-      c.attr<std::vector<std::int64_t>>("padding"));
+      c.attr<std::vector<std::int64_t>>("padding"), c.attr<bool>("ceil_mode"),
+      c.attr<std::vector<std::int64_t>>("dilations"));
+  if (c.def().name.starts_with("avg_pool2d") &&
+      (win.dilation[0] != 1 || win.dilation[1] != 1)) {
+    c.fail("avg_pool2d takes dilations of 1 only");
+  }
+  if (win.ceil_mode && c.def().name.starts_with("avg_pool2d") &&
+      c.attr<bool>("count_include_pad")) {
+    c.fail("ceil_mode with count_include_pad is not supported (the rounded-up windows would "
+           "count padding past the input's own)");
+  }
   const auto& kernel = win.kernel;
   const auto& pad = win.pad;
   if (pad[0] >= kernel[0] || pad[1] >= kernel[0] || pad[2] >= kernel[1] || pad[3] >= kernel[1]) {
@@ -292,6 +313,7 @@ attr_def shape4_attr(std::string name) {
 }  // namespace
 
 void register_nn_fused_ops(op_registry& r);  // fused_matmul, fused_conv2d (nn_fused_ops.cpp)
+void register_nn_resize_ops(op_registry& r);  // resize (nn_resize_ops.cpp)
 
 void register_nn_ops(op_registry& r) {
   {
@@ -365,6 +387,20 @@ void register_nn_ops(op_registry& r) {
     d.infer = infer_conv2d_backprop_filter;
     r.add(std::move(d));
   }
+  {
+    op_def d;
+    d.name = "conv_transpose2d";
+    d.summary = "2-D transposed convolution (ONNX ConvTranspose), NCHW input";
+    d.inputs = {typed("input"), typed("filter")};
+    d.outputs = {typed("output")};
+    d.attrs = conv_attr_defs();
+    auto output_padding = attr("output_padding", attr_type::ints, ints({0, 0}));
+    output_padding.validate = int_list({2}, 0);
+    d.attrs.push_back(std::move(output_padding));
+    d.infer = infer_conv_transpose2d;
+    r.add(std::move(d));
+  }
+  register_nn_resize_ops(r);
   // The pooling ops and their gradients: the type attribute and the window attributes.
   const auto pool_attr_defs = [](bool avg) {
     auto kernel = attr("kernel", attr_type::ints);
@@ -373,8 +409,12 @@ void register_nn_ops(op_registry& r) {
     strides.validate = int_list({0, 2}, 1);
     auto padding = attr("padding", attr_type::ints, ints({0, 0, 0, 0}));
     padding.validate = int_list({2, 4}, 0);
+    auto dilations = attr("dilations", attr_type::ints, ints({1, 1}));
+    dilations.validate = int_list({2}, 1);
     std::vector<attr_def> attrs{type_attr("T", float_types()), std::move(kernel),
-                                std::move(strides), std::move(padding)};
+                                std::move(strides), std::move(padding),
+                                attr("ceil_mode", attr_type::boolean, false),
+                                std::move(dilations)};
     if (avg) attrs.push_back(attr("count_include_pad", attr_type::boolean, false));
     return attrs;
   };
@@ -444,6 +484,17 @@ output conv2d_backprop_input(output dy, output w, shape input_shape, const conv2
                            o);
 }
 
+output conv_transpose2d(output x, output w, const conv2d_options& options,
+                        std::vector<std::int64_t> output_padding, const node_options& o) {
+  return x.builder().add1("conv_transpose2d", {x, w},
+                          {{"strides", options.strides},
+                           {"padding", options.padding},
+                           {"dilations", options.dilations},
+                           {"groups", options.groups},
+                           {"output_padding", std::move(output_padding)}},
+                          o);
+}
+
 output conv2d_backprop_filter(output x, output dy, shape filter_shape,
                               const conv2d_options& options, const node_options& o) {
   return x.builder().add1("conv2d_backprop_filter", {x, dy},
@@ -457,7 +508,11 @@ output conv2d_backprop_filter(output x, output dy, shape filter_shape,
 
 namespace {
 attr_map pool_attrs(const pool_options& options) {
-  return {{"kernel", options.kernel}, {"strides", options.strides}, {"padding", options.padding}};
+  return {{"kernel", options.kernel},
+          {"strides", options.strides},
+          {"padding", options.padding},
+          {"ceil_mode", options.ceil_mode},
+          {"dilations", options.dilations}};
 }
 }  // namespace
 

@@ -2,8 +2,10 @@
 #include "loom/graph/ops/nn_rules.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "loom/core/error.hpp"
 
@@ -60,6 +62,164 @@ bias_add_geometry bias_add_geometry_of(const tensor& x, const tensor& bias, bool
   for (std::size_t d = 0; d < axis; ++d) g.outer *= s[d];
   for (std::size_t d = axis + 1; d < s.rank(); ++d) g.inner *= s[d];
   return g;
+}
+
+shape conv_transpose2d_output(operand x, operand w, const conv_window& win,
+                              const std::array<std::int64_t, 2>& output_padding) {
+  const shape& sx = x.dims();
+  const shape& sw = w.dims();
+  if (sx.rank() != 4) {
+    throw invalid_argument(
+        fmt::format("conv_transpose2d needs an NCHW input of rank 4, got {}", x.name()));
+  }
+  if (sw.rank() != 4) {
+    throw invalid_argument(fmt::format(
+        "conv_transpose2d needs a filter [C_in, C_out / groups, kH, kW] of rank 4, got {}",
+        w.name()));
+  }
+  const std::int64_t g = win.groups;
+  const auto describe = [&] {
+    return fmt::format("input {}, filter {}, groups {}", x.name(), w.name(), g);
+  };
+  if (sx[1] >= 0 && sw[0] >= 0 && sx[1] != sw[0]) {
+    throw invalid_argument(fmt::format(
+        "the input has {} channels but the filter's dimension 0 is {} ({})", sx[1], sw[0],
+        describe()));
+  }
+  const std::int64_t ci = sx[1] >= 0 ? sx[1] : sw[0];
+  if (ci >= 0 && ci % g != 0) {
+    throw invalid_argument(
+        fmt::format("input channels {} do not divide into {} groups ({})", ci, g, describe()));
+  }
+  if (sw[2] == 0 || sw[3] == 0) {
+    throw invalid_argument(fmt::format("empty filter window ({})", describe()));
+  }
+  for (std::size_t d = 0; d < 2; ++d) {
+    if (output_padding[d] >= win.stride[d]) {
+      throw invalid_argument(fmt::format("output_padding [{}, {}] must be smaller than the "
+                                         "strides [{}, {}]",
+                                         output_padding[0], output_padding[1], win.stride[0],
+                                         win.stride[1]));
+    }
+  }
+  shape out{sx[0], sw[1] >= 0 ? sw[1] * g : -1, -1, -1};
+  for (std::size_t d = 0; d < 2; ++d) {
+    const std::int64_t in = sx[2 + d];
+    const std::int64_t k = sw[2 + d];
+    if (in == 0) throw invalid_argument(fmt::format("empty image ({})", describe()));
+    if (in < 0 || k < 0) continue;
+    const std::int64_t size = (in - 1) * win.stride[d] - win.pad[2 * d] - win.pad[2 * d + 1] +
+                              win.dilation[d] * (k - 1) + 1 + output_padding[d];
+    if (size < 1) {
+      throw invalid_argument(fmt::format(
+          "the padding [{}] leaves no output along dimension {} ({})", fmt::join(win.pad, ", "),
+          2 + d, describe()));
+    }
+    out[2 + d] = size;
+  }
+  return out;
+}
+
+namespace {
+
+// The index of `value` in `names`, or a failure naming the attribute.
+template <class E, std::size_t N>
+E parse_choice(const std::array<std::string_view, N>& names, std::string_view value,
+               const char* attr) {
+  const auto* it = std::find(names.begin(), names.end(), value);
+  if (it == names.end()) {
+    throw invalid_argument(fmt::format("{} must be one of \"{}\", got \"{}\"", attr,
+                                       fmt::join(names, "\", \""), value));
+  }
+  return static_cast<E>(it - names.begin());
+}
+
+}  // namespace
+
+resize_params resize_params_of(std::string_view mode, std::string_view coord,
+                               std::string_view rounding, std::vector<std::int64_t> sizes,
+                               std::vector<double> scales) {
+  resize_params p;
+  p.mode = parse_choice<resize_mode>(resize_mode_names, mode, "mode");
+  p.coord = parse_choice<resize_coord>(resize_coord_names, coord,
+                                       "coordinate_transformation_mode");
+  p.rounding = parse_choice<resize_rounding>(resize_rounding_names, rounding, "nearest_mode");
+  p.sizes = std::move(sizes);
+  p.scales = std::move(scales);
+  return p;
+}
+
+shape resize_output(const shape& x, const resize_params& p) {
+  if (p.sizes.size() != x.rank()) {
+    throw invalid_argument(fmt::format("sizes [{}] must have one size per dimension of x {}",
+                                       fmt::join(p.sizes, ", "), to_string(x)));
+  }
+  if (!p.scales.empty() && p.scales.size() != x.rank()) {
+    throw invalid_argument(fmt::format("scales [{}] must have one scale per dimension of x {}",
+                                       fmt::join(p.scales, ", "), to_string(x)));
+  }
+  for (const double sc : p.scales) {
+    if (!(sc > 0.0)) {
+      throw invalid_argument(fmt::format("scales [{}] must all be > 0", fmt::join(p.scales, ", ")));
+    }
+  }
+  for (std::size_t d = 0; d < x.rank(); ++d) {
+    if (x[d] == 0 && p.sizes[d] > 0) {
+      throw invalid_argument(fmt::format("x {} is empty along dimension {}: nothing to resize "
+                                         "to {} elements",
+                                         to_string(x), d, p.sizes[d]));
+    }
+  }
+  return shape(p.sizes);
+}
+
+double resize_scale(const resize_params& p, std::size_t d, std::int64_t in, std::int64_t out) {
+  if (!p.scales.empty()) return p.scales[d];
+  return static_cast<double>(out) / static_cast<double>(in);
+}
+
+double resize_source(resize_coord c, std::int64_t o, std::int64_t in, double scale) {
+  const auto x = static_cast<double>(o);
+  const double out_len = scale * static_cast<double>(in);
+  switch (c) {
+    case resize_coord::half_pixel:
+      return (x + 0.5) / scale - 0.5;
+    case resize_coord::asymmetric:
+      return x / scale;
+    case resize_coord::align_corners:
+      return out_len == 1.0 ? 0.0 : x * static_cast<double>(in - 1) / (out_len - 1.0);
+    case resize_coord::pytorch_half_pixel:
+      return out_len == 1.0 ? -0.5 : (x + 0.5) / scale - 0.5;
+    case resize_coord::tf_half_pixel_for_nearest:
+      return (x + 0.5) / scale;
+  }
+  return x;
+}
+
+std::int64_t resize_nearest_index(resize_rounding r, double x, std::int64_t in) {
+  const double f = std::floor(x);
+  const double frac = x - f;
+  bool up = false;
+  if (frac != 0.0) {
+    switch (r) {
+      case resize_rounding::round_prefer_floor:
+        up = frac > 0.5;
+        break;
+      case resize_rounding::round_prefer_ceil:
+        up = frac >= 0.5;
+        break;
+      case resize_rounding::floor:
+        up = false;
+        break;
+      case resize_rounding::ceil:
+        up = true;
+        break;
+    }
+  }
+  const double i = up ? f + 1.0 : f;
+  if (!(i > 0.0)) return 0;
+  if (i >= static_cast<double>(in - 1)) return in - 1;
+  return static_cast<std::int64_t>(i);
 }
 
 activation activation_of(std::string_view name) {

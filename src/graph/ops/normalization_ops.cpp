@@ -1,6 +1,9 @@
-// layer_norm and layer_norm_grad, the normalization family: definitions, inference (shape
-// rules in loom/graph/ops/normalization_rules.hpp) and builders.
+// layer_norm, layer_norm_grad and batch_norm, the normalization family's ops: definitions,
+// inference (shape rules in loom/graph/ops/normalization_rules.hpp) and builders (the builders
+// composed of other ops are in normalization_builders.cpp).
 #include <fmt/format.h>
+
+#include <array>
 
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/normalization.hpp"
@@ -105,6 +108,29 @@ void infer_layer_norm_grad(inference_context& c) {
   c.set_output(2, t, normalized);
 }
 
+void infer_batch_norm(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  if (!x.shape) {
+    c.set_output(0, x.type, std::nullopt);
+    return;
+  }
+  std::array<const shape*, 4> params{};
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto& p = c.input(i + 1).shape;
+    params[i] = p ? &*p : nullptr;
+  }
+  (void)normalization_rules::batch_norm_geometry_of(*x.shape, params);
+  c.set_output(0, x.type, *x.shape);
+}
+
+attr_def epsilon_attr() {
+  attr_def eps = attr("epsilon", attr_type::real, attr_value(1e-5));
+  eps.validate = [](const attr_value& v) {
+    if (!(v.as<double>() >= 0.0)) throw invalid_argument("epsilon must be >= 0");
+  };
+  return eps;
+}
+
 }  // namespace
 
 void register_normalization_ops(op_registry& r) {
@@ -114,12 +140,8 @@ void register_normalization_ops(op_registry& r) {
     d.summary = "(x - mean) * rstd * gamma + beta over dims [axis, rank)";
     d.inputs = {typed("x"), typed("gamma"), typed("beta")};
     d.outputs = {typed("y"), typed("mean"), typed("rstd")};
-    attr_def eps = attr("epsilon", attr_type::real, attr_value(1e-5));
-    eps.validate = [](const attr_value& v) {
-      if (!(v.as<double>() >= 0.0)) throw invalid_argument("epsilon must be >= 0");
-    };
     d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1)),
-               std::move(eps)};
+               epsilon_attr()};
     d.infer = infer_layer_norm;
     r.add(std::move(d));
   }
@@ -135,6 +157,16 @@ void register_normalization_ops(op_registry& r) {
     d.infer = infer_layer_norm_grad;
     r.add(std::move(d));
   }
+  {
+    op_def d;
+    d.name = "batch_norm";
+    d.summary = "inference batch normalisation over channel dim 1: x * a + b per channel";
+    d.inputs = {typed("x"), typed("scale"), typed("bias"), typed("mean"), typed("var")};
+    d.outputs = {typed("y")};
+    d.attrs = {type_attr("T", float_types()), epsilon_attr()};
+    d.infer = infer_batch_norm;
+    r.add(std::move(d));
+  }
 }
 
 namespace ops {
@@ -144,6 +176,11 @@ layer_norm_outputs layer_norm(output x, output gamma, output beta, std::int64_t 
   auto outs =
       x.builder().add("layer_norm", {x, gamma, beta}, {{"axis", axis}, {"epsilon", epsilon}}, o);
   return {outs.at(0), outs.at(1), outs.at(2)};
+}
+
+output batch_norm(output x, output scale, output bias, output mean, output var, double epsilon,
+                  const node_options& o) {
+  return x.builder().add1("batch_norm", {x, scale, bias, mean, var}, {{"epsilon", epsilon}}, o);
 }
 
 }  // namespace ops

@@ -45,4 +45,27 @@ void check_layer_norm_grad_args(const layer_norm_geometry& g, const shape& x, co
   }
 }
 
+batch_norm_geometry batch_norm_geometry_of(const shape& x,
+                                           const std::array<const shape*, 4>& params) {
+  if (x.rank() < 2) {
+    throw invalid_argument(
+        fmt::format("x must have rank >= 2 ([N, C, ...]), got shape {}", to_string(x)));
+  }
+  batch_norm_geometry g;
+  g.outer = x[0];
+  g.channels = x[1];
+  for (std::size_t k = 2; k < x.rank(); ++k) g.inner *= x[k];
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const shape* p = params[i];
+    if (p == nullptr) continue;
+    const bool ok = p->rank() == 1 && ((*p)[0] < 0 || g.channels < 0 || (*p)[0] == g.channels);
+    if (!ok) {
+      throw invalid_argument(fmt::format("{} of shape {} must be [C] = [{}] (x is {})",
+                                         batch_norm_param_names[i], to_string(*p), g.channels,
+                                         to_string(x)));
+    }
+  }
+  return g;
+}
+
 }  // namespace loom::normalization_rules

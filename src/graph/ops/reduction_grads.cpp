@@ -8,6 +8,7 @@
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/state.hpp"
 
 namespace loom {
 namespace {
@@ -82,6 +83,41 @@ grads prod_grad(const gradient_context& c) {
   return {y / c.input(0)};
 }
 
+// reduce_l1: dx = dy sign(x) (0 where x is 0).
+grads l1_grad(const gradient_context& c) {
+  const output x = c.input(0);
+  const dtype t = c.input_type(0);
+  const output zero = ops::scalar(c.builder(), 0.0, t);
+  const output sign = ops::cast(ops::greater(x, zero), t) - ops::cast(ops::less(x, zero), t);
+  return {sign * broadcast_back(c, c.grad(0), reduced_axes(c))};
+}
+
+// reduce_l2: dx = dy x / y (0 where the norm y is 0, PyTorch's subgradient).
+grads l2_grad(const gradient_context& c) {
+  const auto reduced = reduced_axes(c);
+  const output y = c.output_of(0);
+  const output zero = ops::scalar(c.builder(), 0.0, c.input_type(0));
+  const output scale = ops::where(ops::equal(y, zero), zero, c.grad(0) / y);
+  return {c.input(0) * broadcast_back(c, scale, reduced)};
+}
+
+// reduce_sum_square: dx = 2 x dy.
+grads sum_square_grad(const gradient_context& c) {
+  return {c.input(0) * broadcast_back(c, c.grad(0) * 2.0, reduced_axes(c))};
+}
+
+// reduce_log_sum: y = log Σx, dx = dy / Σx = dy exp(-y).
+grads log_sum_grad(const gradient_context& c) {
+  return {broadcast_back(c, c.grad(0) * ops::exp(-c.output_of(0)), reduced_axes(c))};
+}
+
+// reduce_log_sum_exp: dx = dy exp(x - y), the softmax of x over the reduced axes.
+grads log_sum_exp_grad(const gradient_context& c) {
+  const auto reduced = reduced_axes(c);
+  const output p = ops::exp(c.input(0) - broadcast_back(c, c.output_of(0), reduced));
+  return {p * broadcast_back(c, c.grad(0), reduced)};
+}
+
 std::int64_t axis_of(const gradient_context& c) {
   return static_cast<std::int64_t>(c.input_shape(0).normalize_axis(c.attr<std::int64_t>("axis")));
 }
@@ -117,10 +153,18 @@ void register_reduction_gradients(gradient_registry& r) {
   r.add("reduce_max", extremum_grad);
   r.add("reduce_min", extremum_grad);
   r.add("reduce_prod", prod_grad);
+  r.add("reduce_l1", l1_grad);
+  r.add("reduce_l2", l2_grad);
+  r.add("reduce_sum_square", sum_square_grad);
+  r.add("reduce_log_sum", log_sum_grad);
+  r.add("reduce_log_sum_exp", log_sum_exp_grad);
+  r.add_none("reduce_any");
+  r.add_none("reduce_all");
   r.add("softmax", softmax_grad);
   r.add("log_softmax", log_softmax_grad);
   r.add("softmax_cross_entropy", xent_grad);
   r.add_none("argmax");
+  r.add_none("argmin");
 }
 
 }  // namespace loom

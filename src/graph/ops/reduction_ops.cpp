@@ -1,6 +1,8 @@
-// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, softmax, log_softmax,
-// softmax_cross_entropy, argmax: definitions, inference (shape rules in
-// loom/graph/ops/reduction_rules.hpp) and builders.
+// reduce_sum, reduce_mean, reduce_max, reduce_min, reduce_prod, reduce_l1, reduce_l2,
+// reduce_sum_square, reduce_log_sum, reduce_log_sum_exp, reduce_any, reduce_all, softmax,
+// log_softmax, softmax_cross_entropy, argmax, argmin: definitions, inference (shape rules in
+// loom/graph/ops/reduction_rules.hpp) and builders (var, std and logsumexp, composed of these,
+// are in reduction_builders.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -78,7 +80,7 @@ void infer_argmax(inference_context& c) {
   }
   const std::size_t axis = reduction_rules::normalize_axis(
       c.attr<std::int64_t>("axis"), *in.shape, reduction_rules::rule_caller::inference);
-  c.set_output(0, out_t, reduction_rules::argmax_output(*in.shape, axis));
+  c.set_output(0, out_t, reduction_rules::argmax_output(*in.shape, axis, c.attr<bool>("keepdims")));
 }
 
 void add_reduce(op_registry& r, const char* name, const char* summary,
@@ -104,6 +106,14 @@ void register_reduction_ops(op_registry& r) {
   add_reduce(r, "reduce_max", "maximum over axes (NaN propagates)", reduce_types());
   add_reduce(r, "reduce_min", "minimum over axes (NaN propagates)", reduce_types());
   add_reduce(r, "reduce_prod", "product over axes", reduce_types());
+  add_reduce(r, "reduce_l1", "sum of absolute values over axes", reduce_types());
+  add_reduce(r, "reduce_l2", "sqrt of the sum of squares over axes", float_types());
+  add_reduce(r, "reduce_sum_square", "sum of squares over axes", reduce_types());
+  add_reduce(r, "reduce_log_sum", "log of the sum over axes", float_types());
+  add_reduce(r, "reduce_log_sum_exp", "log sum exp over axes (max-shifted, stable)",
+             float_types());
+  add_reduce(r, "reduce_any", "logical or over axes", {dtype::boolean});
+  add_reduce(r, "reduce_all", "logical and over axes", {dtype::boolean});
   for (const char* name : {"softmax", "log_softmax"}) {
     op_def d;
     d.name = name;
@@ -125,16 +135,18 @@ void register_reduction_ops(op_registry& r) {
     d.infer = infer_xent;
     r.add(std::move(d));
   }
-  {
+  for (const bool is_min : {false, true}) {
     op_def d;
-    d.name = "argmax";
-    d.summary = "index of the maximum along axis (first on ties, NaN wins)";
+    d.name = is_min ? "argmin" : "argmax";
+    d.summary = is_min ? "index of the minimum along axis (first on ties, NaN wins)"
+                       : "index of the maximum along axis (first on ties, NaN wins)";
     d.inputs = {typed("input")};
     d.outputs = {typed("output", "output_type")};
     attr_def out_t = type_attr("output_type", {dtype::i64, dtype::i32});
     out_t.default_value = attr_value(dtype::i64);
     d.attrs = {type_attr("T", argmax_types()), attr("axis", attr_type::integer, attr_value(-1)),
-               std::move(out_t)};
+               std::move(out_t), attr("keepdims", attr_type::boolean, attr_value(false)),
+               attr("select_last_index", attr_type::boolean, attr_value(false))};
     d.infer = infer_argmax;
     r.add(std::move(d));
   }
@@ -166,6 +178,31 @@ output reduce_prod(output x, std::vector<std::int64_t> axes, bool keepdims, cons
   return reduce("reduce_prod", x, std::move(axes), keepdims, o);
 }
 
+output reduce_l1(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_l1", x, std::move(axes), keepdims, o);
+}
+output reduce_l2(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_l2", x, std::move(axes), keepdims, o);
+}
+output reduce_sum_square(output x, std::vector<std::int64_t> axes, bool keepdims,
+                         const node_options& o) {
+  return reduce("reduce_sum_square", x, std::move(axes), keepdims, o);
+}
+output reduce_log_sum(output x, std::vector<std::int64_t> axes, bool keepdims,
+                      const node_options& o) {
+  return reduce("reduce_log_sum", x, std::move(axes), keepdims, o);
+}
+output reduce_log_sum_exp(output x, std::vector<std::int64_t> axes, bool keepdims,
+                          const node_options& o) {
+  return reduce("reduce_log_sum_exp", x, std::move(axes), keepdims, o);
+}
+output reduce_any(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_any", x, std::move(axes), keepdims, o);
+}
+output reduce_all(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
+  return reduce("reduce_all", x, std::move(axes), keepdims, o);
+}
+
 output softmax(output x, std::int64_t axis, const node_options& o) {
   return x.builder().add1("softmax", {x}, {{"axis", axis}}, o);
 }
@@ -181,6 +218,26 @@ softmax_cross_entropy_outputs softmax_cross_entropy(output logits, output labels
 
 output argmax(output x, std::int64_t axis, dtype output_type, const node_options& o) {
   return x.builder().add1("argmax", {x}, {{"axis", axis}, {"output_type", output_type}}, o);
+}
+
+output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims,
+              bool select_last_index, const node_options& o) {
+  return x.builder().add1("argmax", {x},
+                          {{"axis", axis},
+                           {"output_type", output_type},
+                           {"keepdims", keepdims},
+                           {"select_last_index", select_last_index}},
+                          o);
+}
+
+output argmin(output x, std::int64_t axis, dtype output_type, bool keepdims,
+              bool select_last_index, const node_options& o) {
+  return x.builder().add1("argmin", {x},
+                          {{"axis", axis},
+                           {"output_type", output_type},
+                           {"keepdims", keepdims},
+                           {"select_last_index", select_last_index}},
+                          o);
 }
 
 }  // namespace ops

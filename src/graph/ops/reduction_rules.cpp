@@ -46,6 +46,20 @@ const char* op_name(reduce_kind k) noexcept {
       return "reduce_min";
     case reduce_kind::prod:
       return "reduce_prod";
+    case reduce_kind::l1:
+      return "reduce_l1";
+    case reduce_kind::l2:
+      return "reduce_l2";
+    case reduce_kind::sum_square:
+      return "reduce_sum_square";
+    case reduce_kind::log_sum:
+      return "reduce_log_sum";
+    case reduce_kind::log_sum_exp:
+      return "reduce_log_sum_exp";
+    case reduce_kind::any:
+      return "reduce_any";
+    case reduce_kind::all:
+      return "reduce_all";
   }
   return "reduce";
 }
@@ -93,18 +107,22 @@ along_axis along_axis_of(const shape& s, std::int64_t axis) {
   return a;
 }
 
-shape argmax_output(const shape& s, std::size_t axis) {
+shape argmax_output(const shape& s, std::size_t axis, bool keepdims) {
   shape out;
   for (std::size_t k = 0; k < s.rank(); ++k) {
-    if (k != axis) out.push_back(s[k]);
+    if (k != axis) {
+      out.push_back(s[k]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
   }
   return out;
 }
 
-void check_argmax_axis(const along_axis& a, const shape& s) {
+void check_argmax_axis(const along_axis& a, const shape& s, const char* op) {
   if (a.split.n == 0) {
     throw invalid_argument(
-        fmt::format("argmax of an empty axis (axis {} of input shape {})", a.axis, to_string(s)));
+        fmt::format("{} of an empty axis (axis {} of input shape {})", op, a.axis, to_string(s)));
   }
 }
 

@@ -1,7 +1,7 @@
 // Device-neutral helpers of the normalization family's kernels (layer_norm,
-// layer_norm_grad), for every backend: the kernels' base, which holds the node's axis and
-// applies loom/graph/ops/normalization_rules.hpp to the inputs' shapes, and the dense inputs
-// and allocated outputs of each op.
+// layer_norm_grad, batch_norm), for every backend: the kernels' base, which holds the node's
+// axis and applies loom/graph/ops/normalization_rules.hpp to the inputs' shapes, the dense
+// inputs and allocated outputs of each op, and batch_norm's checked geometry.
 #pragma once
 
 #include <cstdint>
@@ -104,6 +104,42 @@ class layer_norm_grad_tensors {
   tensor& dx;
   tensor& dgamma;
   tensor& dbeta;
+};
+
+/// batch_norm's geometry over its input x and its four [C] vectors (inputs 1 to 4); a
+/// rule's failure fails the node.
+inline normalization_rules::batch_norm_geometry batch_norm_geometry(const kernel_context& ctx) {
+  return common::apply_rule(ctx, [&] {
+    return normalization_rules::batch_norm_geometry_of(
+        ctx.input(0).shape(), {&ctx.input(1).shape(), &ctx.input(2).shape(),
+                               &ctx.input(3).shape(), &ctx.input(4).shape()});
+  });
+}
+
+/// batch_norm's inputs (x, scale, bias, mean, var) as dense tensors and its output y (x's
+/// buffer when it can be forwarded). Built once the geometry is checked.
+class batch_norm_tensors {
+ public:
+  explicit batch_norm_tensors(kernel_context& ctx)
+      : x(dense_input(ctx, 0, hold_[0])),
+        scale(dense_input(ctx, 1, hold_[1])),
+        bias(dense_input(ctx, 2, hold_[2])),
+        mean(dense_input(ctx, 3, hold_[3])),
+        var(dense_input(ctx, 4, hold_[4])),
+        y(ctx.forward_input_or_allocate_output(0, 0, x.shape())) {}
+  batch_norm_tensors(const batch_norm_tensors&) = delete;
+  batch_norm_tensors& operator=(const batch_norm_tensors&) = delete;
+
+ private:
+  tensor hold_[5];
+
+ public:
+  const tensor& x;
+  const tensor& scale;
+  const tensor& bias;
+  const tensor& mean;
+  const tensor& var;
+  tensor& y;
 };
 
 }  // namespace loom::common

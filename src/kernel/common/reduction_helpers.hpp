@@ -62,17 +62,35 @@ class axis_kernel_base : public op_kernel {
     return common::apply_rule(ctx, [&] { return reduction_rules::along_axis_of(s, axis_); });
   }
 
-  /// As along, for argmax: an empty axis fails the node too.
-  reduction_rules::along_axis argmax_along(const kernel_context& ctx, const shape& s) const {
+  /// As along, for argmax and argmin (`op`): an empty axis fails the node too.
+  reduction_rules::along_axis argmax_along(const kernel_context& ctx, const shape& s,
+                                           const char* op = "argmax") const {
     return common::apply_rule(ctx, [&] {
       const auto a = reduction_rules::along_axis_of(s, axis_);
-      reduction_rules::check_argmax_axis(a, s);
+      reduction_rules::check_argmax_axis(a, s, op);
       return a;
     });
   }
 
  private:
   std::int64_t axis_;
+};
+
+/// Base of the argmax and argmin kernels: the axis, and the attributes keepdims and
+/// select_last_index (ties go to the last index instead of the first).
+class arg_kernel_base : public axis_kernel_base {
+ public:
+  explicit arg_kernel_base(const kernel_construction& c)
+      : axis_kernel_base(c),
+        is_min_(c.node().op() == "argmin"),
+        keepdims_(c.attr<bool>("keepdims")),
+        last_(c.attr<bool>("select_last_index")) {}
+
+ protected:
+  [[nodiscard]] const char* op_name() const noexcept { return is_min_ ? "argmin" : "argmax"; }
+  bool is_min_;
+  bool keepdims_;
+  bool last_;
 };
 
 }  // namespace loom::common

@@ -1,5 +1,7 @@
 // Array ops: shape changes and data movement. reshape, transpose, concat, split, slice,
-// gather, one_hot, squeeze, expand_dims, pad, gather_grad, broadcast_to.
+// gather, one_hot, squeeze, expand_dims, pad, gather_grad, broadcast_to; shape_of,
+// dynamic_reshape, expand, constant_of_shape (shapes given by int64 tensors at run time),
+// tile, flip, strided_slice, cumsum and the gradient ops expand_grad, strided_slice_grad.
 //
 // Every builder adds one node to x's graph and runs inference, so a shape or attribute that
 // cannot fit (a reshape to a different element count, a perm that is not a permutation, a
@@ -96,5 +98,61 @@ output gather_grad(output dy, output indices, shape params_shape, std::int64_t a
 /// Throws loom::invalid_argument when x does not broadcast to s or s has a negative
 /// dimension.
 output broadcast_to(output x, shape s, const node_options& o = {});
+
+
+/// x's shape at run time: int64 of shape [rank(x)]. Any dtype.
+output shape_of(output x, const node_options& o = {});
+
+/// x under the shape held by `shape` (int64, 1-D), as ONNX Reshape: an entry 0 copies x's
+/// dimension at that position (with `allowzero`, it is a 0), one entry -1 is inferred from
+/// x's element count. A view when x is dense. A target that does not fit fails at run time
+/// (loom::node_error naming both shapes). Every dtype.
+output dynamic_reshape(output x, output shape, bool allowzero = false,
+                       const node_options& o = {});
+
+/// x broadcast with the shape held by `shape` (int64, 1-D), as ONNX Expand: the NumPy
+/// broadcast of x's shape and `shape` both ways (a 1 in `shape` keeps x's dimension). A view
+/// with stride 0 on the broadcast dimensions. Every dtype.
+output expand(output x, output shape, const node_options& o = {});
+
+/// The gradient of expand for an input of shape `shape` (int64, 1-D, e.g. shape_of(x)): dy
+/// summed over the dimensions expand broadcast. Every dtype but bool.
+output expand_grad(output dy, output shape, const node_options& o = {});
+
+/// A tensor of dtype `t` and the shape held by `shape` (int64, 1-D; an empty shape gives a
+/// scalar) filled with `value` (converted as one_hot's values), as ONNX ConstantOfShape.
+output constant_of_shape(output shape, dtype t = dtype::f32, double value = 0.0,
+                         const node_options& o = {});
+
+/// numpy.tile with one multiple (>= 0) per dimension of x: output dimension d is x's times
+/// multiples[d]. Throws loom::invalid_argument unless multiples has x's rank. A dense copy.
+output tile(output x, const std::vector<std::int64_t>& multiples, const node_options& o = {});
+
+/// numpy.flip: x with its entries in reverse order along `axes` (negative from the end;
+/// empty: every axis). A dense copy.
+output flip(output x, const std::vector<std::int64_t>& axes = {}, const node_options& o = {});
+
+/// ONNX Slice: along axes[i] (empty: 0..n-1), the entries from starts[i] towards ends[i]
+/// (excluded) every steps[i] (empty: 1; negative steps walk backwards; 0 is an error).
+/// Negative starts and ends count from the end, then clamp to the dimension (INT64_MAX or
+/// INT64_MIN: to the end). A dense copy. Every dtype.
+output strided_slice(output x, const std::vector<std::int64_t>& starts,
+                     const std::vector<std::int64_t>& ends,
+                     const std::vector<std::int64_t>& axes = {},
+                     const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
+
+/// The gradient of strided_slice for an input of `input_shape` (all known): zeros of that
+/// shape with dy written where strided_slice read. Every dtype but bool.
+output strided_slice_grad(output dy, shape input_shape, const std::vector<std::int64_t>& starts,
+                          const std::vector<std::int64_t>& ends,
+                          const std::vector<std::int64_t>& axes = {},
+                          const std::vector<std::int64_t>& steps = {},
+                          const node_options& o = {});
+
+/// ONNX CumSum: running sums of x along `axis`; `exclusive` leaves out each entry itself,
+/// `reverse` sums from the end. Floats sum in double and round each result; integers sum in
+/// int64 and wrap. f32 f64 f16 bf16 i32 i64; x has rank >= 1.
+output cumsum(output x, std::int64_t axis = 0, bool exclusive = false, bool reverse = false,
+              const node_options& o = {});
 
 }  // namespace loom::ops

@@ -1,6 +1,7 @@
 // The rules of the array ops, written once: output shapes, geometry and argument checks of
 // reshape, squeeze, expand_dims, transpose, concat, split, slice, pad, gather, gather_grad,
-// one_hot and broadcast_to, as pure functions over shapes and attribute values. Shape
+// one_hot, broadcast_to, dynamic_reshape, expand, tile, flip, strided_slice and cumsum, as
+// pure functions over shapes and attribute values. Shape
 // inference (src/graph/ops/array_ops.cpp) calls them when the shapes they need are known;
 // every backend's kernel calls them once per run, before it touches data.
 //
@@ -115,5 +116,49 @@ struct one_hot_geometry {
 /// `in` pass). Throws when the target has fewer dimensions or a dimension is neither 1 nor
 /// the target's.
 void check_broadcast(const shape& in, const shape& target, const text_fn& what);
+
+
+/// dynamic_reshape (ONNX Reshape): `spec` resolved against `in` (all known): a 0 copies in's
+/// dimension at the same position (unless `allowzero`, where it is a 0), one -1 is inferred
+/// from the element count. Throws "cannot reshape X to [spec]: ..." when an entry is below -1,
+/// there are two -1, a 0 has no dimension to copy, allowzero meets both 0 and -1, or the
+/// element counts differ.
+[[nodiscard]] shape dynamic_reshape_shape(const ints& spec, const shape& in, bool allowzero,
+                                          const text_fn& what);
+
+/// expand (ONNX Expand): the NumPy broadcast of `in` and `target` (both ways: a 1 in `target`
+/// keeps in's dimension). Unknown dimensions of `in` (-1) stay unknown unless target's is
+/// above 1. Throws "cannot expand X to [target]: dimension ..." when neither is 1 nor equal,
+/// or target has a negative entry.
+[[nodiscard]] shape expand_shape(const shape& in, const ints& target, const text_fn& what);
+
+/// expand's gradient: the axes of `out` (expand's output shape) that sum back to `in`
+/// (leading extra dimensions, and dimensions where `in` is 1 and `out` is not). Throws unless
+/// `in` broadcasts to `out`.
+[[nodiscard]] ints expand_grad_axes(const shape& in, const shape& out, const text_fn& what);
+
+/// tile (numpy.tile with one multiple per dimension): in's dimensions times `multiples`.
+/// Unknown dimensions stay unknown. Throws when multiples does not have in's rank.
+[[nodiscard]] shape tile_shape(const shape& in, const ints& multiples, const text_fn& what);
+
+/// flip: which of `rank` dimensions reverse (`axes` negative from the end; empty: all).
+/// Throws on an axis out of range or named twice.
+[[nodiscard]] std::vector<bool> flip_dims(std::size_t rank, const ints& axes, const text_fn& what);
+
+/// strided_slice (ONNX Slice): per dimension of the input, the first index, the step and the
+/// count taken. Dimensions not sliced start at 0 with step 1 and keep their size.
+struct strided_slice_geometry {
+  shape out;    // counts; -1 where the input's dimension is unknown and sliced
+  ints start;   // first index read per dimension
+  ints step;    // step per dimension (1 where not sliced)
+};
+/// Slice of `in` by starts, ends, axes (empty: 0..n-1) and steps (empty: all 1), as ONNX:
+/// negative starts and ends count from the end, then clamp to [0, dim] (step > 0) or
+/// [-1, dim-1] (step < 0); INT64_MAX and INT64_MIN are "to the end". Throws when starts and
+/// ends (and axes, steps when given) differ in length, an axis is out of range or repeats,
+/// or a step is 0.
+[[nodiscard]] strided_slice_geometry strided_slice_shape(const shape& in, const ints& starts,
+                                                         const ints& ends, const ints& axes,
+                                                         const ints& steps, const text_fn& what);
 
 }  // namespace loom::array_rules

@@ -48,6 +48,72 @@ output square(output x, const node_options& o = {});
 /// 1 / x (float types).
 output reciprocal(output x, const node_options& o = {});
 
+/// Trigonometric and hyperbolic functions and their inverses (float types), as the C
+/// library's: asin / acos give NaN outside [-1, 1], acosh below 1, atanh ±inf at ±1 and NaN
+/// beyond.
+output sin(output x, const node_options& o = {});
+output cos(output x, const node_options& o = {});
+output tan(output x, const node_options& o = {});
+output asin(output x, const node_options& o = {});
+output acos(output x, const node_options& o = {});
+output atan(output x, const node_options& o = {});
+output sinh(output x, const node_options& o = {});
+output cosh(output x, const node_options& o = {});
+output asinh(output x, const node_options& o = {});
+output acosh(output x, const node_options& o = {});
+output atanh(output x, const node_options& o = {});
+/// log(1 + x) and e^x - 1, accurate near 0 (float types); log1p(-1) = -inf.
+output log1p(output x, const node_options& o = {});
+output expm1(output x, const node_options& o = {});
+/// Rounding to an integer value (float types; NaN, ±inf and -0 pass through): floor, ceil,
+/// and round to nearest with halves to even (as NumPy and ONNX: round(2.5) = 2).
+/// Not differentiable: no gradient flows through them.
+output floor(output x, const node_options& o = {});
+output ceil(output x, const node_options& o = {});
+output round(output x, const node_options& o = {});
+/// -1, 0 or +1 by x's sign (float types and int32/int64/int8); NaN stays NaN, -0 gives 0.
+/// Not differentiable: no gradient flows through it.
+output sign(output x, const node_options& o = {});
+
+// ---- activations (float types; NaN stays NaN, ±inf give the function's limit) --------------
+
+/// log(1 + e^x), computed without overflow for large x.
+output softplus(output x, const node_options& o = {});
+/// x / (1 + |x|).
+output softsign(output x, const node_options& o = {});
+/// x * sigmoid(x) (also called swish).
+output silu(output x, const node_options& o = {});
+/// x * tanh(softplus(x)).
+output mish(output x, const node_options& o = {});
+/// x * max(0, min(1, x / 6 + 1/2)).
+output hard_swish(output x, const node_options& o = {});
+/// x > 0 ? x : alpha (e^x - 1). `alpha` finite.
+output elu(output x, double alpha = 1.0, const node_options& o = {});
+/// gamma (x > 0 ? x : alpha (e^x - 1)), by default the self-normalising constants.
+output selu(output x, double alpha = 1.67326319217681884765625,
+            double gamma = 1.05070102214813232421875, const node_options& o = {});
+/// x > 0 ? x : alpha (e^(x / alpha) - 1). `alpha` finite and not 0.
+output celu(output x, double alpha = 1.0, const node_options& o = {});
+/// x < 0 ? alpha x : x.
+output leaky_relu(output x, double alpha = 0.01, const node_options& o = {});
+/// max(0, min(1, alpha x + beta)).
+output hard_sigmoid(output x, double alpha = 0.2, double beta = 0.5, const node_options& o = {});
+/// x > alpha ? x : 0.
+output thresholded_relu(output x, double alpha = 1.0, const node_options& o = {});
+/// min(max(x, lo), hi), composed of maximum and minimum with scalar constants of x's dtype
+/// (numeric types): NaN stays NaN; where lo > hi every element is hi.
+output clamp(output x, double lo, double hi, const node_options& o = {});
+
+// ---- predicates (float x; y is bool of x's shape) ------------------------------------------
+
+/// x is NaN.
+output isnan(output x, const node_options& o = {});
+/// x is +inf (when detect_positive) or -inf (when detect_negative), as ONNX IsInf.
+output isinf(output x, bool detect_positive = true, bool detect_negative = true,
+             const node_options& o = {});
+/// x is neither infinite nor NaN.
+output isfinite(output x, const node_options& o = {});
+
 // ---- binary, NumPy broadcasting (x and y of one dtype) -------------------------------------
 
 /// x + y, x - y, x * y. Numeric types; integers wrap on overflow.
@@ -62,6 +128,11 @@ output pow(output x, output y, const node_options& o = {});
 /// Element-wise max / min; a NaN on either side gives NaN (as NumPy's maximum).
 output maximum(output x, output y, const node_options& o = {});
 output minimum(output x, output y, const node_options& o = {});
+/// The remainder of x / y (numeric types). `fmod` false: with y's sign, as NumPy's mod and
+/// Python's % (mod(-5, 3) = 1, mod(5.5, -2) = -0.5); true: with x's sign, as C's fmod and
+/// integer % (-5 mod 3 = -2). A float y of 0 gives NaN; an integer division by zero fails
+/// the run with a loom::node_error naming the node, as div does.
+output mod(output x, output y, bool fmod = false, const node_options& o = {});
 
 /// Comparisons, giving bool. equal / not_equal take every dtype (bool included), the
 /// orderings the numeric types. NaN compares unequal to everything.

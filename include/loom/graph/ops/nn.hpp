@@ -1,6 +1,7 @@
-// Neural-network ops: matmul, bias_add, conv2d, max_pool2d, avg_pool2d, the gradients of
-// conv2d and the pooling ops (the backward ops the symbolic gradients build on), and
-// matmul and conv2d with a fused epilogue (bias, residual, activation).
+// Neural-network ops: matmul, bias_add, conv2d, conv_transpose2d, max_pool2d, avg_pool2d,
+// resize, the gradients of conv2d and the pooling ops (the backward ops the symbolic
+// gradients build on), and matmul and conv2d with a fused epilogue (bias, residual,
+// activation); conv1d and the global pooling builders, composed of those.
 //
 // Layouts follow PyTorch for images (NCHW activations, OIHW filters) and TensorFlow for
 // bias_add (the bias runs along the last dimension unless data_format is "NCHW"). On CPU
@@ -66,6 +67,26 @@ output conv2d_backprop_input(output dy, output w, shape input_shape,
 output conv2d_backprop_filter(output x, output dy, shape filter_shape,
                               const conv2d_options& options = {}, const node_options& o = {});
 
+/// 2-D transposed convolution (ONNX ConvTranspose, PyTorch's ConvTranspose2d) of x
+/// [N, C_in, H, W] with a filter w in ONNX's layout [C_in, C_out / groups, KH, KW]:
+/// y [N, C_out, OH, OW], OH = (H - 1) · stride_h - top - bottom + dilation_h · (KH - 1) + 1
+/// + output_padding[0] (likewise OW). `options` are conv2d's (padding [top, bottom, left,
+/// right] or [h, w], as conv2d's: the padding of the conv2d whose gradient this is), each
+/// output_padding ([h, w]) smaller than its stride. It is conv2d_backprop_input of x by w
+/// (oneDNN's backward-data on CPU); differentiable with respect to x (a conv2d of dy) and w
+/// (a conv2d_backprop_filter). Throws loom::invalid_argument naming the shapes for channels
+/// that do not fit the filter or the groups, an output_padding not below the stride, or
+/// padding that leaves no output.
+output conv_transpose2d(output x, output w, const conv2d_options& options = {},
+                        std::vector<std::int64_t> output_padding = {0, 0},
+                        const node_options& o = {});
+
+/// 1-D convolution of x [N, C, L] with filter w [O, C / groups, K]: y [N, O, OL], built as
+/// conv2d over [N, C, 1, L] (expand_dims, conv2d, squeeze), so its gradient is conv2d's.
+/// `stride`, `dilation` >= 1; `padding` is [left, right] (or one value for both).
+output conv1d(output x, output w, std::int64_t stride = 1, std::vector<std::int64_t> padding = {0},
+              std::int64_t dilation = 1, std::int64_t groups = 1, const node_options& o = {});
+
 /// Attributes of the pooling ops.
 struct pool_options {
   /// [kh, kw], each >= 1 (required).
@@ -77,6 +98,13 @@ struct pool_options {
   /// avg_pool2d only: divide by the whole window (true) or by the elements inside the
   /// input (false, the default, TensorFlow's "SAME" behaviour).
   bool count_include_pad = false;
+  /// Output sizes rounded up, as ONNX's and PyTorch's ceil_mode: OH = ⌈(H + top + bottom -
+  /// kh) / sh⌉ + 1, less one when the last window would start past the input and its top
+  /// padding. Not with count_include_pad (an error naming the node).
+  bool ceil_mode = false;
+  /// max_pool2d only (avg_pool2d takes [1, 1]): [dh, dw], window taps dh rows and dw
+  /// columns apart (ONNX MaxPool's dilations); the window then spans d · (k - 1) + 1.
+  std::vector<std::int64_t> dilations{1, 1};
 };
 
 /// Maximum over each window of x [N, C, H, W] (padding never wins):
@@ -98,6 +126,53 @@ output max_pool2d_grad(output x, output dy, const pool_options& options,
 /// must be known; avg_pool2d over it must give dy's shape.
 output avg_pool2d_grad(output dy, shape input_shape, const pool_options& options,
                        const node_options& o = {});
+
+/// ONNX LpPool: (Σ over each window of |x|^p)^(1/p), zero padding counted as zeros; built
+/// as avg_pool2d(|x|^p, count_include_pad) · kh · kw, then ^(1/p) (differentiable where the
+/// window's sum is not 0). `options` as avg_pool2d's (count_include_pad ignored); p >= 1.
+output lp_pool2d(output x, double p, const pool_options& options, const node_options& o = {});
+
+/// The mean over every spatial dimension (2 onwards) of x [N, C, ...], keeping them as size
+/// 1 (ONNX GlobalAveragePool): reduce_mean over dims 2.. with keepdims. x's rank must be known
+/// (>= 3).
+output global_avg_pool(output x, const node_options& o = {});
+/// The maximum over every spatial dimension, as global_avg_pool (ONNX GlobalMaxPool).
+output global_max_pool(output x, const node_options& o = {});
+
+/// ONNX DepthToSpace of x [N, C, H, W]: y [N, C / b², H · b, W · b], b = `blocksize`, the
+/// channels read as [b, b, C / b²] (mode "DCR", the default) or [C / b², b, b] ("CRD").
+/// Built of reshape and transpose (differentiable). x's C, H and W must be known; throws
+/// loom::invalid_argument when b² does not divide C or the mode is another.
+output depth_to_space(output x, std::int64_t blocksize, const std::string& mode = "DCR",
+                      const node_options& o = {});
+/// ONNX SpaceToDepth, the inverse of depth_to_space "DCR": x [N, C, H, W] to
+/// [N, C · b², H / b, W / b]; b must divide H and W.
+output space_to_depth(output x, std::int64_t blocksize, const node_options& o = {});
+
+/// Attributes of resize (ONNX Resize, without tf_crop_and_resize and cubic).
+struct resize_options {
+  /// The output shape, one size per dimension of x (required).
+  std::vector<std::int64_t> sizes;
+  /// "nearest" or "linear" (separable linear interpolation along every resized dimension).
+  std::string mode = "nearest";
+  /// "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel" or
+  /// "tf_half_pixel_for_nearest": how an output index maps to an input coordinate.
+  std::string coordinate_transformation_mode = "half_pixel";
+  /// For mode "nearest": "round_prefer_floor", "round_prefer_ceil", "floor" or "ceil".
+  std::string nearest_mode = "round_prefer_floor";
+  /// Optional: one scale per dimension (each > 0), used by the coordinate transform in place
+  /// of sizes[d] / x.shape[d] (ONNX's scales input, when the sizes were derived from it).
+  std::vector<double> scales;
+};
+
+/// ONNX Resize (opset 13+ semantics) of x (float types) to `sizes`: along each dimension
+/// whose size or scale changes, output index o maps to an input coordinate by the
+/// coordinate transformation, then takes the nearest element (nearest_mode) or interpolates
+/// the two neighbours linearly (indices clamped to the edges). No gradient. Throws
+/// loom::invalid_argument naming the node for sizes of another rank than x, an unknown mode,
+/// scales of the wrong length or not positive, or a non-empty output from an empty input
+/// dimension.
+output resize(output x, const resize_options& options, const node_options& o = {});
 
 /// The epilogue of a fused matmul or conv2d: y = activation(core + bias + residual), the
 /// bias and the residual optional.

@@ -1,6 +1,6 @@
 // The nn ops' rules: pure functions over shapes and attribute values that give matmul's
-// dimensions, bias_add's channels, the window geometry of conv2d and the pooling ops (and
-// of their gradients), and the fused epilogue's arguments. Shape inference
+// dimensions, bias_add's channels, the window geometry of conv2d, conv_transpose2d and the
+// pooling ops (and of their gradients), and the fused epilogue's arguments. Shape inference
 // (src/graph/ops/nn_*.cpp) calls them with the shapes it knows, and every backend's
 // kernels with their inputs at run time, so that all agree on every output size and
 // reject the same inputs.
@@ -168,15 +168,46 @@ struct pool_window {
   std::array<std::int64_t, 2> kernel{};
   std::array<std::int64_t, 2> stride{};
   std::array<std::int64_t, 4> pad{};  // top, bottom, left, right
+  /// ONNX's / PyTorch's ceil_mode: output sizes rounded up (Note [pooling ceil_mode]).
+  bool ceil_mode = false;
+  /// [dilation_h, dilation_w]: window taps this many elements apart (max pooling).
+  std::array<std::int64_t, 2> dilation{1, 1};
 };
 
 /// The window of the attribute values `kernel` (2 values), `strides` (2, or none: the
-/// kernel's) and `padding` (2 or 4), as the op definitions validate them.
+/// kernel's), `padding` (2 or 4), ceil_mode and `dilations` (2, or none: 1), as the op
+/// definitions validate them.
 inline pool_window pool_window_of(const std::vector<std::int64_t>& kernel,
                                   const std::vector<std::int64_t>& strides,
-                                  const std::vector<std::int64_t>& padding) {
+                                  const std::vector<std::int64_t>& padding,
+                                  bool ceil_mode = false,
+                                  const std::vector<std::int64_t>& dilations = {}) {
   const std::vector<std::int64_t>& s = strides.empty() ? kernel : strides;
-  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding)};
+  const std::array<std::int64_t, 2> d =
+      dilations.empty() ? std::array<std::int64_t, 2>{1, 1}
+                        : std::array<std::int64_t, 2>{dilations.at(0), dilations.at(1)};
+  return {{kernel.at(0), kernel.at(1)}, {s.at(0), s.at(1)}, padding4(padding), ceil_mode, d};
+}
+
+// Note [pooling ceil_mode]
+// With ceil_mode the output size along a dimension is ⌈(in + pad0 + pad1 - k) / s⌉ + 1, less
+// one when the last window would start at or past in + pad0 (PyTorch's and ONNX Runtime's
+// rule: every window starts inside the input or its leading padding). pool2d_geometry
+// realises it as extra trailing padding (pad[1], pad[3] grow until the floor formula gives
+// that size), so every kernel, forward and backward, oneDNN's and loom's loops alike, runs
+// unchanged: max pooling never takes padding, and average pooling without count_include_pad
+// counts only the input. Average pooling with count_include_pad would count the extension
+// too (PyTorch does not), so that combination is refused.
+
+/// The trailing padding that gives ceil_mode's output size along one dimension (in, k known,
+/// in + pad0 + pad1 >= k): pad1, or more.
+inline std::int64_t ceil_mode_pad(std::int64_t in, std::int64_t k, std::int64_t stride,
+                                  std::int64_t pad0, std::int64_t pad1) {
+  const std::int64_t span = in + pad0 + pad1 - k;
+  std::int64_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= in + pad0) --out;
+  const std::int64_t need = (out - 1) * stride + k - (in + pad0);
+  return need > pad1 ? need : pad1;
 }
 
 /// A 2-D pooling window over x [n, c, h, w] giving [n, c, oh, ow] (the forward ops and
@@ -185,6 +216,10 @@ struct pool_geometry {
   std::int64_t n, c, h, w, oh, ow;  // oh, ow: window_out_size's (-1 unknown, -2 too large)
   std::array<std::int64_t, 2> kernel, stride;
   std::array<std::int64_t, 4> pad;  // top, bottom, left, right
+  std::array<std::int64_t, 2> dilation{1, 1};
+
+  /// Whether the window's taps are apart (a dilation above 1).
+  [[nodiscard]] bool dilated() const noexcept { return dilation[0] != 1 || dilation[1] != 1; }
 
   /// [n, c, oh, ow].
   [[nodiscard]] shape output_shape() const { return shape{n, c, oh, ow}; }
@@ -193,17 +228,99 @@ struct pool_geometry {
 };
 
 /// The geometry of an input shape `x` (rank 4; dimensions may be -1 at inference) under
-/// `win`. Checks nothing: callers check with their own messages.
+/// `win`; under ceil_mode its pad holds the extra trailing padding (Note [pooling
+/// ceil_mode]). Checks nothing: callers check with their own messages.
 inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
   pool_geometry g{};
   g.n = x[0], g.c = x[1], g.h = x[2], g.w = x[3];
   g.kernel = win.kernel;
   g.stride = win.stride;
   g.pad = win.pad;
-  g.oh = window_out_size(g.h, g.kernel[0], g.stride[0], 1, g.pad[0], g.pad[1]);
-  g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], 1, g.pad[2], g.pad[3]);
+  g.dilation = win.dilation;
+  // The dilated window's extent.
+  const std::int64_t span_h = g.dilation[0] * (g.kernel[0] - 1) + 1;
+  const std::int64_t span_w = g.dilation[1] * (g.kernel[1] - 1) + 1;
+  if (win.ceil_mode) {  // Note [pooling ceil_mode]: more trailing padding
+    if (g.h >= 0 && g.h + g.pad[0] + g.pad[1] >= span_h) {
+      g.pad[1] = ceil_mode_pad(g.h, span_h, g.stride[0], g.pad[0], g.pad[1]);
+    }
+    if (g.w >= 0 && g.w + g.pad[2] + g.pad[3] >= span_w) {
+      g.pad[3] = ceil_mode_pad(g.w, span_w, g.stride[1], g.pad[2], g.pad[3]);
+    }
+  }
+  g.oh = window_out_size(g.h, g.kernel[0], g.stride[0], g.dilation[0], g.pad[0], g.pad[1]);
+  g.ow = window_out_size(g.w, g.kernel[1], g.stride[1], g.dilation[1], g.pad[2], g.pad[3]);
   return g;
 }
+
+// ---- conv_transpose2d ---------------------------------------------------------------------
+
+/// conv_transpose2d's output [n, co, oh, ow] for x [n, ci, h, w] and a filter in ONNX's
+/// layout [ci, co / groups, kh, kw] under `win` and `output_padding` ([h, w]):
+/// oh = (h - 1) · stride_h - top - bottom + dilation_h · (kh - 1) + 1 + output_padding_h
+/// (likewise ow); dimensions stay -1 where what they depend on is unknown. It is the input
+/// shape of the conv2d (filter [ci, co / groups, kh, kw], same window) whose output has x's
+/// shape, so conv2d_backprop_input computes it. Throws invalid_argument for an input or
+/// filter not of rank 4, x's channels differing from the filter's dim 0, channels not
+/// dividing into the groups, an empty window, an output_padding not below the stride, an
+/// empty image (h or w 0), or an output size below 1.
+shape conv_transpose2d_output(operand x, operand w, const conv_window& win,
+                              const std::array<std::int64_t, 2>& output_padding);
+
+// ---- resize --------------------------------------------------------------------------------
+
+/// resize's interpolation ("nearest", "linear").
+enum class resize_mode { nearest, linear };
+/// resize's coordinate_transformation_mode values.
+enum class resize_coord {
+  half_pixel,
+  asymmetric,
+  align_corners,
+  pytorch_half_pixel,
+  tf_half_pixel_for_nearest
+};
+/// resize's nearest_mode values.
+enum class resize_rounding { round_prefer_floor, round_prefer_ceil, floor, ceil };
+
+/// The values each string attribute of resize takes, in the order of its enum.
+inline constexpr std::array<std::string_view, 2> resize_mode_names = {"nearest", "linear"};
+inline constexpr std::array<std::string_view, 5> resize_coord_names = {
+    "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+    "tf_half_pixel_for_nearest"};
+inline constexpr std::array<std::string_view, 4> resize_rounding_names = {
+    "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
+
+/// resize's attributes, parsed.
+struct resize_params {
+  resize_mode mode = resize_mode::nearest;
+  resize_coord coord = resize_coord::half_pixel;
+  resize_rounding rounding = resize_rounding::round_prefer_floor;
+  std::vector<std::int64_t> sizes;
+  std::vector<double> scales;  // empty: sizes[d] / in[d]
+};
+
+/// The attribute values parsed. Throws invalid_argument naming the attribute and the value
+/// for a string outside its list.
+resize_params resize_params_of(std::string_view mode, std::string_view coord,
+                               std::string_view rounding, std::vector<std::int64_t> sizes,
+                               std::vector<double> scales);
+
+/// resize's output shape for x (dimensions may be -1 at inference): `sizes`. Throws
+/// invalid_argument when sizes or (non-empty) scales do not have x's rank, a scale is not
+/// > 0, or a known empty input dimension is to give a non-empty one.
+shape resize_output(const shape& x, const resize_params& p);
+
+/// The scale of dimension d (in -> out): scales[d] when given, else out / in.
+double resize_scale(const resize_params& p, std::size_t d, std::int64_t in, std::int64_t out);
+
+/// The input coordinate of output index o along a dimension of in -> out elements whose
+/// scale is `scale` (ONNX's coordinate transformations; align_corners and
+/// pytorch_half_pixel test scale · in == 1, as ONNX's reference).
+double resize_source(resize_coord c, std::int64_t o, std::int64_t in, double scale);
+
+/// The input index nearest to coordinate x under `r` (an integral x is itself), clamped to
+/// [0, in).
+std::int64_t resize_nearest_index(resize_rounding r, double x, std::int64_t in);
 
 // ---- fused epilogue (fused_matmul, fused_conv2d) ----------------------------------------
 

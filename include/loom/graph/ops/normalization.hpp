@@ -1,7 +1,9 @@
 // The normalization family: layer_norm (its gradient, layer_norm_grad, is emitted by the
-// gradient code). The axis follows NumPy (negative counts from the end); an out-of-range
+// gradient code) and batch_norm, ops of their own; batch_norm_training, group_norm,
+// instance_norm and rms_norm, built of existing differentiable ops (their gradients come
+// from those ops'). The axis follows NumPy (negative counts from the end); an out-of-range
 // axis or mismatched gamma / beta is an error when the node is added (where shapes are
-// known) or when it runs. The builder adds one node to `x`'s builder and throws what
+// known) or when it runs. The builders add nodes to `x`'s builder and throw what
 // graph::add_node throws.
 #pragma once
 
@@ -25,5 +27,39 @@ struct layer_norm_outputs {
 /// the gradient needs.
 layer_norm_outputs layer_norm(output x, output gamma, output beta, std::int64_t axis = -1,
                               double epsilon = 1e-5, const node_options& o = {});
+
+/// Inference-mode batch normalisation over channel dimension 1 (ONNX BatchNormalization,
+/// inference): y = (x - mean) / sqrt(var + epsilon) · scale + bias, computed per channel
+/// as y = x · a + b with a = scale / sqrt(var + epsilon), b = bias - mean · a. x has rank
+/// >= 2 ([N, C, ...]); scale, bias, mean and var are [C]. Float types (f16/bf16 compute in
+/// float). Differentiable with respect to all five inputs. Throws loom::invalid_argument
+/// naming the node for x of rank below 2 or a vector that is not [C].
+output batch_norm(output x, output scale, output bias, output mean, output var,
+                  double epsilon = 1e-5, const node_options& o = {});
+
+/// Training-mode batch normalisation: the statistics are the batch's, the mean and the biased
+/// variance over every dimension but 1: y = (x - mean) / sqrt(var + epsilon) · scale + bias,
+/// scale and bias [C]. Built of reduce_mean, sub, mul, rsqrt...; x's rank must be known.
+output batch_norm_training(output x, output scale, output bias, double epsilon = 1e-5,
+                           const node_options& o = {});
+
+/// Group normalisation (PyTorch's GroupNorm): x [N, C, ...] with C split into `groups`
+/// groups of C / groups channels, each (n, group) normalised by its mean and biased
+/// variance over its channels and spatial dims, then scaled and shifted per channel by
+/// scale and bias [C]. x's shape must be known except N; throws loom::invalid_argument when
+/// groups does not divide C.
+output group_norm(output x, output scale, output bias, std::int64_t groups,
+                  double epsilon = 1e-5, const node_options& o = {});
+
+/// Instance normalisation (ONNX InstanceNormalization): each (n, c) of x [N, C, ...]
+/// normalised by its mean and biased variance over the spatial dims, then
+/// · scale[c] + bias[c]. x's rank must be known (>= 3).
+output instance_norm(output x, output scale, output bias, double epsilon = 1e-5,
+                     const node_options& o = {});
+
+/// RMS normalisation over dims [axis, rank): y = x / sqrt(mean(x²) + epsilon) · scale,
+/// scale of shape x.shape[axis:]. x's rank must be known.
+output rms_norm(output x, output scale, std::int64_t axis = -1, double epsilon = 1e-5,
+                const node_options& o = {});
 
 }  // namespace loom::ops

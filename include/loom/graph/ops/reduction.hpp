@@ -1,6 +1,8 @@
 // Reductions and the normalisations built on them: reduce_sum / mean / max / min / prod,
-// softmax, log_softmax, softmax_cross_entropy and argmax (layer_norm, declared in
-// loom/graph/ops/normalization.hpp, is included from here too).
+// reduce_l1 / l2 / sum_square / log_sum / log_sum_exp, reduce_any / all, softmax,
+// log_softmax, softmax_cross_entropy and argmax; var, std and logsumexp, composed of them
+// (layer_norm and the other normalisations, declared in loom/graph/ops/normalization.hpp,
+// are included from here too).
 //
 // Axes follow NumPy: negative axes count from the end; an empty `axes` list reduces every
 // axis. A duplicate or out-of-range axis is an error when the node is added (where the
@@ -35,6 +37,42 @@ output reduce_min(output x, std::vector<std::int64_t> axes = {}, bool keepdims =
 /// The product over `axes`. An empty reduction gives 1.
 output reduce_prod(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
                    const node_options& o = {});
+/// Σ|x| over `axes` (ONNX ReduceL1); types and accumulation as reduce_sum. Empty: 0.
+output reduce_l1(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                 const node_options& o = {});
+/// sqrt(Σx²) over `axes` (ONNX ReduceL2; float types). Empty: 0.
+output reduce_l2(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                 const node_options& o = {});
+/// Σx² over `axes` (ONNX ReduceSumSquare); types and accumulation as reduce_sum. Empty: 0.
+output reduce_sum_square(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                         const node_options& o = {});
+/// log Σx over `axes` (ONNX ReduceLogSum; float types). Empty: -inf.
+output reduce_log_sum(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                      const node_options& o = {});
+/// log Σ exp(x) over `axes` (ONNX ReduceLogSumExp; float types), computed stably as
+/// m + log Σ exp(x - m) with m the maximum (carried online): finite for any finite x, +inf
+/// when an element is +inf, NaN when one is NaN. Empty: -inf.
+output reduce_log_sum_exp(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                          const node_options& o = {});
+/// Logical or over `axes` of a bool tensor (NumPy's any). Empty: false.
+output reduce_any(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                  const node_options& o = {});
+/// Logical and over `axes` of a bool tensor (NumPy's all). Empty: true.
+output reduce_all(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                  const node_options& o = {});
+
+/// The variance over `axes` (all when empty): Σ(x - mean)² / (n - correction), n the
+/// number of elements reduced (NumPy's var with ddof = correction; PyTorch's var). Float
+/// types; built of reduce_mean, sub, mul and reduce_sum, so differentiable. x's shape must be
+/// known along `axes`. n - correction <= 0 gives inf or NaN, as NumPy.
+output var(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+           double correction = 0.0, const node_options& o = {});
+/// sqrt(var(x, axes, keepdims, correction)).
+output std(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+           double correction = 0.0, const node_options& o = {});
+/// log Σ exp(x) over `axes`, stable (max-shifted): one reduce_log_sum_exp node.
+output logsumexp(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
+                 const node_options& o = {});
 
 /// exp(x - max) / Σ exp(x - max) along `axis` (float types); finite for any finite x.
 output softmax(output x, std::int64_t axis = -1, const node_options& o = {});
@@ -58,6 +96,16 @@ softmax_cross_entropy_outputs softmax_cross_entropy(output logits, output labels
 /// int32). Ties give the first index; a NaN wins (the first NaN), as NumPy. An empty axis
 /// fails at run time.
 output argmax(output x, std::int64_t axis = -1, dtype output_type = dtype::i64,
+              const node_options& o = {});
+/// argmax as ONNX ArgMax: `keepdims` keeps the axis as a dimension of size 1;
+/// `select_last_index` gives the last index on ties (and the last NaN).
+output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims,
+              bool select_last_index, const node_options& o = {});
+
+/// The index of the minimum along `axis`, as argmax (ONNX ArgMin): ties give the first index
+/// (the last with `select_last_index`); a NaN wins; `keepdims` keeps the axis as size 1.
+output argmin(output x, std::int64_t axis = -1, dtype output_type = dtype::i64,
+              bool keepdims = false, bool select_last_index = false,
               const node_options& o = {});
 
 }  // namespace loom::ops

@@ -39,10 +39,24 @@ axis_split split_at(const shape& s, std::size_t axis);
 
 // ---- reduce_* ------------------------------------------------------------------------------
 
-/// The five reductions over axes.
-enum class reduce_kind { sum, mean, max, min, prod };
+/// The reductions over axes: sum, mean, max, min, prod; Σ|x| (l1), sqrt(Σx²) (l2), Σx²
+/// (sum_square), log Σx (log_sum), log Σ exp(x) (log_sum_exp); any and all over bool.
+enum class reduce_kind {
+  sum,
+  mean,
+  max,
+  min,
+  prod,
+  l1,
+  l2,
+  sum_square,
+  log_sum,
+  log_sum_exp,
+  any,
+  all
+};
 
-/// The op's name: "reduce_sum", "reduce_mean", ...
+/// The op's name: "reduce_sum", "reduce_mean", ..., "reduce_any", "reduce_all".
 const char* op_name(reduce_kind k) noexcept;
 
 /// What reducing `axes` (empty: all) of an input of shape s gives.
@@ -76,12 +90,13 @@ struct along_axis {
 /// normalize_axis, then split_at.
 along_axis along_axis_of(const shape& s, std::int64_t axis);
 
-/// argmax's output shape: `s` without dim `axis` (in [0, rank)).
-shape argmax_output(const shape& s, std::size_t axis);
+/// argmax's and argmin's output shape: `s` without dim `axis` (in [0, rank)), or with it as
+/// 1 when `keepdims`.
+shape argmax_output(const shape& s, std::size_t axis, bool keepdims = false);
 
-/// Fails for an argmax along an empty axis: "argmax of an empty axis (axis K of input shape
-/// S)".
-void check_argmax_axis(const along_axis& a, const shape& s);
+/// Fails for an argmax (or `op`) along an empty axis: "argmax of an empty axis (axis K of
+/// input shape S)".
+void check_argmax_axis(const along_axis& a, const shape& s, const char* op = "argmax");
 
 // ---- softmax_cross_entropy ----------------------------------------------------------------
 

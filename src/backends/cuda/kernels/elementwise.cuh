@@ -64,6 +64,49 @@ enum class unary_op : int {
   square,
   reciprocal,
   logical_not,
+  sin,
+  cos,
+  tan,
+  asin,
+  acos,
+  atan,
+  sinh,
+  cosh,
+  asinh,
+  acosh,
+  atanh,
+  log1p,
+  expm1,
+  floor,
+  ceil,
+  round,
+  sign,
+  softplus,
+  softsign,
+  silu,
+  mish,
+  hard_swish,
+  // With attributes (unary_attrs):
+  elu,               // alpha
+  selu,              // alpha, gamma
+  celu,              // alpha, beta = alpha (the exponent's divisor)
+  leaky_relu,        // alpha
+  hard_sigmoid,      // alpha, beta
+  thresholded_relu,  // alpha
+  // bool results:
+  isnan,
+  isinf,  // detect_positive, detect_negative
+  isfinite,
+};
+
+/// The attribute values of the unary ops that have some (see unary_op). elu, selu and celu
+/// compute x > 0 ? gamma x : gamma alpha (e^(x / beta) - 1).
+struct unary_attrs {
+  double alpha = 0.0;
+  double beta = 1.0;
+  double gamma = 1.0;
+  bool detect_positive = true;
+  bool detect_negative = true;
 };
 
 enum class binary_op : int {
@@ -83,12 +126,15 @@ enum class binary_op : int {
   logical_and,
   logical_or,
   relu_grad,
+  mod,   // with the divisor's sign (NumPy's mod)
+  fmod,  // with the dividend's sign (C's fmod and %)
 };
 
 /// y = op(x) with x laid out by `layout` (input 0) and y dense of layout.count elements of
-/// type t. Returns false, launching nothing, when op does not take t.
+/// type t (bool for isnan, isinf, isfinite); `attrs` holds the op's attribute values.
+/// Returns false, launching nothing, when op does not take t.
 bool launch_unary(unary_op op, elem_type t, const void* x, void* y, const ew_layout& layout,
-                  cudaStream_t stream);
+                  cudaStream_t stream, const unary_attrs& attrs = {});
 
 /// out = op(a, b) (inputs 0 and 1 of `layout`), both of type t; out is of type t, or bool for
 /// the comparisons and logical ops. Returns false, launching nothing, when op does not take t.

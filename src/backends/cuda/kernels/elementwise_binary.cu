@@ -4,6 +4,7 @@
 #include "elementwise.cuh"
 #include "elementwise_device.cuh"
 #include "kernel/common/elementwise_binary_ops.hpp"
+#include "kernel/common/elementwise_unary_ops.hpp"
 
 namespace loom::cuda::kernels {
 namespace {
@@ -16,10 +17,16 @@ __device__ __forceinline__ float m_pow(float a, float b) {
 __device__ __forceinline__ double m_pow(double a, double b) {
   return pow(a, b);
 }
+__device__ __forceinline__ float m_fmod(float a, float b) {
+  return fmodf(a, b);
+}
+__device__ __forceinline__ double m_fmod(double a, double b) {
+  return fmod(a, b);
+}
 
 }  // namespace
 
-// pow's functor; the other ops' are the CPU kernels'
+// pow's functor; the other ops' but mod's are the CPU kernels'
 // (src/kernel/common/elementwise_binary_ops.hpp). Outside the anonymous namespace, where nvcc
 // takes the member variable template for one never defined.
 struct pow_f {
@@ -29,6 +36,28 @@ struct pow_f {
   template <class C>
   __device__ C operator()(C a, C b) const {
     return m_pow(a, b);
+  }
+};
+
+// mod's functor (`fmod` true: C's fmod; false: NumPy's mod), the integer and sign rules
+// shared with the CPU (src/kernel/common/elementwise_unary_ops.hpp).
+template <bool Fmod>
+struct mod_f {
+  template <class T>
+  static constexpr bool supports = ew::is_number<T>;
+  static constexpr bool bool_out = false;
+  template <class C>
+  __device__ C operator()(C a, C b) const {
+    if constexpr (std::is_integral_v<C>) {
+      return ew::int_mod(a, b, !Fmod);
+    } else {
+      const C r = m_fmod(a, b);
+      if constexpr (Fmod) {
+        return r;
+      } else {
+        return ew::floor_mod_from_fmod(r, b);
+      }
+    }
   }
 };
 
@@ -102,6 +131,10 @@ bool launch_binary(binary_op op, elem_type t, const void* a, const void* b, void
       return launch<ew::logical_or_op>(t, a, b, out, layout, stream);
     case binary_op::relu_grad:
       return launch<ew::relu_grad_op>(t, a, b, out, layout, stream);
+    case binary_op::mod:
+      return launch<mod_f<false>>(t, a, b, out, layout, stream);
+    case binary_op::fmod:
+      return launch<mod_f<true>>(t, a, b, out, layout, stream);
   }
   return false;
 }

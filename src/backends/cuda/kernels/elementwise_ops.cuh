@@ -9,6 +9,7 @@
 
 #include "elementwise_device.cuh"
 #include "kernel/common/elementwise_rules.hpp"
+#include "kernel/common/elementwise_unary_ops.hpp"
 
 namespace loom::cuda::kernels::dev {
 
@@ -58,6 +59,31 @@ __device__ __forceinline__ float m_fabs(float x) {
 __device__ __forceinline__ double m_fabs(double x) {
   return fabs(x);
 }
+
+#define LOOM_M1(name, f32, f64)                      \
+  __device__ __forceinline__ float name(float x) {   \
+    return f32(x);                                   \
+  }                                                  \
+  __device__ __forceinline__ double name(double x) { \
+    return f64(x);                                   \
+  }
+LOOM_M1(m_sin, sinf, sin)
+LOOM_M1(m_cos, cosf, cos)
+LOOM_M1(m_tan, tanf, tan)
+LOOM_M1(m_asin, asinf, asin)
+LOOM_M1(m_acos, acosf, acos)
+LOOM_M1(m_atan, atanf, atan)
+LOOM_M1(m_sinh, sinhf, sinh)
+LOOM_M1(m_cosh, coshf, cosh)
+LOOM_M1(m_asinh, asinhf, asinh)
+LOOM_M1(m_acosh, acoshf, acosh)
+LOOM_M1(m_atanh, atanhf, atanh)
+LOOM_M1(m_log1p, log1pf, log1p)
+LOOM_M1(m_expm1, expm1f, expm1)
+LOOM_M1(m_floor, floorf, floor)
+LOOM_M1(m_ceil, ceilf, ceil)
+LOOM_M1(m_rint, rintf, rint)
+#undef LOOM_M1
 
 struct neg_f {
   template <class T>
@@ -230,5 +256,95 @@ struct reciprocal_f {
     return C{1} / x;
   }
 };
+
+// ---- the math library's functions, the activations and the predicates -----------------------
+
+#define LOOM_LIBM_F(name, fn)            \
+  struct name {                          \
+    template <class T>                   \
+    static constexpr bool supports() {   \
+      return is_float<T>;                \
+    }                                    \
+    template <class C>                   \
+    __device__ C operator()(C x) const { \
+      return fn(x);                      \
+    }                                    \
+  };
+LOOM_LIBM_F(sin_f, m_sin)
+LOOM_LIBM_F(cos_f, m_cos)
+LOOM_LIBM_F(tan_f, m_tan)
+LOOM_LIBM_F(asin_f, m_asin)
+LOOM_LIBM_F(acos_f, m_acos)
+LOOM_LIBM_F(atan_f, m_atan)
+LOOM_LIBM_F(sinh_f, m_sinh)
+LOOM_LIBM_F(cosh_f, m_cosh)
+LOOM_LIBM_F(asinh_f, m_asinh)
+LOOM_LIBM_F(acosh_f, m_acosh)
+LOOM_LIBM_F(atanh_f, m_atanh)
+LOOM_LIBM_F(log1p_f, m_log1p)
+LOOM_LIBM_F(expm1_f, m_expm1)
+LOOM_LIBM_F(floor_f, m_floor)
+LOOM_LIBM_F(ceil_f, m_ceil)
+LOOM_LIBM_F(round_f, m_rint)  // halves to even
+#undef LOOM_LIBM_F
+
+// What the functors over the float types say of themselves.
+struct float_f {
+  template <class T>
+  static constexpr bool supports() {
+    return is_float<T>;
+  }
+};
+
+/// log(1 + e^x) as max(x, 0) + log1p(e^-|x|).
+struct softplus_f : float_f {
+  template <class C>
+  __device__ C operator()(C x) const {
+    return (x > C(0) ? x : C(0)) + m_log1p(m_exp(-m_fabs(x)));
+  }
+};
+
+/// x sigmoid(x); -inf gives -0.
+struct silu_f : float_f {
+  template <class C>
+  __device__ C operator()(C x) const {
+    if (x == -std::numeric_limits<C>::infinity()) return C(-0.0);
+    return x / (C{1} + m_exp(-x));
+  }
+};
+
+/// x tanh(softplus(x)); -inf gives -0.
+struct mish_f : float_f {
+  template <class C>
+  __device__ C operator()(C x) const {
+    if (x == -std::numeric_limits<C>::infinity()) return C(-0.0);
+    return x * m_tanh(softplus_f{}(x));
+  }
+};
+
+/// elu, selu and celu: x > 0 ? gamma x : gamma (alpha (e^(x / beta) - 1)), as the CPU's
+/// exp_linear_op.
+struct exp_linear_f : float_f {
+  double alpha;
+  double beta = 1.0;
+  double gamma = 1.0;
+  template <class C>
+  __device__ C operator()(C x) const {
+    return C(gamma) * (x > C(0) ? x : C(alpha) * m_expm1(x / C(beta)));
+  }
+};
+
+// The device-neutral ones (src/kernel/common/elementwise_unary_ops.hpp), with their dtypes.
+template <class Fn, bool Signed = false>
+struct neutral_f : Fn {
+  template <class T>
+  static constexpr bool supports() {
+    return Signed ? is_signed_number<T> : is_float<T>;
+  }
+};
+#define LOOM_NEUTRAL_F(name, with_signed) \
+  using name##_f = neutral_f<loom::ew::name##_fn, with_signed>;
+LOOM_NEUTRAL_UNARY_OPS(LOOM_NEUTRAL_F)
+#undef LOOM_NEUTRAL_F
 
 }  // namespace loom::cuda::kernels::dev

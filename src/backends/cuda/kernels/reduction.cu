@@ -1,4 +1,5 @@
-// CUDA kernels of reduce_sum / mean / max / min / prod and argmax (launchers in reduction.cuh;
+// CUDA kernels of reduce_sum / mean / max / min / prod / l1 / l2 / sum_square / log_sum /
+// log_sum_exp / any / all and argmax (launchers in reduction.cuh;
 // Note [cuda reduction plan], Note [cuda deterministic reductions]).
 #include <algorithm>
 #include <cstdint>
@@ -15,22 +16,57 @@ using namespace rdev;
 
 // How one kind of reduction accumulates T (as the CPU kernels' reducer, reduction_reduce.cpp):
 // the accumulator A, its identity, how an element enters it, how two combine, the result.
+// reduce_log_sum_exp's accumulator (as the CPU's lse_acc): the largest element m so far and
+// Σ exp(x - m).
+struct lse_acc {
+  double m;
+  double s;
+};
+
 template <class T, reduce_op K>
 struct reducer {
   using C = compute_t<T>;
   static constexpr bool floating = !std::is_integral_v<C>;
-  static constexpr bool additive = K == reduce_op::sum || K == reduce_op::mean;
+  // The sums: of x (sum, mean, log_sum), |x| (l1) or x² (l2, sum_square).
+  static constexpr bool additive = K == reduce_op::sum || K == reduce_op::mean ||
+                                   K == reduce_op::l1 || K == reduce_op::l2 ||
+                                   K == reduce_op::sum_square || K == reduce_op::log_sum;
+  static constexpr bool logical = K == reduce_op::any || K == reduce_op::all;
   // Float sums in double (16-bit floats in float), integer sums and products wrapping in 64
-  // bits, float products and max/min in the compute type.
+  // bits, float products and max/min in the compute type, log_sum_exp in an lse_acc, any
+  // and all in an int (0 or 1).
   using A = std::conditional_t<
-      additive,
-      std::conditional_t<floating, std::conditional_t<is_half_like<T>, float, double>,
-                         unsigned long long>,
-      std::conditional_t<K == reduce_op::prod, std::conditional_t<floating, C, unsigned long long>,
-                         C>>;
+      K == reduce_op::log_sum_exp, lse_acc,
+      std::conditional_t<
+          logical, int,
+          std::conditional_t<
+              additive,
+              std::conditional_t<floating, std::conditional_t<is_half_like<T>, float, double>,
+                                 unsigned long long>,
+              std::conditional_t<K == reduce_op::prod,
+                                 std::conditional_t<floating, C, unsigned long long>, C>>>>;
+
+  // What an element adds to a sum: x, |x| or x².
+  __device__ static A term(A v) {
+    if constexpr (K == reduce_op::l1) {
+      if constexpr (std::is_unsigned_v<A>) {
+        return static_cast<long long>(v) < 0 ? A(0) - v : v;
+      } else {
+        return v < A(0) ? -v : v;
+      }
+    } else if constexpr (K == reduce_op::l2 || K == reduce_op::sum_square) {
+      return v * v;
+    } else {
+      return v;
+    }
+  }
 
   __device__ static A identity() {
-    if constexpr (additive) {
+    if constexpr (K == reduce_op::log_sum_exp) {
+      return lse_acc{-std::numeric_limits<double>::infinity(), 0.0};
+    } else if constexpr (logical) {
+      return K == reduce_op::all ? 1 : 0;
+    } else if constexpr (additive) {
       return A(0);
     } else if constexpr (K == reduce_op::prod) {
       return A(1);
@@ -41,23 +77,39 @@ struct reducer {
     }
   }
 
-  // An element of the input (T), or a partial accumulator from a first pass (A).
-  template <class In>
-  __device__ static A lift(In v) {
-    if constexpr (std::is_same_v<In, A>) {
-      return v;
+  // An element of the input (partials of a first pass enter through partial_reducer).
+  __device__ static A lift(T v) {
+    if constexpr (K == reduce_op::log_sum_exp) {
+      return lse_acc{static_cast<double>(load(v)), 1.0};
+    } else if constexpr (logical) {
+      return v ? 1 : 0;
     } else if constexpr (floating) {
-      return static_cast<A>(load(v));
+      return term(static_cast<A>(load(v)));
     } else if constexpr (K == reduce_op::max || K == reduce_op::min) {
       return v;
     } else {
-      return static_cast<A>(static_cast<long long>(v));
+      return term(static_cast<A>(static_cast<long long>(v)));
     }
   }
 
-  // max/min: a NaN on either side wins (NumPy's maximum/minimum).
+  // max/min: a NaN on either side wins (NumPy's maximum/minimum). log_sum_exp rescales the
+  // smaller maximum's sum to the larger (a NaN wins; an empty side changes nothing).
   __device__ static A combine(A a, A b) {
-    if constexpr (additive) {
+    if constexpr (K == reduce_op::log_sum_exp) {
+      if (a.m != a.m || b.m != b.m) return lse_acc{nan(""), 1.0};
+      if (a.m < b.m) {
+        const lse_acc t = a;
+        a = b;
+        b = t;
+      }
+      if (b.m == -std::numeric_limits<double>::infinity()) return a;
+      if (a.m == b.m) return lse_acc{a.m, a.s + b.s};
+      return lse_acc{a.m, a.s + b.s * exp(b.m - a.m)};
+    } else if constexpr (K == reduce_op::any) {
+      return a | b;
+    } else if constexpr (K == reduce_op::all) {
+      return a & b;
+    } else if constexpr (additive) {
       return a + b;
     } else if constexpr (K == reduce_op::prod) {
       return a * b;
@@ -71,12 +123,26 @@ struct reducer {
   __device__ static T finish(A a, std::int64_t count) {
     if constexpr (K == reduce_op::mean) {
       return store<T>(static_cast<double>(a) / static_cast<double>(count));
+    } else if constexpr (K == reduce_op::l2) {
+      return store<T>(sqrt(static_cast<double>(a)));
+    } else if constexpr (K == reduce_op::log_sum) {
+      return store<T>(log(static_cast<double>(a)));
+    } else if constexpr (K == reduce_op::log_sum_exp) {
+      return store<T>(a.m + log(a.s));
+    } else if constexpr (logical) {
+      return a != 0;
     } else if constexpr (!floating && K != reduce_op::max && K != reduce_op::min) {
       return static_cast<T>(static_cast<long long>(a));
     } else {
       return store<T>(a);
     }
   }
+};
+
+// R for a second pass over a first pass's partial accumulators: they enter as they are.
+template <class R>
+struct partial_reducer : R {
+  __device__ static typename R::A lift(typename R::A v) { return v; }
 };
 
 template <class R>
@@ -88,9 +154,14 @@ struct combine_fn {
 };
 
 template <class T, reduce_op K>
-inline constexpr bool supported_v = !(K == reduce_op::mean && std::is_integral_v<T>)&&(
-    std::is_same_v<T, float> || std::is_same_v<T, double> || is_half_like<T> ||
-    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>);
+inline constexpr bool supported_v =
+    (K == reduce_op::any || K == reduce_op::all)
+        ? std::is_same_v<T, bool>
+        : !((K == reduce_op::mean || K == reduce_op::l2 || K == reduce_op::log_sum ||
+             K == reduce_op::log_sum_exp) &&
+            std::is_integral_v<T>) &&
+              (std::is_same_v<T, float> || std::is_same_v<T, double> || is_half_like<T> ||
+               std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>);
 
 constexpr int block_threads = 256;
 constexpr int col_tile = 32;                  // columns per block in column mode
@@ -222,8 +293,8 @@ void reduce_typed(const reduce_plan& p, const void* xv, void* y, void* temp, cud
       rows_pass<T, R, T>(x, y, p.outer, p.n, 1, p.n, true, count, s);
     } else {
       rows_pass<T, R, T>(x, temp, p.outer, p.n, p.chunks, p.chunk_len, false, count, s);
-      rows_pass<A, R, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, 1, p.chunks, true,
-                         count, s);
+      rows_pass<A, partial_reducer<R>, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, 1,
+                                          p.chunks, true, count, s);
     }
     return;
   }
@@ -231,14 +302,19 @@ void reduce_typed(const reduce_plan& p, const void* xv, void* y, void* temp, cud
     cols_pass<T, R, T>(x, y, p.outer, p.n, p.inner, 1, p.n, true, count, s);
   } else {
     cols_pass<T, R, T>(x, temp, p.outer, p.n, p.inner, p.chunks, p.chunk_len, false, count, s);
-    cols_pass<A, R, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, p.inner, 1, p.chunks,
-                       true, count, s);
+    cols_pass<A, partial_reducer<R>, T>(static_cast<const A*>(temp), y, p.outer, p.chunks,
+                                        p.inner, 1, p.chunks, true, count, s);
   }
 }
 
-// Calls f(T{}, op constant) for t and op.
+// Calls f(T{}, op constant) for t and op (bool only for any and all).
 template <class F>
 void visit_reduce(elem_type t, reduce_op op, F&& f) {
+  if (t == elem_type::boolean) {
+    if (op == reduce_op::any) f(bool{}, std::integral_constant<reduce_op, reduce_op::any>{});
+    if (op == reduce_op::all) f(bool{}, std::integral_constant<reduce_op, reduce_op::all>{});
+    return;
+  }
   visit_type(t, [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
@@ -252,6 +328,19 @@ void visit_reduce(elem_type t, reduce_op op, F&& f) {
         return f(tag, std::integral_constant<reduce_op, reduce_op::min>{});
       case reduce_op::prod:
         return f(tag, std::integral_constant<reduce_op, reduce_op::prod>{});
+      case reduce_op::l1:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::l1>{});
+      case reduce_op::l2:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::l2>{});
+      case reduce_op::sum_square:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::sum_square>{});
+      case reduce_op::log_sum:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::log_sum>{});
+      case reduce_op::log_sum_exp:
+        return f(tag, std::integral_constant<reduce_op, reduce_op::log_sum_exp>{});
+      case reduce_op::any:
+      case reduce_op::all:
+        return;  // bool only (above)
     }
     (void)sizeof(T);
   });
@@ -267,7 +356,9 @@ struct arg_pair {
 };
 
 // The better of two candidates: a NaN beats any number (the first NaN wins), a larger value
-// beats a smaller, and ties go to the smaller index (NumPy's argmax).
+// (Min: a smaller one) beats the other, and ties go to the smaller index (NumPy's argmax), or
+// to the larger one with Last (ONNX's select_last_index, for NaNs too).
+template <bool Min, bool Last>
 struct arg_better {
   template <class P>
   __device__ P operator()(P a, P b) const {
@@ -275,20 +366,21 @@ struct arg_better {
     if (a.i < 0) return b;
     const bool na = a.v != a.v;
     const bool nb = b.v != b.v;
+    const P tie = (a.i < b.i) != Last ? a : b;
     if (na || nb) {
-      if (na && nb) return a.i < b.i ? a : b;
+      if (na && nb) return tie;
       return na ? a : b;
     }
-    if (a.v > b.v) return a;
-    if (b.v > a.v) return b;
-    return a.i < b.i ? a : b;
+    if (Min ? a.v < b.v : a.v > b.v) return a;
+    if (Min ? b.v < a.v : b.v > a.v) return b;
+    return tie;
   }
 };
 
 template <class T>
 using arg_value_t = std::conditional_t<sizeof(compute_t<T>) < 4, int, compute_t<T>>;
 
-template <class T>
+template <class T, bool Min, bool Last>
 __global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64_t rows,
                                    std::int64_t n, bool whole_block) {
   using V = arg_value_t<T>;
@@ -301,9 +393,9 @@ __global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64
     const T* p = x + r * n;
     P best{V{}, -1};
     for (std::int64_t i = t.rank; i < n; i += t.size) {
-      best = arg_better{}(best, P{static_cast<V>(load(p[i])), i});
+      best = arg_better<Min, Last>{}(best, P{static_cast<V>(load(p[i])), i});
     }
-    best = team_allreduce(t, best, arg_better{}, P{V{}, -1}, scratch);
+    best = team_allreduce(t, best, arg_better<Min, Last>{}, P{V{}, -1}, scratch);
     if (t.rank == 0) {
       if (out_i32) {
         static_cast<std::int32_t*>(y)[r] = static_cast<std::int32_t>(best.i);
@@ -316,7 +408,7 @@ __global__ void argmax_rows_kernel(const T* x, void* y, bool out_i32, std::int64
 
 // One thread per output column of [outer, n, inner]: consecutive threads read consecutive
 // columns of a row.
-template <class T>
+template <class T, bool Min, bool Last>
 __global__ void argmax_cols_kernel(const T* x, void* y, bool out_i32, std::int64_t outer,
                                    std::int64_t n, std::int64_t inner) {
   using V = arg_value_t<T>;
@@ -329,7 +421,7 @@ __global__ void argmax_cols_kernel(const T* x, void* y, bool out_i32, std::int64
     const T* p = x + o * n * inner + j;
     P best{static_cast<V>(load(p[0])), 0};
     for (std::int64_t i = 1; i < n; ++i) {
-      best = arg_better{}(best, P{static_cast<V>(load(p[i * inner])), i});
+      best = arg_better<Min, Last>{}(best, P{static_cast<V>(load(p[i * inner])), i});
     }
     if (out_i32) {
       static_cast<std::int32_t*>(y)[q] = static_cast<std::int32_t>(best.i);
@@ -429,20 +521,36 @@ bool argmax_supports(elem_type t) {
   return t != elem_type::boolean;
 }
 
-void launch_argmax(elem_type t, bool out_i32, const void* x, void* y, std::int64_t outer,
-                   std::int64_t n, std::int64_t inner, cudaStream_t stream) {
+void launch_argmax(elem_type t, bool out_i32, bool is_min, bool last, const void* x, void* y,
+                   std::int64_t outer, std::int64_t n, std::int64_t inner, cudaStream_t stream) {
   visit_type(t, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x);
-    if (inner == 1) {
-      const bool whole_block = n > short_row;
-      const std::int64_t per_block = whole_block ? 1 : block_threads / 32;
-      argmax_rows_kernel<T><<<grid_for(ceil_div(outer, per_block)), block_threads, 0, stream>>>(
-          xp, y, out_i32, outer, n, whole_block);
+    const auto launch = [&](auto min_tag, auto last_tag) {
+      constexpr bool Min = decltype(min_tag)::value;
+      constexpr bool Last = decltype(last_tag)::value;
+      if (inner == 1) {
+        const bool whole_block = n > short_row;
+        const std::int64_t per_block = whole_block ? 1 : block_threads / 32;
+        argmax_rows_kernel<T, Min, Last>
+            <<<grid_for(ceil_div(outer, per_block)), block_threads, 0, stream>>>(
+                xp, y, out_i32, outer, n, whole_block);
+      } else {
+        argmax_cols_kernel<T, Min, Last>
+            <<<grid_for(ceil_div(outer * inner, block_threads)), block_threads, 0, stream>>>(
+                xp, y, out_i32, outer, n, inner);
+      }
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
+    if (is_min && last) {
+      launch(yes{}, yes{});
+    } else if (is_min) {
+      launch(yes{}, no{});
+    } else if (last) {
+      launch(no{}, yes{});
     } else {
-      argmax_cols_kernel<T>
-          <<<grid_for(ceil_div(outer * inner, block_threads)), block_threads, 0, stream>>>(
-              xp, y, out_i32, outer, n, inner);
+      launch(no{}, no{});
     }
   });
 }

@@ -1,5 +1,5 @@
 // Host launchers of the CUDA reduction kernels (reduction.cu): reduce_sum / mean / max / min /
-// prod over a dense input viewed as [outer, n, inner] (n reduced), argmax along one axis,
+// prod / l1 / l2 / sum_square / log_sum / log_sum_exp / any / all over a dense input viewed as [outer, n, inner] (n reduced), argmax along one axis,
 // and a fill for empty reductions. Plain C++ over raw device pointers, so that nvcc never
 // sees loom's headers; reduction_kernels.cpp maps tensors onto these calls.
 //
@@ -12,7 +12,8 @@
 // a first launch writes each piece's partial accumulator to a temporary, a second combines
 // them in order. The plan depends on the shape alone (Note [cuda deterministic reductions]).
 // Accumulators are as on CPU: float sums in double (f16/bf16 in float), integer sums and
-// products in wrapping 64-bit integers, products of floats and max/min in the compute type.
+// products in wrapping 64-bit integers, products of floats and max/min in the compute type,
+// log_sum_exp as a (maximum, rescaled sum) pair of doubles, any/all in an int.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,7 +25,21 @@
 
 namespace loom::cuda::kernels {
 
-enum class reduce_op : int { sum, mean, max, min, prod };
+/// The reductions, numbered as reduction_rules::reduce_kind (reduction_kernels.cpp checks).
+enum class reduce_op : int {
+  sum,
+  mean,
+  max,
+  min,
+  prod,
+  l1,
+  l2,
+  sum_square,
+  log_sum,
+  log_sum_exp,
+  any,
+  all
+};
 
 /// How one reduction of a dense [outer, n, inner] input runs (Note [cuda reduction plan]).
 struct reduce_plan {
@@ -43,7 +58,8 @@ struct reduce_plan {
 reduce_plan plan_reduce(elem_type t, reduce_op op, std::int64_t outer, std::int64_t n,
                         std::int64_t inner);
 
-/// Whether op takes t (sum, max, min, prod: f32, f64, f16, bf16, i32, i64; mean: floats).
+/// Whether op takes t (sum, max, min, prod, l1, sum_square: f32, f64, f16, bf16, i32, i64;
+/// mean, l2, log_sum, log_sum_exp: the floats; any, all: bool).
 bool reduce_supports(elem_type t, reduce_op op);
 
 /// y[o, j] = op over x[o, :, j] (y dense [outer, inner], of type t), by `plan`; `temp` holds
@@ -58,9 +74,10 @@ void launch_fill(void* p, std::int64_t count, int elem_bytes, std::uint64_t bits
 /// Whether argmax takes t (f32, f64, f16, bf16, i32, i64, i8, u8).
 bool argmax_supports(elem_type t);
 
-/// y[o, j] = the index of the maximum of x[o, :, j] (n > 0): the first on ties, the first NaN
-/// when there is one (NumPy). y is int32 (out_i32) or int64, dense [outer, inner].
-void launch_argmax(elem_type t, bool out_i32, const void* x, void* y, std::int64_t outer,
-                   std::int64_t n, std::int64_t inner, cudaStream_t stream);
+/// y[o, j] = the index of the maximum (is_min: the minimum) of x[o, :, j] (n > 0): the first
+/// on ties, the first NaN when there is one (NumPy); the last of them with `last` (ONNX's
+/// select_last_index). y is int32 (out_i32) or int64, dense [outer, inner].
+void launch_argmax(elem_type t, bool out_i32, bool is_min, bool last, const void* x, void* y,
+                   std::int64_t outer, std::int64_t n, std::int64_t inner, cudaStream_t stream);
 
 }  // namespace loom::cuda::kernels

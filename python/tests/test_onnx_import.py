@@ -1,0 +1,133 @@
+"""loom.onnx.load on models built with onnx.helper: results against float64 NumPy/PyTorch
+references, the import's rewrites, values the import needs, and bad models."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
+from onnx import TensorProto, helper  # noqa: E402
+
+import loom  # noqa: E402
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def tensor(name, array):
+    array = np.asarray(array)
+    return helper.make_tensor(name, helper.np_dtype_to_tensor_dtype(array.dtype)
+                              if hasattr(helper, "np_dtype_to_tensor_dtype")
+                              else onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[array.dtype],
+                              array.shape, array.flatten())
+
+
+def test_conv_batch_norm_is_folded_and_matches_float64():
+    rng = np.random.RandomState(0)
+    w = rng.randn(4, 3, 3, 3).astype(np.float32)
+    b = rng.randn(4).astype(np.float32)
+    scale, bias = rng.rand(4).astype(np.float32) + 0.5, rng.randn(4).astype(np.float32)
+    mean, var = rng.randn(4).astype(np.float32), rng.rand(4).astype(np.float32) + 0.5
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["y"], name="bn", epsilon=1e-3)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 9, 9])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 5, 5])],
+                       [tensor("w", w), tensor("b", b), tensor("s", scale), tensor("bb", bias),
+                        tensor("m", mean), tensor("v", var)])
+    m = loom.onnx.load(model)
+    assert m.rewrites == ["folded BatchNormalization 'bn' into Conv 'conv'"]
+    x = rng.randn(2, 3, 9, 9).astype(np.float32)
+    (y,) = m.run({"x": x})
+    c = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                   torch.from_numpy(b).double(), stride=2, padding=1)
+    ref = torch.nn.functional.batch_norm(c, torch.from_numpy(mean).double(), torch.from_numpy(var).double(),
+                                         torch.from_numpy(scale).double(), torch.from_numpy(bias).double(),
+                                         training=False, eps=float(np.float32(1e-3))).numpy()
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    # The same without the rewrite.
+    (y2,) = loom.onnx.load(model, fuse_patterns=False).run({"x": x})
+    np.testing.assert_allclose(y2, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_a_reshape_fed_its_shape_runs_with_it():
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    m = loom.onnx.load(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for target in [(3, -1), (0, 6), (12, 1)]:
+        (y,) = m.run({"x": x, "shape": np.array(target, np.int64)})
+        np.testing.assert_array_equal(y, x.reshape(tuple(2 if t == 0 else t for t in target)))
+
+
+def test_values_the_import_needs_are_named_and_can_be_given():
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["y"], name="unsqueeze")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 3])])
+    with pytest.raises(loom.onnx.InputValueRequired) as e:
+        loom.onnx.load(model)
+    assert e.value.args[1] == "axes"
+    assert isinstance(e.value, TypeError)
+    m = loom.onnx.load(model, input_values={"axes": np.array([1], np.int64)})
+    assert m.input_names == ["x"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (y,) = m.run({"x": torch.from_numpy(x)})
+    np.testing.assert_array_equal(y, x[:, None, :])
+
+
+def test_symbolic_dimensions_stay_dynamic_through_shape_computations():
+    # Reshape(x, Concat(Shape(x)[0], -1)): a dynamic batch, the rest flattened.
+    i0 = tensor("i0", np.array([0], np.int64))
+    minus1 = tensor("minus1", np.array([-1], np.int64))
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "i0"], ["n"], name="batch"),
+             helper.make_node("Concat", ["n", "minus1"], ["target"], name="target", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], name="flatten")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "f"])], [i0, minus1])
+    m = loom.onnx.load(model)
+    for shape in [(1, 3, 4), (5, 2, 4)]:
+        x = np.random.RandomState(1).randn(*shape).astype(np.float32)
+        (y,) = m.run({"x": x})
+        np.testing.assert_array_equal(y, x.reshape(shape[0], -1))
+
+
+def test_unsupported_ops_are_listed_in_one_error():
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
+             helper.make_node("NonMaxSuppression", ["a", "a"], ["b"], name="nms1"),
+             helper.make_node("Custom", ["b"], ["y"], name="c1", domain="com.example")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model.opset_import.append(helper.make_opsetid("com.example", 3))
+    with pytest.raises(TypeError) as e:
+        loom.onnx.load(model, check=False)
+    text = str(e.value)
+    assert "ai.onnx NonMaxSuppression (opset 17): 1 node 'nms1'" in text
+    assert "com.example Custom (opset 3): 1 node 'c1'" in text
+
+
+def test_bad_bytes_and_feeds_are_typed_errors_and_the_model_goes_on():
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    data = model.SerializeToString()
+    with pytest.raises(ValueError):
+        loom.onnx.load(b"\x08\x07garbage" + data[:5])
+    m = loom.onnx.load(data)
+    with pytest.raises(ValueError, match="expects float32"):
+        m.run({"x": np.zeros((2, 4), np.float32)})
+    with pytest.raises(ValueError):
+        m.run({"x": np.zeros((2, 3), np.float64)})
+    (y,) = m.run({"x": np.array([[-1, 0, 2]], np.float32)})
+    np.testing.assert_array_equal(y, [[0, 0, 2]])
+
+
+def test_supported_ops_cover_the_common_model_ops():
+    ops = set(loom.onnx.supported_ops())
+    for op in ["Conv", "Gemm", "MatMul", "Relu", "MaxPool", "GlobalAveragePool", "Flatten",
+               "Reshape", "Shape", "Gather", "Concat", "Softmax", "LayerNormalization",
+               "BatchNormalization", "Clip", "Add", "Transpose", "Slice", "Unsqueeze"]:
+        assert op in ops, op
