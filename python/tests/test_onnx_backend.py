@@ -115,3 +115,19 @@ def test_is_compatible_follows_supported_ops():
 
 def test_backend_is_exported_by_loom_onnx():
     assert lo.Backend is Backend
+
+
+def test_inputs_that_decide_shapes_are_taken_at_run_time(rng):
+    # The axes of an Unsqueeze fed as a graph input: each run imports with that value.
+    node = helper.make_node("Unsqueeze", ["x", "axes"], ["y"])
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["d0", "d1", "d2"])])
+    rep = Backend.prepare(helper.make_model(graph, opset_imports=[
+        helper.make_operatorsetid("", 13)]), "CPU")
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    for axis in (0, 2, -1):
+        (y,) = rep.run([x, np.array([axis], np.int64)])
+        np.testing.assert_array_equal(y, np.expand_dims(x, axis))

@@ -75,14 +75,21 @@ def unsupported_ops(model, supported=None):
 
 
 class BackendRep(_OnnxBackendRep):
-    """An imported model: run(inputs) returns its outputs in graph-output order."""
+    """An imported model: run(inputs) returns its outputs in graph-output order.
 
-    def __init__(self, model, graph_inputs):
+    A model with graph inputs whose values loom's import needs (a Reshape's shape, the axes
+    of an Unsqueeze, fed at run time: loom.onnx.InputValueRequired) is imported at run time
+    instead, each run, with those inputs' values given as constants (load's input_values)."""
+
+    def __init__(self, model, graph_inputs, output_names, load=None, needed=()):
         self.model = model
         # The graph inputs that are fed (ONNX models of IR version < 4 also list the
         # initializers among the inputs; those are not fed).
         self.input_names = list(graph_inputs)
-        self.output_names = list(model.output_names)
+        self.output_names = list(output_names)
+        # Where the import waits for values: load(input_values) and the inputs it needs.
+        self._load = load
+        self._needed = list(needed)
 
     def run(self, inputs, **kwargs):
         """The outputs for `inputs`: a dict by input name, or the fed inputs in graph order."""
@@ -95,8 +102,25 @@ class BackendRep(_OnnxBackendRep):
                 raise ValueError(f"{len(inputs)} inputs given, the model takes "
                                  f"{len(self.input_names)} ({', '.join(self.input_names)})")
             feeds = dict(zip(self.input_names, inputs))
-        outputs = self.model.run(feeds)
+        model = self.model
+        if model is None:
+            model = self._import_with_values(feeds)
+            feeds = {k: v for k, v in feeds.items() if k not in self._needed}
+        outputs = model.run(feeds)
         return namedtupledict("Outputs", self.output_names)(*outputs)
+
+    def _import_with_values(self, feeds):
+        lo = _loom_onnx()
+        while True:
+            missing = [n for n in self._needed if n not in feeds]
+            if missing:
+                raise ValueError(f"the model needs the values of inputs {', '.join(missing)}")
+            try:
+                return self._load({n: feeds[n] for n in self._needed})
+            except lo.InputValueRequired as e:
+                if e.args[1] in self._needed:
+                    raise
+                self._needed.append(e.args[1])
 
 
 class Backend(_OnnxBackend):
@@ -114,13 +138,19 @@ class Backend(_OnnxBackend):
         if isinstance(model, (bytes, bytearray)):
             model = onnx.load_model_from_string(bytes(model))
         super().prepare(model, device, **kwargs)
+        lo = _loom_onnx()
         options = {"threads": kwargs.get("threads")}
         if Device(device).type != DeviceType.CPU:
             options["device"] = _loom_device(device)
-        loaded = _loom_onnx().load(model.SerializeToString(), **options)
+        data = model.SerializeToString()
         initializers = {t.name for t in model.graph.initializer}
         fed = [i.name for i in model.graph.input if i.name not in initializers]
-        return BackendRep(loaded, fed)
+        outputs = [o.name for o in model.graph.output]
+        try:
+            return BackendRep(lo.load(data, **options), fed, outputs)
+        except lo.InputValueRequired as e:
+            return BackendRep(None, fed, outputs, needed=[e.args[1]],
+                              load=lambda values: lo.load(data, input_values=values, **options))
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):
