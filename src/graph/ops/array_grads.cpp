@@ -3,7 +3,9 @@
 // slice pads its gradient with zeros; gather scatters it (gather_grad). dynamic_reshape
 // reshapes back to shape_of(x) and expand sums back (expand_grad), both at run time; tile
 // sums the repeats; flip flips back; strided_slice writes into zeros (strided_slice_grad);
-// cumsum sums the other way.
+// cumsum sums the other way; topk and the gathers add dy at their indices into zeros
+// (scatter_elements, scatter_nd with "add"); the scatters ("none", "add") gather dy for the
+// updates.
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
@@ -121,6 +123,53 @@ grads strided_slice_grad_grad(const gradient_context& c) {
                              c.attr<ints>("axes"), c.attr<ints>("steps"))};
 }
 
+// topk: dy of the values added at their indices into zeros of x's shape.
+grads topk_grad(const gradient_context& c) {
+  const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
+  return {ops::scatter_elements(zeros, c.output_of(1), c.grad(0), c.attr<std::int64_t>("axis"),
+                                "add")};
+}
+
+grads gather_elements_grad(const gradient_context& c) {
+  const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
+  return {ops::scatter_elements(zeros, c.input(1), c.grad(0), c.attr<std::int64_t>("axis"), "add"),
+          std::nullopt};
+}
+
+// scatter_elements "none": the written positions take nothing from data, the updates take
+// dy there; "add": data takes dy whole. ("mul" has no gradient.)
+grads scatter_elements_grad(const gradient_context& c) {
+  const auto axis = c.attr<std::int64_t>("axis");
+  const auto reduction = c.attr<std::string>("reduction");
+  if (reduction == "mul") c.fail("scatter_elements with reduction mul has no gradient");
+  const output dy = c.grad(0);
+  output d_data = dy;
+  if (reduction == "none") {
+    const output zeros = ops::zeros(c.builder(), c.input_type(2), c.input_shape(2));
+    d_data = ops::scatter_elements(dy, c.input(1), zeros, axis, "none");
+  }
+  return {d_data, std::nullopt, ops::gather_elements(dy, c.input(1), axis)};
+}
+
+grads gather_nd_grad(const gradient_context& c) {
+  const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
+  return {ops::scatter_nd(zeros, c.input(1), c.grad(0), "add", c.attr<std::int64_t>("batch_dims")),
+          std::nullopt};
+}
+
+grads scatter_nd_grad(const gradient_context& c) {
+  const auto batch_dims = c.attr<std::int64_t>("batch_dims");
+  const auto reduction = c.attr<std::string>("reduction");
+  if (reduction == "mul") c.fail("scatter_nd with reduction mul has no gradient");
+  const output dy = c.grad(0);
+  output d_data = dy;
+  if (reduction == "none") {
+    const output zeros = ops::zeros(c.builder(), c.input_type(2), c.input_shape(2));
+    d_data = ops::scatter_nd(dy, c.input(1), zeros, "none", batch_dims);
+  }
+  return {d_data, std::nullopt, ops::gather_nd(dy, c.input(1), batch_dims)};
+}
+
 grads cumsum_grad(const gradient_context& c) {
   return {ops::cumsum(c.grad(0), c.attr<std::int64_t>("axis"), c.attr<bool>("exclusive"),
                       !c.attr<bool>("reverse"))};
@@ -163,6 +212,11 @@ void register_array_gradients(gradient_registry& r) {
   r.add("strided_slice", strided_slice_grad);
   r.add("strided_slice_grad", strided_slice_grad_grad);
   r.add("cumsum", cumsum_grad);
+  r.add("topk", topk_grad);
+  r.add("gather_elements", gather_elements_grad);
+  r.add("scatter_elements", scatter_elements_grad);
+  r.add("gather_nd", gather_nd_grad);
+  r.add("scatter_nd", scatter_nd_grad);
 }
 
 }  // namespace loom

@@ -336,9 +336,13 @@ op_def unary_def(std::string name, std::string summary) {
 // Defined in array_shape_ops.cpp: shape_of, dynamic_reshape, expand, constant_of_shape, tile,
 // flip, strided_slice, cumsum and their gradient ops.
 void register_array_shape_ops(op_registry& r);
+// Defined in array_select_ops.cpp: topk, gather_elements, scatter_elements, gather_nd,
+// scatter_nd.
+void register_array_select_ops(op_registry& r);
 
 void register_array_ops(op_registry& r) {
   register_array_shape_ops(r);
+  register_array_select_ops(r);
   {
     op_def d = unary_def("reshape", "the same elements under another shape (a view when dense)");
     d.attrs.push_back(validated(attr("shape", attr_type::ints), dims_or_one_unknown));
