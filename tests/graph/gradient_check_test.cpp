@@ -283,6 +283,36 @@ TEST(GradientCheck, LayoutOps) {
   }
 }
 
+TEST(GradientCheck, IndexOps) {
+  using xs_t = std::vector<output>;
+  const auto indices = [](graph_builder& b, const shape& s, const std::vector<std::int64_t>& v) {
+    return ops::constant(b, memory::host_tensor<std::int64_t>(s, v));
+  };
+  check("topk values", {in{{3, 5}}}, [](graph_builder&, const xs_t& x) {
+    return ops::topk(x[0], 2, -1)[0];
+  });
+  check("topk smallest along 0", {in{{4, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::topk(x[0], 3, 0, false)[0];
+  });
+  check("gather_elements", {in{{3, 4}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather_elements(x[0], indices(b, {3, 2}, {0, 3, -1, 1, 2, 2}), 1);
+  });
+  for (const std::string r : {"none", "add"}) {
+    check("scatter_elements " + r, {in{{4, 3}}, in{{2, 3}}}, [&](graph_builder& b, const xs_t& x) {
+      return ops::scatter_elements(x[0], indices(b, {2, 3}, {1, 0, 3, -1, 2, 0}), x[1], 0, r);
+    });
+    check("scatter_nd " + r, {in{{4, 3}}, in{{2, 3}}}, [&](graph_builder& b, const xs_t& x) {
+      return ops::scatter_nd(x[0], indices(b, {2, 1}, {2, -4}), x[1], r);
+    });
+  }
+  check("gather_nd", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather_nd(x[0], indices(b, {3, 2}, {0, 1, 3, 2, 0, 1}));
+  });
+  check("gather_nd batch_dims 1", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather_nd(x[0], indices(b, {4, 1}, {2, 0, 1, 2}), 1);
+  });
+}
+
 TEST(GradientCheck, SmallMlpEndToEnd) {
   check("mlp", {in{{4, 6}}, in{{6, 5}}, in{{5}}, in{{5, 3}}},
         [](graph_builder& b, const std::vector<output>& x) {
