@@ -58,15 +58,6 @@ std::vector<std::int64_t> checked_indices(kernel_context& ctx, const tensor& ind
   return out;
 }
 
-template <class T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
-
 // a combined with b by a scatter's reduction (1: add, 2: mul); bool adds as or and
 // multiplies as and, integers wrap, 16-bit floats round once.
 template <class T>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "array_copy.hpp"
+#include "array_index.hpp"
 #include "cpu_kernels.hpp"
 #include "kernel/common/array_layout_kernels.hpp"
 #include "kernel/common/array_views.hpp"
@@ -36,16 +37,7 @@ ints shape_values(kernel_context& ctx, std::size_t i) {
   return ints(p, p + t.num_elements());
 }
 
-// Element T as a double, and the type sums of T accumulate in (double for floats, int64 for
-// integers, which wrap).
-template <class T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
+// The type sums of T accumulate in (double for floats, int64 for integers, which wrap).
 template <class T>
 using acc_t = std::conditional_t<std::is_integral_v<T>, std::int64_t, double>;
 template <class T>

@@ -6,6 +6,8 @@
 // cumsum sums the other way; topk and the gathers add dy at their indices into zeros
 // (scatter_elements, scatter_nd with "add"); the scatters ("none", "add") gather dy for the
 // updates.
+#include <fmt/format.h>
+
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
@@ -136,38 +138,39 @@ grads gather_elements_grad(const gradient_context& c) {
           std::nullopt};
 }
 
-// scatter_elements "none": the written positions take nothing from data, the updates take
-// dy there; "add": data takes dy whole. ("mul" has no gradient.)
-grads scatter_elements_grad(const gradient_context& c) {
-  const auto axis = c.attr<std::int64_t>("axis");
-  const auto reduction = c.attr<std::string>("reduction");
-  if (reduction == "mul") c.fail("scatter_elements with reduction mul has no gradient");
-  const output dy = c.grad(0);
-  output d_data = dy;
-  if (reduction == "none") {
-    const output zeros = ops::zeros(c.builder(), c.input_type(2), c.input_shape(2));
-    d_data = ops::scatter_elements(dy, c.input(1), zeros, axis, "none");
-  }
-  return {d_data, std::nullopt, ops::gather_elements(dy, c.input(1), axis)};
-}
-
 grads gather_nd_grad(const gradient_context& c) {
   const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
   return {ops::scatter_nd(zeros, c.input(1), c.grad(0), "add", c.attr<std::int64_t>("batch_dims")),
           std::nullopt};
 }
 
-grads scatter_nd_grad(const gradient_context& c) {
-  const auto batch_dims = c.attr<std::int64_t>("batch_dims");
+// The scatters: data takes dy ("add"), or dy with the written positions zeroed ("none": zeros
+// scattered into dy); the updates take dy gathered at the indices. "mul" has no gradient.
+// scatter(data, indices, updates, reduction) and gather(data, indices) are the op's pair.
+template <class Scatter, class Gather>
+grads scatter_grad(const gradient_context& c, const Scatter& scatter, const Gather& gather) {
   const auto reduction = c.attr<std::string>("reduction");
-  if (reduction == "mul") c.fail("scatter_nd with reduction mul has no gradient");
+  if (reduction == "mul") c.fail(fmt::format("{} with reduction mul has no gradient", c.forward().op()));
   const output dy = c.grad(0);
   output d_data = dy;
   if (reduction == "none") {
-    const output zeros = ops::zeros(c.builder(), c.input_type(2), c.input_shape(2));
-    d_data = ops::scatter_nd(dy, c.input(1), zeros, "none", batch_dims);
+    d_data = scatter(dy, c.input(1), ops::zeros(c.builder(), c.input_type(2), c.input_shape(2)));
   }
-  return {d_data, std::nullopt, ops::gather_nd(dy, c.input(1), batch_dims)};
+  return {d_data, std::nullopt, gather(dy, c.input(1))};
+}
+
+grads scatter_elements_grad(const gradient_context& c) {
+  const auto axis = c.attr<std::int64_t>("axis");
+  return scatter_grad(
+      c, [&](output d, output i, output u) { return ops::scatter_elements(d, i, u, axis, "none"); },
+      [&](output d, output i) { return ops::gather_elements(d, i, axis); });
+}
+
+grads scatter_nd_grad(const gradient_context& c) {
+  const auto b = c.attr<std::int64_t>("batch_dims");
+  return scatter_grad(
+      c, [&](output d, output i, output u) { return ops::scatter_nd(d, i, u, "none", b); },
+      [&](output d, output i) { return ops::gather_nd(d, i, b); });
 }
 
 grads cumsum_grad(const gradient_context& c) {

@@ -32,11 +32,16 @@ bool all_known(const inference_context& c) {
   return true;
 }
 
-void one_of_reductions(const attr_value& v) {
-  const auto s = v.as<std::string>();
-  if (s != "none" && s != "add" && s != "mul") {
-    throw invalid_argument(fmt::format("'{}' is not one of none, add, mul", s));
-  }
+// The scatters' "reduction": none, add or mul.
+attr_def reduction_attr() {
+  attr_def a = attr("reduction", attr_type::string, std::string("none"));
+  a.validate = [](const attr_value& v) {
+    const auto s = v.as<std::string>();
+    if (s != "none" && s != "add" && s != "mul") {
+      throw invalid_argument(fmt::format("'{}' is not one of none, add, mul", s));
+    }
+  };
+  return a;
 }
 
 void infer_topk(inference_context& c) {
@@ -128,10 +133,8 @@ void register_array_select_ops(op_registry& r) {
                 "(ONNX ScatterElements)";
     d.inputs = {typed("data"), typed("indices", "Tindices"), typed("updates")};
     d.outputs = {typed("output")};
-    attr_def reduction = attr("reduction", attr_type::string, std::string("none"));
-    reduction.validate = one_of_reductions;
     d.attrs = {type_attr("T"), index_types(), attr("axis", attr_type::integer, std::int64_t{0}),
-               std::move(reduction)};
+               reduction_attr()};
     d.infer = infer_scatter_elements;
     r.add(std::move(d));
   }
@@ -152,9 +155,7 @@ void register_array_select_ops(op_registry& r) {
     d.summary = "data with slices written (or added, multiplied) at index tuples (ONNX ScatterND)";
     d.inputs = {typed("data"), typed("indices", "Tindices"), typed("updates")};
     d.outputs = {typed("output")};
-    attr_def reduction = attr("reduction", attr_type::string, std::string("none"));
-    reduction.validate = one_of_reductions;
-    d.attrs = {type_attr("T"), index_types(), std::move(reduction),
+    d.attrs = {type_attr("T"), index_types(), reduction_attr(),
                attr("batch_dims", attr_type::integer, std::int64_t{0})};
     d.infer = infer_scatter_nd;
     r.add(std::move(d));

@@ -130,6 +130,14 @@ op_def unary_def(std::string name, std::string summary, std::vector<dtype> types
   return d;
 }
 
+// strided_slice's (and its gradient's) starts, ends, axes and steps.
+void add_slice_attrs(op_def& d) {
+  d.attrs.push_back(attr("starts", attr_type::ints));
+  d.attrs.push_back(attr("ends", attr_type::ints));
+  d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
+  d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+}
+
 const std::vector<dtype>& cumsum_types() {
   static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16,
                                     dtype::bf16, dtype::i32, dtype::i64};
@@ -194,10 +202,7 @@ void register_array_shape_ops(op_registry& r) {
   }
   {
     op_def d = unary_def("strided_slice", "every step-th entry of a range per axis (ONNX Slice)");
-    d.attrs.push_back(attr("starts", attr_type::ints));
-    d.attrs.push_back(attr("ends", attr_type::ints));
-    d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
-    d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+    add_slice_attrs(d);
     d.infer = infer_strided_slice;
     r.add(std::move(d));
   }
@@ -206,10 +211,7 @@ void register_array_shape_ops(op_registry& r) {
                          "dy written where strided_slice read, zeros elsewhere (its gradient)",
                          numeric_types());
     d.inputs = {typed("dy")};
-    d.attrs.push_back(attr("starts", attr_type::ints));
-    d.attrs.push_back(attr("ends", attr_type::ints));
-    d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
-    d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+    add_slice_attrs(d);
     d.attrs.push_back(attr("input_shape", attr_type::shape));
     d.infer = infer_strided_slice_grad;
     r.add(std::move(d));
