@@ -308,6 +308,9 @@ TEST(GradientCheck, IndexOps) {
   check("gather_nd", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
     return ops::gather_nd(x[0], indices(b, {3, 2}, {0, 1, 3, 2, 0, 1}));
   });
+  check("gather wrap_negative", {in{{4, 3}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather(x[0], indices(b, {4}, {-1, 0, -4, -1}), 0, true);
+  });
   check("gather_nd batch_dims 1", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
     return ops::gather_nd(x[0], indices(b, {4, 1}, {2, 0, 1, 2}), 1);
   });

@@ -194,15 +194,16 @@ class pad_fill {
 class gather_take {
  public:
   explicit gather_take(kernel_context& ctx) : ctx_(ctx) {}
-  void operator()(const array_rules::gather_geometry& g) {
+  void operator()(const array_rules::gather_geometry& g, bool wrap_negative) {
     launch_scope scope(ctx_);
     const tensor params = ctx_.input_contiguous(0);
     const tensor indices = ctx_.input_contiguous(1);
     tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
     if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64,
-                                params.raw_data(), indices.raw_data(), out.raw_data(), g.outer, g.n,
-                                g.inner, indices.num_elements(), scope.stream)) {
+                                wrap_negative, params.raw_data(), indices.raw_data(),
+                                out.raw_data(), g.outer, g.n, g.inner, indices.num_elements(),
+                                scope.stream)) {
       ctx_.fail("gather does not take {}", to_string(params.type()));
     }
     check_launch(ctx_, "gather");

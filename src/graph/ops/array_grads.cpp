@@ -12,6 +12,7 @@
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/state.hpp"
 
 namespace loom {
 namespace {
@@ -71,9 +72,17 @@ grads slice_grad(const gradient_context& c) {
 }
 
 grads gather_grad(const gradient_context& c) {
-  return {c.builder().add1("gather_grad", {c.grad(0), c.input(1)},
-                           {{"axis", c.attr<std::int64_t>("axis")},
-                            {"params_shape", c.input_shape(0)}}),
+  const auto axis = c.attr<std::int64_t>("axis");
+  output indices = c.input(1);
+  if (c.attr<bool>("wrap_negative")) {
+    // gather_grad takes indices in [0, n): the negative ones wrapped first.
+    const shape& ps = c.input_shape(0);
+    const dtype it = c.input_type(1);
+    const output n = ops::scalar(c.builder(), static_cast<double>(ps[ps.normalize_axis(axis)]), it);
+    indices = ops::where(ops::less(indices, ops::scalar(c.builder(), 0.0, it)), indices + n, indices);
+  }
+  return {c.builder().add1("gather_grad", {c.grad(0), indices},
+                           {{"axis", axis}, {"params_shape", c.input_shape(0)}}),
           std::nullopt};
 }
 

@@ -403,7 +403,8 @@ void register_array_ops(op_registry& r) {
     d.inputs = {typed("params"), typed("indices", "Tindices")};
     d.outputs = {typed("output")};
     d.attrs = {type_attr("T"), type_attr("Tindices", {dtype::i32, dtype::i64}),
-               attr("axis", attr_type::integer, std::int64_t{0})};
+               attr("axis", attr_type::integer, std::int64_t{0}),
+               attr("wrap_negative", attr_type::boolean, false)};
     d.infer = infer_gather;
     r.add(std::move(d));
   }
@@ -517,6 +518,12 @@ output slice(output x, const std::vector<std::int64_t>& begin,
 
 output gather(output params, output indices, std::int64_t axis, const node_options& o) {
   return params.builder().add1("gather", {params, indices}, {{"axis", axis}}, o);
+}
+
+output gather(output params, output indices, std::int64_t axis, bool wrap_negative,
+              const node_options& o) {
+  return params.builder().add1("gather", {params, indices},
+                               {{"axis", axis}, {"wrap_negative", wrap_negative}}, o);
 }
 
 output one_hot(output indices, std::int64_t depth, dtype t, double on, double off,

@@ -60,8 +60,13 @@ output slice(output x, const std::vector<std::int64_t>& begin,
 /// NumPy's take: the entries of `params` along `axis` picked by `indices` (int32 or int64).
 /// The output's shape is params.shape[:axis] + indices.shape + params.shape[axis+1:].
 /// An index outside [0, params.shape[axis]) fails at run time (loom::node_error naming the
-/// position and the value); negative indices do not wrap.
+/// position and the value); negative indices do not wrap (see the overload with
+/// wrap_negative for ONNX's Gather, where they do).
 output gather(output params, output indices, std::int64_t axis = 0, const node_options& o = {});
+/// gather as ONNX Gather with `wrap_negative`: an index in [-n, 0) counts from the end
+/// (n + index); outside [-n, n) fails at run time on the CPU. Without it, as above.
+output gather(output params, output indices, std::int64_t axis, bool wrap_negative,
+              const node_options& o = {});
 
 /// A one-hot encoding of `indices` (int32 or int64): a new dimension of size `depth` is
 /// inserted at `axis` (-1: last), holding `on` where its position equals the index and

@@ -146,14 +146,17 @@ __global__ void pad_kernel(const B* __restrict__ in, B* __restrict__ out, B valu
 
 // ---- gather and one_hot ----------------------------------------------------------------------
 
-// u = (o * k + j) * inner + c  ->  params[(o * n + idx[j]) * inner + c], or zero bits.
+// u = (o * k + j) * inner + c  ->  params[(o * n + idx[j]) * inner + c] (idx[j] + n for a
+// negative index with `wrap`), or zero bits.
 template <class I, class B, class Ix>
-__device__ __forceinline__ B gather_one(const B* params, const Ix* idx, I u, I n, I inner, I k) {
+__device__ __forceinline__ B gather_one(const B* params, const Ix* idx, I u, I n, I inner, I k,
+                                        bool wrap) {
   const I c = u % inner;
   const I row = u / inner;
   const I j = row % k;
   const I o = row / k;
-  const auto v = static_cast<std::int64_t>(idx[j]);
+  auto v = static_cast<std::int64_t>(idx[j]);
+  if (wrap && v < 0) v += static_cast<std::int64_t>(n);
   if (v < 0 || v >= static_cast<std::int64_t>(n)) return B{0};
   return params[(static_cast<std::int64_t>(o) * static_cast<std::int64_t>(n) + v) *
                     static_cast<std::int64_t>(inner) +
@@ -163,15 +166,15 @@ __device__ __forceinline__ B gather_one(const B* params, const Ix* idx, I u, I n
 template <class B, class Ix>
 __global__ void gather_kernel(const B* __restrict__ params, const Ix* __restrict__ idx,
                               B* __restrict__ out, std::int64_t n, std::int64_t inner,
-                              std::int64_t k, std::int64_t total) {
+                              std::int64_t k, std::int64_t total, bool wrap) {
   // Every index below fits 32 bits when the output's element count and the gathered
   // dimension do.
   const bool small = total <= std::int64_t{0xffffffff} && n <= std::int64_t{0xffffffff};
   for (std::int64_t u = first_item(); u < total; u += grid_step()) {
     out[u] = small ? gather_one<std::uint32_t>(
                          params, idx, static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(n),
-                         static_cast<std::uint32_t>(inner), static_cast<std::uint32_t>(k))
-                   : gather_one<std::int64_t>(params, idx, u, n, inner, k);
+                         static_cast<std::uint32_t>(inner), static_cast<std::uint32_t>(k), wrap)
+                   : gather_one<std::int64_t>(params, idx, u, n, inner, k, wrap);
   }
 }
 
@@ -367,9 +370,9 @@ bool launch_pad(std::size_t elem_bytes, const void* in, void* out, std::uint64_t
   return true;
 }
 
-bool launch_gather(std::size_t elem_bytes, bool index64, const void* params, const void* indices,
-                   void* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
-                   std::int64_t k, cudaStream_t stream) {
+bool launch_gather(std::size_t elem_bytes, bool index64, bool wrap_negative, const void* params,
+                   const void* indices, void* out, std::int64_t outer, std::int64_t n,
+                   std::int64_t inner, std::int64_t k, cudaStream_t stream) {
   if (!movable(elem_bytes)) return false;
   const std::int64_t total = outer * k * inner;
   if (total <= 0) return true;
@@ -379,10 +382,10 @@ bool launch_gather(std::size_t elem_bytes, bool index64, const void* params, con
     auto* o = static_cast<B*>(out);
     if (index64) {
       gather_kernel<B><<<grid_for(total), block_threads, 0, stream>>>(
-          p, static_cast<const std::int64_t*>(indices), o, n, inner, k, total);
+          p, static_cast<const std::int64_t*>(indices), o, n, inner, k, total, wrap_negative);
     } else {
       gather_kernel<B><<<grid_for(total), block_threads, 0, stream>>>(
-          p, static_cast<const std::int32_t*>(indices), o, n, inner, k, total);
+          p, static_cast<const std::int32_t*>(indices), o, n, inner, k, total, wrap_negative);
     }
   });
   return true;

@@ -42,11 +42,12 @@ bool launch_pad(std::size_t elem_bytes, const void* in, void* out, std::uint64_t
                 const pad_layout& layout, cudaStream_t stream);
 
 /// gather on dense operands: out[o, j, i] = params[o, idx[j], i] for o < outer, j < k,
-/// i < inner, with idx int64 (`index64`) or int32. An index outside [0, n) gives an element
-/// of zero bits (Note [cuda value checks] in elementwise_kernels.cpp).
-bool launch_gather(std::size_t elem_bytes, bool index64, const void* params, const void* indices,
-                   void* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
-                   std::int64_t k, cudaStream_t stream);
+/// i < inner, with idx int64 (`index64`) or int32; with `wrap_negative`, an index in [-n, 0)
+/// reads n + idx. An index outside [0, n) (after wrapping) gives an element of zero bits
+/// (Note [cuda value checks] in elementwise_kernels.cpp).
+bool launch_gather(std::size_t elem_bytes, bool index64, bool wrap_negative, const void* params,
+                   const void* indices, void* out, std::int64_t outer, std::int64_t n,
+                   std::int64_t inner, std::int64_t k, cudaStream_t stream);
 
 /// one_hot on dense operands: out[p, d, s] = idx[p, s] == d ? on : off for p < prefix,
 /// d < depth, s < suffix; on and off are the low `elem_bytes` bytes of their bits.
