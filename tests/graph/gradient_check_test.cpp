@@ -308,6 +308,13 @@ TEST(GradientCheck, IndexOps) {
   check("gather_nd", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
     return ops::gather_nd(x[0], indices(b, {3, 2}, {0, 1, 3, 2, 0, 1}));
   });
+  check("einsum bij,bjk->bik", {in{{2, 3, 4}}, in{{2, 4, 2}}}, [](graph_builder&, const xs_t& x) {
+    return ops::einsum("bij,bjk->bik", x);
+  });
+  check("einsum ijk,jl->kil", {in{{2, 3, 2}}, in{{3, 2}}},
+        [](graph_builder&, const xs_t& x) { return ops::einsum("ijk,jl->kil", x); });
+  check("stack", {in{{2, 3}}, in{{2, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::stack(x, -1); });
   check("gather wrap_negative", {in{{4, 3}}}, [&](graph_builder& b, const xs_t& x) {
     return ops::gather(x[0], indices(b, {4}, {-1, 0, -4, -1}), 0, true);
   });

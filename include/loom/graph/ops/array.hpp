@@ -2,8 +2,8 @@
 // gather, one_hot, squeeze, expand_dims, pad, gather_grad, broadcast_to; shape_of,
 // dynamic_reshape, expand, constant_of_shape (shapes given by int64 tensors at run time),
 // tile, flip, strided_slice, cumsum and the gradient ops expand_grad, strided_slice_grad;
-// topk, gather_elements, scatter_elements, gather_nd, scatter_nd; the builders sort and
-// stack.
+// topk, gather_elements, scatter_elements, gather_nd, scatter_nd; the builders sort, stack
+// and einsum.
 //
 // Every builder adds one node to x's graph and runs inference, so a shape or attribute that
 // cannot fit (a reshape to a different element count, a perm that is not a permutation, a
@@ -208,5 +208,16 @@ output scatter_nd(output data, output indices, output updates,
 /// [-rank-1, rank], negative counting from the end of the output), as numpy.stack:
 /// expand_dims of each, then concat. Needs at least one input.
 output stack(const std::vector<output>& values, std::int64_t axis = 0, const node_options& o = {});
+
+/// numpy.einsum over float operands of fully known shapes: `equation` names each operand's
+/// dimensions with letters ("ij,jk->ik", "bhqd,bhkd->bhqk"); "..." stands for the dimensions
+/// not named (the same sizes in every operand that has them, right-aligned); without "->" the
+/// output is the ellipsis, then the letters used once, in alphabetical order. Lowered when the
+/// graph is built onto reduce_sum, transpose, reshape and batched matmul (operands contracted
+/// left to right), so it has their gradients and devices. Throws loom::invalid_argument
+/// naming the equation for a term that does not fit its operand, a letter of two sizes, an
+/// output letter in no operand, or a letter repeated within one term (diagonals).
+output einsum(const std::string& equation, const std::vector<output>& operands,
+              const node_options& o = {});
 
 }  // namespace loom::ops
