@@ -17,6 +17,7 @@
 #include "loom/graph/builder.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
+#include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/runtime/session.hpp"
 
@@ -380,6 +381,32 @@ TEST(ScatterNd, Errors) {
   expect_invalid([&] {
     run_op1("scatter_nd", {d, index_tensor(dtype::i64, {1, 1}, {0}), random(dtype::f32, {1, 3}, 20)});
   }, "must have the shape [1, 4]");
+}
+
+TEST(ArraySelectBuilders, InferOutputTypes) {
+  graph g;
+  graph_builder b(g);
+  const output x = ops::placeholder(b, "x", dtype::f32, shape{2, 3, 1});
+  const output s = ops::placeholder(b, "s", dtype::i64, shape{4});
+  const output idx = ops::placeholder(b, "i", dtype::i32, shape{5, 2});
+  const auto type_of = [](const output& o) { return to_string(o.type()); };
+  EXPECT_EQ(type_of(ops::shape_of(x)), "int64[3]");
+  EXPECT_EQ(type_of(ops::dynamic_reshape(x, s)), "float32[?, ?, ?, ?]");
+  EXPECT_EQ(type_of(ops::expand(x, s)), "float32[?, 2, 3, ?]");
+  EXPECT_EQ(type_of(ops::constant_of_shape(s, dtype::i32, 1.0)), "int32[?, ?, ?, ?]");
+  EXPECT_EQ(type_of(ops::tile(x, {2, 1, 4})), "float32[4, 3, 4]");
+  EXPECT_EQ(type_of(ops::strided_slice(x, {-1}, {0}, {1}, {-1})), "float32[2, 2, 1]");
+  EXPECT_EQ(type_of(ops::cumsum(x, -2)), "float32[2, 3, 1]");
+  const auto tk = ops::topk(x, 2, 1);
+  EXPECT_EQ(type_of(tk[0]), "float32[2, 2, 1]");
+  EXPECT_EQ(type_of(tk[1]), "int64[2, 2, 1]");
+  const output data = ops::placeholder(b, "d", dtype::f64, shape{4, 6, 7});
+  EXPECT_EQ(type_of(ops::gather_nd(data, idx)), "float64[5, 7]");
+  EXPECT_EQ(type_of(ops::gather_elements(x, ops::placeholder(b, "j", dtype::i64, shape{2, 2, 1}), 1)),
+            "float32[2, 2, 1]");
+  EXPECT_EQ(type_of(ops::argmin(x, 1, dtype::i32, true)), "int32[2, 1, 1]");
+  EXPECT_THROW((void)ops::dynamic_reshape(x, idx), invalid_argument);  // not int64
+  EXPECT_THROW((void)ops::sort(ops::placeholder(b, "u", dtype::f32, shape{-1}), 0), invalid_argument);
 }
 
 // ---- sort and stack (builders) -------------------------------------------------------------

@@ -57,8 +57,15 @@ void infer_expand(inference_context& c) {
   const auto& in = c.input(0);
   const std::int64_t n = shape_input_length(c, 1);
   if (!in.shape || n < 0) return c.set_output(0, in.type, std::nullopt);
-  c.set_output(0, in.type,
-               shape::filled(std::max(in.shape->rank(), static_cast<std::size_t>(n)), -1));
+  // The target's values are known at run time only; a dimension of x above 1 stays (the
+  // target's must be 1 or the same), the others are unknown.
+  const shape& s = *in.shape;
+  shape out = shape::filled(std::max(s.rank(), static_cast<std::size_t>(n)), -1);
+  const std::size_t lead = out.rank() - s.rank();
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    if (s[d] > 1) out[lead + d] = s[d];
+  }
+  c.set_output(0, in.type, out);
 }
 
 void infer_expand_grad(inference_context& c) {
