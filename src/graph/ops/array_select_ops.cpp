@@ -3,7 +3,8 @@
 // GatherND, ScatterND). Definitions with their inference, and the builder functions of
 // loom/graph/ops/array.hpp (with sort and stack, which are built from other ops). Shapes and
 // checks that inference and the kernels share are the op rules
-// (loom/graph/ops/array_rules.hpp). Kernels: src/backends/cpu/array_select_kernels.cpp.
+// (loom/graph/ops/array_rules.hpp). Kernels: src/backends/cpu/array_select_kernels.cpp;
+// gather_elements and gather_nd also on CUDA (src/backends/cuda/array_kernels.cpp).
 #include <fmt/format.h>
 
 #include "loom/graph/op_registry.hpp"
