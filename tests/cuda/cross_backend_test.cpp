@@ -290,11 +290,12 @@ std::vector<xcase> cases() {
                return std::vector{ops::gather(in[0], in[1], 0, {})};
              });
   }
-  add_case("gather", "gather wrap_negative", {{dtype::f32, {6, 5}}},
-           [](graph_builder& b, const std::vector<output>& in) {
-             const output idx = ops::constant(b, memory::host_tensor<std::int64_t>({3}, {-1, 0, -6}));
-             return std::vector{ops::gather(in[0], idx, 0, true, {})};
-           });
+  add_case(
+      "gather", "gather wrap_negative", {{dtype::f32, {6, 5}}},
+      [](graph_builder& b, const std::vector<output>& in) {
+        const output idx = ops::constant(b, memory::host_tensor<std::int64_t>({3}, {-1, 0, -6}));
+        return std::vector{ops::gather(in[0], idx, 0, true, {})};
+      });
   add_case("gather_elements", "gather_elements",
            {{dtype::bf16, {5, 6}}, {dtype::i64, {5, 3}, fill_kind::indices, 6}},
            [](graph_builder&, const std::vector<output>& in) {

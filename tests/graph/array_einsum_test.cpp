@@ -6,10 +6,10 @@
 
 #include <cmath>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "graph/array_test_support.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
@@ -44,7 +44,8 @@ doubles einsum_ref(const std::vector<std::string>& terms, const std::string& out
   };
   for (;;) {
     double p = 1.0;
-    for (std::size_t i = 0; i < terms.size(); ++i) p *= xs[i][static_cast<std::size_t>(flat(terms[i]))];
+    for (std::size_t i = 0; i < terms.size(); ++i)
+      p *= xs[i][static_cast<std::size_t>(flat(terms[i]))];
     r[static_cast<std::size_t>(flat(out))] += p;
     std::size_t k = all.size();
     while (k > 0) {
@@ -57,13 +58,7 @@ doubles einsum_ref(const std::vector<std::string>& terms, const std::string& out
   }
 }
 
-doubles random_values(std::int64_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  doubles v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using array_test::random_values;
 
 struct einsum_case {
   std::string equation;            // given to ops::einsum
@@ -160,7 +155,8 @@ TEST(Einsum, EquationErrorsNameTheEquation) {
   };
   EXPECT_EQ(message("ii->i", {x}),
             "einsum 'ii->i': label 'i' repeats within term 'ii' (diagonals are not supported)");
-  EXPECT_EQ(message("ij,jk->ik", {x, y}), "einsum 'ij,jk->ik': label 'j' is 4 in operand 1 but 3 before");
+  EXPECT_EQ(message("ij,jk->ik", {x, y}),
+            "einsum 'ij,jk->ik': label 'j' is 4 in operand 1 but 3 before");
   EXPECT_EQ(message("ijk->i", {x}), "einsum 'ijk->i': term 'ijk' does not fit operand 0 of rank 2");
   EXPECT_EQ(message("ij->k", {x}), "einsum 'ij->k': output label 'k' is in no operand");
   EXPECT_EQ(message("ij,jk->ik", {x}), "einsum 'ij,jk->ik': 2 terms for 1 operands");

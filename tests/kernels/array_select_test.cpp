@@ -114,7 +114,8 @@ TEST(Topk, OnnxExamplesNanAndNonContiguous) {
   const auto small = run_op("topk", {x}, {{"k", std::int64_t{3}}, {"largest", false}});
   expect_exact(small[1], {3}, {4, 0, 2});
   const tensor dense = random(dtype::f32, {5, 6}, 4);
-  const auto nc = run_op("topk", {non_contiguous(dense)}, {{"k", std::int64_t{2}}, {"axis", std::int64_t{0}}});
+  const auto nc =
+      run_op("topk", {non_contiguous(dense)}, {{"k", std::int64_t{2}}, {"axis", std::int64_t{0}}});
   doubles vals;
   doubles idx;
   topk_ref(values(dense), {5, 6}, 0, 2, true, &vals, &idx);
@@ -128,8 +129,11 @@ TEST(Topk, BadKAndDtype) {
   const tensor x = random(dtype::f32, {3, 4}, 6);
   expect_invalid([&] { run_op("topk", {x}, {{"k", std::int64_t{5}}}); }, "k 5 is outside [0, 4]");
   expect_invalid([&] { run_op("topk", {x}, {{"k", std::int64_t{-1}}}); }, "k -1 is outside");
-  expect_invalid([&] { run_op("topk", {make(dtype::boolean, {2}, {0, 1})}, {{"k", std::int64_t{1}}}); },
-                 "bool");
+  expect_invalid(
+      [&] {
+        run_op("topk", {make(dtype::boolean, {2}, {0, 1})}, {{"k", std::int64_t{1}}});
+      },
+      "bool");
 }
 
 // ---- gather_elements, scatter_elements -----------------------------------------------------
@@ -177,32 +181,51 @@ TEST(GatherElements, OnnxExamplesAndEveryDtype) {
     for (dtype it : {dtype::i32, dtype::i64}) {
       SCOPED_TRACE(fmt::format("{} {}", to_string(t), to_string(it)));
       const tensor d = random(t, to_shape(ds), 7);
-      expect_exact(run_op1("gather_elements", {d, index_tensor(it, is, idx)}, {{"axis", std::int64_t{-2}}}),
-                   is, gather_elements_ref(values(d), ds, idx, is, 1));
+      expect_exact(
+          run_op1("gather_elements", {d, index_tensor(it, is, idx)}, {{"axis", std::int64_t{-2}}}),
+          is, gather_elements_ref(values(d), ds, idx, is, 1));
     }
   }
   const tensor dense = random(dtype::f64, {3, 4}, 8);
-  expect_exact(run_op1("gather_elements", {non_contiguous(dense), index_tensor(dtype::i64, {3, 2}, {3, 0, 1, 1, -4, 2})},
-                       {{"axis", std::int64_t{1}}}),
-               {3, 2}, gather_elements_ref(values(dense), {3, 4}, {3, 0, 1, 1, -4, 2}, {3, 2}, 1));
-  expect_exact(run_op1("gather_elements", {dense, index_tensor(dtype::i64, {0, 4}, {})}), {0, 4}, {});
+  expect_exact(
+      run_op1("gather_elements",
+              {non_contiguous(dense), index_tensor(dtype::i64, {3, 2}, {3, 0, 1, 1, -4, 2})},
+              {{"axis", std::int64_t{1}}}),
+      {3, 2}, gather_elements_ref(values(dense), {3, 4}, {3, 0, 1, 1, -4, 2}, {3, 2}, 1));
+  expect_exact(run_op1("gather_elements", {dense, index_tensor(dtype::i64, {0, 4}, {})}), {0, 4},
+               {});
 }
 
 TEST(GatherElements, Errors) {
   const tensor d = random(dtype::f32, {3, 4}, 9);
-  expect_node_error([&] {
-    run_op1("gather_elements", {d, index_tensor(dtype::i64, {1, 2}, {0, 4})}, {{"axis", std::int64_t{1}}});
-  }, "indices[0, 1] = 4 is out of range [-4, 4)");
-  expect_node_error([&] {
-    run_op1("gather_elements", {d, index_tensor(dtype::i32, {1, 1}, {-5})}, {{"axis", std::int64_t{1}}});
-  }, "= -5 is out of range");
-  expect_invalid([&] { run_op1("gather_elements", {d, index_tensor(dtype::i64, {3}, {0, 0, 0})}); },
-                 "must have the rank of data");
-  expect_invalid([&] {
-    run_op1("gather_elements", {d, index_tensor(dtype::i64, {3, 5}, ints(15, 0))}, {{"axis", std::int64_t{0}}});
-  }, "larger than data");
-  expect_invalid([&] { run_op1("gather_elements", {d, make(dtype::f32, {3, 4}, doubles(12, 0))}); },
-                 "Tindices");
+  expect_node_error(
+      [&] {
+        run_op1("gather_elements", {d, index_tensor(dtype::i64, {1, 2}, {0, 4})},
+                {{"axis", std::int64_t{1}}});
+      },
+      "indices[0, 1] = 4 is out of range [-4, 4)");
+  expect_node_error(
+      [&] {
+        run_op1("gather_elements", {d, index_tensor(dtype::i32, {1, 1}, {-5})},
+                {{"axis", std::int64_t{1}}});
+      },
+      "= -5 is out of range");
+  expect_invalid(
+      [&] {
+        run_op1("gather_elements", {d, index_tensor(dtype::i64, {3}, {0, 0, 0})});
+      },
+      "must have the rank of data");
+  expect_invalid(
+      [&] {
+        run_op1("gather_elements", {d, index_tensor(dtype::i64, {3, 5}, ints(15, 0))},
+                {{"axis", std::int64_t{0}}});
+      },
+      "larger than data");
+  expect_invalid(
+      [&] {
+        run_op1("gather_elements", {d, make(dtype::f32, {3, 4}, doubles(12, 0))});
+      },
+      "Tindices");
 }
 
 TEST(ScatterElements, OnnxExamplesReductionsAndEveryDtype) {
@@ -244,16 +267,22 @@ TEST(ScatterElements, OnnxExamplesReductionsAndEveryDtype) {
 TEST(ScatterElements, Errors) {
   const tensor d = random(dtype::f32, {3, 4}, 12);
   const tensor u = random(dtype::f32, {1, 2}, 13);
-  expect_node_error([&] {
-    run_op1("scatter_elements", {d, index_tensor(dtype::i64, {1, 2}, {0, 3}), u});
-  }, "indices[0, 1] = 3 is out of range [-3, 3)");
-  expect_invalid([&] {
-    run_op1("scatter_elements", {d, index_tensor(dtype::i64, {1, 3}, {0, 0, 0}), u});
-  }, "must have the shape of indices");
-  expect_invalid([&] {
-    run_op1("scatter_elements", {d, index_tensor(dtype::i64, {1, 2}, {0, 0}), u},
-            {{"reduction", std::string("max")}});
-  }, "not one of none, add, mul");
+  expect_node_error(
+      [&] {
+        run_op1("scatter_elements", {d, index_tensor(dtype::i64, {1, 2}, {0, 3}), u});
+      },
+      "indices[0, 1] = 3 is out of range [-3, 3)");
+  expect_invalid(
+      [&] {
+        run_op1("scatter_elements", {d, index_tensor(dtype::i64, {1, 3}, {0, 0, 0}), u});
+      },
+      "must have the shape of indices");
+  expect_invalid(
+      [&] {
+        run_op1("scatter_elements", {d, index_tensor(dtype::i64, {1, 2}, {0, 0}), u},
+                {{"reduction", std::string("max")}});
+      },
+      "not one of none, add, mul");
 }
 
 // ---- gather_nd, scatter_nd -----------------------------------------------------------------
@@ -293,10 +322,11 @@ TEST(GatherNd, OnnxExamplesAndEveryDtype) {
   expect_exact(run_op1("gather_nd", {make(dtype::f32, {2, 2, 2}, eight),
                                      index_tensor(dtype::i64, {2, 1, 2}, {0, 1, 1, 0})}),
                {2, 1, 2}, {2, 3, 4, 5});
-  expect_exact(run_op1("gather_nd", {make(dtype::i32, {2, 2, 2}, eight),
-                                     index_tensor(dtype::i64, {2, 1}, {1, 0})},
-                       {{"batch_dims", std::int64_t{1}}}),
-               {2, 2}, {2, 3, 4, 5});
+  expect_exact(
+      run_op1("gather_nd",
+              {make(dtype::i32, {2, 2, 2}, eight), index_tensor(dtype::i64, {2, 1}, {1, 0})},
+              {{"batch_dims", std::int64_t{1}}}),
+      {2, 2}, {2, 3, 4, 5});
   struct nd_case {
     ints ds;
     ints is;
@@ -324,13 +354,22 @@ TEST(GatherNd, OnnxExamplesAndEveryDtype) {
 
 TEST(GatherNd, Errors) {
   const tensor d = random(dtype::f32, {3, 4}, 15);
-  expect_node_error([&] { run_op1("gather_nd", {d, index_tensor(dtype::i64, {2, 2}, {0, 0, 2, 4})}); },
-                    "indices[1, 1] = 4 is out of range [-4, 4)");
-  expect_invalid([&] { run_op1("gather_nd", {d, index_tensor(dtype::i64, {1, 3}, {0, 0, 0})}); },
-                 "must be at most the rank of data");
-  expect_invalid([&] {
-    run_op1("gather_nd", {d, index_tensor(dtype::i64, {2, 1}, {0, 0})}, {{"batch_dims", std::int64_t{1}}});
-  }, "differ in batch dimension 0");
+  expect_node_error(
+      [&] {
+        run_op1("gather_nd", {d, index_tensor(dtype::i64, {2, 2}, {0, 0, 2, 4})});
+      },
+      "indices[1, 1] = 4 is out of range [-4, 4)");
+  expect_invalid(
+      [&] {
+        run_op1("gather_nd", {d, index_tensor(dtype::i64, {1, 3}, {0, 0, 0})});
+      },
+      "must be at most the rank of data");
+  expect_invalid(
+      [&] {
+        run_op1("gather_nd", {d, index_tensor(dtype::i64, {2, 1}, {0, 0})},
+                {{"batch_dims", std::int64_t{1}}});
+      },
+      "differ in batch dimension 0");
 }
 
 TEST(ScatterNd, OnnxExampleReductionsAndEveryDtype) {
@@ -339,15 +378,16 @@ TEST(ScatterNd, OnnxExampleReductionsAndEveryDtype) {
   const doubles block{1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1};
   for (std::size_t i = 0; i < 64; ++i) d[i] = block[i % 16];
   doubles u(32);
-  for (std::size_t i = 0; i < 32; ++i) u[i] = i < 16 ? 5.0 + static_cast<double>(i / 4) : 1.0 + static_cast<double>((i - 16) / 4);
+  for (std::size_t i = 0; i < 32; ++i)
+    u[i] = i < 16 ? 5.0 + static_cast<double>(i / 4) : 1.0 + static_cast<double>((i - 16) / 4);
   doubles want = d;
   for (std::size_t i = 0; i < 16; ++i) {
     want[i] = u[i];
     want[32 + i] = u[16 + i];
   }
-  expect_exact(run_op1("scatter_nd", {make(dtype::f32, {4, 4, 4}, d),
-                                      index_tensor(dtype::i64, {2, 1}, {0, 2}),
-                                      make(dtype::f32, {2, 4, 4}, u)}),
+  expect_exact(run_op1("scatter_nd",
+                       {make(dtype::f32, {4, 4, 4}, d), index_tensor(dtype::i64, {2, 1}, {0, 2}),
+                        make(dtype::f32, {2, 4, 4}, u)}),
                {4, 4, 4}, want);
   // Element updates with duplicates, each reduction, every dtype.
   const ints ds{3, 4};
@@ -366,21 +406,27 @@ TEST(ScatterNd, OnnxExampleReductionsAndEveryDtype) {
         e = r == "none" ? uv[k] : r == "add" ? e + uv[k] : e * uv[k];
         if (t == dtype::boolean) e = e != 0.0 ? 1.0 : 0.0;
       }
-      expect_close(run_op1("scatter_nd", {data, index_tensor(dtype::i32, is, idx), up},
-                           {{"reduction", r}}),
-                   to_shape(ds), w, rtol_for(t), atol_for(t));
+      expect_close(
+          run_op1("scatter_nd", {data, index_tensor(dtype::i32, is, idx), up}, {{"reduction", r}}),
+          to_shape(ds), w, rtol_for(t), atol_for(t));
     }
   }
 }
 
 TEST(ScatterNd, Errors) {
   const tensor d = random(dtype::f32, {3, 4}, 18);
-  expect_node_error([&] {
-    run_op1("scatter_nd", {d, index_tensor(dtype::i64, {1, 1}, {3}), random(dtype::f32, {1, 4}, 19)});
-  }, "indices[0, 0] = 3 is out of range [-3, 3)");
-  expect_invalid([&] {
-    run_op1("scatter_nd", {d, index_tensor(dtype::i64, {1, 1}, {0}), random(dtype::f32, {1, 3}, 20)});
-  }, "must have the shape [1, 4]");
+  expect_node_error(
+      [&] {
+        run_op1("scatter_nd",
+                {d, index_tensor(dtype::i64, {1, 1}, {3}), random(dtype::f32, {1, 4}, 19)});
+      },
+      "indices[0, 0] = 3 is out of range [-3, 3)");
+  expect_invalid(
+      [&] {
+        run_op1("scatter_nd",
+                {d, index_tensor(dtype::i64, {1, 1}, {0}), random(dtype::f32, {1, 3}, 20)});
+      },
+      "must have the shape [1, 4]");
 }
 
 TEST(ArraySelectBuilders, InferOutputTypes) {
@@ -402,11 +448,13 @@ TEST(ArraySelectBuilders, InferOutputTypes) {
   EXPECT_EQ(type_of(tk[1]), "int64[2, 2, 1]");
   const output data = ops::placeholder(b, "d", dtype::f64, shape{4, 6, 7});
   EXPECT_EQ(type_of(ops::gather_nd(data, idx)), "float64[5, 7]");
-  EXPECT_EQ(type_of(ops::gather_elements(x, ops::placeholder(b, "j", dtype::i64, shape{2, 2, 1}), 1)),
-            "float32[2, 2, 1]");
+  EXPECT_EQ(
+      type_of(ops::gather_elements(x, ops::placeholder(b, "j", dtype::i64, shape{2, 2, 1}), 1)),
+      "float32[2, 2, 1]");
   EXPECT_EQ(type_of(ops::argmin(x, 1, dtype::i32, true)), "int32[2, 1, 1]");
   EXPECT_THROW((void)ops::dynamic_reshape(x, idx), invalid_argument);  // not int64
-  EXPECT_THROW((void)ops::sort(ops::placeholder(b, "u", dtype::f32, shape{-1}), 0), invalid_argument);
+  EXPECT_THROW((void)ops::sort(ops::placeholder(b, "u", dtype::f32, shape{-1}), 0),
+               invalid_argument);
 }
 
 // ---- sort and stack (builders) -------------------------------------------------------------

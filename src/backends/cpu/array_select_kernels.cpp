@@ -134,35 +134,35 @@ class topk_kernel final : public op_kernel {
     const std::int64_t k = k_;
     ctx.parallel_for(g.outer * inner, static_cast<double>(n) * 8.0,
                      [&](std::int64_t begin, std::int64_t end) {
-      std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-      std::vector<K> key(static_cast<std::size_t>(n));
-      for (std::int64_t line = begin; line < end; ++line) {
-        const std::int64_t base = (line / inner) * n * inner + line % inner;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const T v = x[base + i * inner];
-          if constexpr (std::is_integral_v<T>) {
-            key[static_cast<std::size_t>(i)] = static_cast<K>(v);
-          } else {
-            key[static_cast<std::size_t>(i)] = to_double(v);
-          }
-        }
-        std::iota(order.begin(), order.end(), std::int64_t{0});
-        const auto first = [&](std::int64_t a, std::int64_t b) {
-          const K ka = key[static_cast<std::size_t>(a)];
-          const K kb = key[static_cast<std::size_t>(b)];
-          const bool before = largest ? above(ka, kb) : above(kb, ka);
-          const bool after = largest ? above(kb, ka) : above(ka, kb);
-          return before || (!after && a < b);
-        };
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), first);
-        const std::int64_t out_base = (line / inner) * k * inner + line % inner;
-        for (std::int64_t j = 0; j < k; ++j) {
-          const std::int64_t src = order[static_cast<std::size_t>(j)];
-          vals[out_base + j * inner] = x[base + src * inner];
-          idx[out_base + j * inner] = src;
-        }
-      }
-    });
+                       std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+                       std::vector<K> key(static_cast<std::size_t>(n));
+                       for (std::int64_t line = begin; line < end; ++line) {
+                         const std::int64_t base = (line / inner) * n * inner + line % inner;
+                         for (std::int64_t i = 0; i < n; ++i) {
+                           const T v = x[base + i * inner];
+                           if constexpr (std::is_integral_v<T>) {
+                             key[static_cast<std::size_t>(i)] = static_cast<K>(v);
+                           } else {
+                             key[static_cast<std::size_t>(i)] = to_double(v);
+                           }
+                         }
+                         std::iota(order.begin(), order.end(), std::int64_t{0});
+                         const auto first = [&](std::int64_t a, std::int64_t b) {
+                           const K ka = key[static_cast<std::size_t>(a)];
+                           const K kb = key[static_cast<std::size_t>(b)];
+                           const bool before = largest ? above(ka, kb) : above(kb, ka);
+                           const bool after = largest ? above(kb, ka) : above(ka, kb);
+                           return before || (!after && a < b);
+                         };
+                         std::partial_sort(order.begin(), order.begin() + k, order.end(), first);
+                         const std::int64_t out_base = (line / inner) * k * inner + line % inner;
+                         for (std::int64_t j = 0; j < k; ++j) {
+                           const std::int64_t src = order[static_cast<std::size_t>(j)];
+                           vals[out_base + j * inner] = x[base + src * inner];
+                           idx[out_base + j * inner] = src;
+                         }
+                       }
+                     });
   }
 
   std::int64_t k_;
@@ -233,8 +233,7 @@ class scatter_elements_kernel final : public op_kernel {
     const tensor updates = ctx.input_contiguous(2);
     const std::size_t ax = apply_rule(ctx, [&] {
       const shape us = updates.shape();
-      return array_rules::elements_axis(data.shape(), indices.shape(), &us, axis_,
-                                        texts_of(ctx));
+      return array_rules::elements_axis(data.shape(), indices.shape(), &us, axis_, texts_of(ctx));
     });
     const std::int64_t n = data.dim(ax);
     const auto wrapped =
@@ -265,12 +264,10 @@ class scatter_elements_kernel final : public op_kernel {
 // The first element in data (dense) of the slice each index tuple picks, for
 // nd_geometry g: batch b's tuples start at b * (data's elements per batch element).
 std::vector<std::int64_t> tuple_offsets(kernel_context& ctx, const tensor& data,
-                                        const tensor& indices,
-                                        const array_rules::nd_geometry& g) {
+                                        const tensor& indices, const array_rules::nd_geometry& g) {
   const auto q = static_cast<std::size_t>(g.q);
-  const auto wrapped = checked_indices(
-      ctx, indices, fmt::format("data {}", data.describe()),
-      [&](std::size_t k) { return g.dims[k % q]; });
+  const auto wrapped = checked_indices(ctx, indices, fmt::format("data {}", data.describe()),
+                                       [&](std::size_t k) { return g.dims[k % q]; });
   std::vector<std::int64_t> dim_stride(q, g.slice);
   for (std::size_t k = q; k-- > 1;) dim_stride[k - 1] = dim_stride[k] * g.dims[k];
   const std::int64_t per_batch = (q > 0 ? dim_stride[0] * g.dims[0] : g.slice);

@@ -1,7 +1,7 @@
 // The CUDA backend's array kernels: the kernels every backend shares
 // (src/kernel/common/array_kernels.hpp: reshape, transpose, split, slice, concat, pad, gather,
 // gather_grad, one_hot; array_layout_kernels.hpp: tile, flip, strided_slice) over the CUDA
-// device work below, and gather_elements and gather_nd (kernels/array_select.cu) (a dense copy, concat's join, the
+// device work below, and gather_elements and gather_nd (a dense copy, concat's join, the
 // fills of pad and one_hot, gather's take, gather_grad's sum), and the family's registration.
 // The CPU's counterparts are in src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp
 // and array_grad_kernels.cpp; the device code is in kernels/array.cu. squeeze, expand_dims and
@@ -30,7 +30,6 @@
 #include "kernel/common/array_views.hpp"
 #include "kernel/common/elementwise_convert.hpp"
 #include "kernels/array.cuh"
-#include "kernels/array_select.cuh"
 #include "loom/graph/ops/array_rules.hpp"
 
 namespace loom::cuda {
@@ -201,10 +200,9 @@ class gather_take {
     const tensor indices = ctx_.input_contiguous(1);
     tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
-    if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64,
-                                wrap_negative, params.raw_data(), indices.raw_data(),
-                                out.raw_data(), g.outer, g.n, g.inner, indices.num_elements(),
-                                scope.stream)) {
+    if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64, wrap_negative,
+                                params.raw_data(), indices.raw_data(), out.raw_data(), g.outer, g.n,
+                                g.inner, indices.num_elements(), scope.stream)) {
       ctx_.fail("gather does not take {}", to_string(params.type()));
     }
     check_launch(ctx_, "gather");
@@ -283,8 +281,8 @@ class gather_elements_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const std::size_t ax = common::apply_rule(ctx, [&] {
-      return array_rules::elements_axis(ctx.input(0).shape(), ctx.input(1).shape(), nullptr,
-                                        axis_, texts_of(ctx));
+      return array_rules::elements_axis(ctx.input(0).shape(), ctx.input(1).shape(), nullptr, axis_,
+                                        texts_of(ctx));
     });
     if (ctx.input(0).rank() > static_cast<std::size_t>(kernels::select_max_dims)) {
       ctx.fail("the CUDA gather_elements takes at most {} dimensions", kernels::select_max_dims);
@@ -381,8 +379,8 @@ void register_array_kernels(kernel_registry& r) {
   r.add(cuda_def<common::strided_slice_kernel<dense_copy>>("strided_slice", any));
   r.add(cuda_def<gather_elements_kernel>(
       "gather_elements", {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
-  r.add(cuda_def<gather_nd_kernel>(
-      "gather_nd", {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
+  r.add(cuda_def<gather_nd_kernel>("gather_nd",
+                                   {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
 }
 
 }  // namespace loom::cuda

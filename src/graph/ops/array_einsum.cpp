@@ -49,7 +49,8 @@ std::string expand_ellipsis(const std::string& term, std::size_t n, std::size_t 
   const auto at = term.find("...");
   if (at == std::string::npos) return term;
   std::string dims;
-  for (std::size_t k = widest - n; k < widest; ++k) dims.push_back(static_cast<char>(ellipsis_first + k));
+  for (std::size_t k = widest - n; k < widest; ++k)
+    dims.push_back(static_cast<char>(ellipsis_first + k));
   return term.substr(0, at) + dims + term.substr(at + 3);
 }
 
@@ -162,17 +163,19 @@ output einsum(const std::string& equation, const std::vector<output>& operands,
     const shape& s = *operands[i].type().shape;
     for (std::size_t d = 0; d < labels.size(); ++d) {
       const char c = labels[d];
-      if (!is_label(c) && !(c >= ellipsis_first && c < ellipsis_first + static_cast<char>(max_ellipsis))) {
+      if (!is_label(c) &&
+          !(c >= ellipsis_first && c < ellipsis_first + static_cast<char>(max_ellipsis))) {
         bad(equation, fmt::format("'{}' is not a label (a-z, A-Z) or '...'", c));
       }
       if (labels.find(c) != d) {
-        bad(equation, fmt::format("label '{}' repeats within term '{}' (diagonals are not supported)",
-                                  c, terms[i]));
+        bad(equation,
+            fmt::format("label '{}' repeats within term '{}' (diagonals are not supported)", c,
+                        terms[i]));
       }
       const auto [it, fresh] = size.emplace(c, s[d]);
       if (!fresh && it->second != s[d]) {
-        bad(equation, fmt::format("label '{}' is {} in operand {} but {} before", c, s[d], i,
-                                  it->second));
+        bad(equation,
+            fmt::format("label '{}' is {} in operand {} but {} before", c, s[d], i, it->second));
       }
       ++uses[c];
     }
@@ -196,7 +199,8 @@ output einsum(const std::string& equation, const std::vector<output>& operands,
     out += once;
   }
   for (std::size_t d = 0; d < out.size(); ++d) {
-    if (!size.contains(out[d])) bad(equation, fmt::format("output label '{}' is in no operand", out[d]));
+    if (!size.contains(out[d]))
+      bad(equation, fmt::format("output label '{}' is in no operand", out[d]));
     if (out.find(out[d]) != d) bad(equation, fmt::format("output label '{}' repeats", out[d]));
   }
   labelled acc = ts[0];

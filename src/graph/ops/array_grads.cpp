@@ -79,7 +79,8 @@ grads gather_grad(const gradient_context& c) {
     const shape& ps = c.input_shape(0);
     const dtype it = c.input_type(1);
     const output n = ops::scalar(c.builder(), static_cast<double>(ps[ps.normalize_axis(axis)]), it);
-    indices = ops::where(ops::less(indices, ops::scalar(c.builder(), 0.0, it)), indices + n, indices);
+    indices =
+        ops::where(ops::less(indices, ops::scalar(c.builder(), 0.0, it)), indices + n, indices);
   }
   return {c.builder().add1("gather_grad", {c.grad(0), indices},
                            {{"axis", axis}, {"params_shape", c.input_shape(0)}}),
@@ -97,7 +98,6 @@ grads pad_grad(const gradient_context& c) {
   }
   return {ops::slice(c.grad(0), begin, size)};
 }
-
 
 // g, shaped at run time like input 0, given input 0's static shape when that is known (a
 // gradient has its input's type).
@@ -137,8 +137,8 @@ grads strided_slice_grad_grad(const gradient_context& c) {
 // topk: dy of the values added at their indices into zeros of x's shape.
 grads topk_grad(const gradient_context& c) {
   const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
-  return {ops::scatter_elements(zeros, c.output_of(1), c.grad(0), c.attr<std::int64_t>("axis"),
-                                "add")};
+  return {
+      ops::scatter_elements(zeros, c.output_of(1), c.grad(0), c.attr<std::int64_t>("axis"), "add")};
 }
 
 grads gather_elements_grad(const gradient_context& c) {
@@ -159,7 +159,8 @@ grads gather_nd_grad(const gradient_context& c) {
 template <class Scatter, class Gather>
 grads scatter_grad(const gradient_context& c, const Scatter& scatter, const Gather& gather) {
   const auto reduction = c.attr<std::string>("reduction");
-  if (reduction == "mul") c.fail(fmt::format("{} with reduction mul has no gradient", c.forward().op()));
+  if (reduction == "mul")
+    c.fail(fmt::format("{} with reduction mul has no gradient", c.forward().op()));
   const output dy = c.grad(0);
   output d_data = dy;
   if (reduction == "none") {
@@ -214,8 +215,7 @@ void register_array_gradients(gradient_registry& r) {
             std::nullopt};
   });
   r.add("expand_grad", [](const gradient_context& c) -> grads {
-    return {with_input_shape(c, ops::expand(c.grad(0), ops::shape_of(c.input(0)))),
-            std::nullopt};
+    return {with_input_shape(c, ops::expand(c.grad(0), ops::shape_of(c.input(0)))), std::nullopt};
   });
   r.add("tile", tile_grad);
   r.add("flip", [](const gradient_context& c) -> grads {

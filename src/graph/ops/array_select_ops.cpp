@@ -52,9 +52,9 @@ void infer_topk(inference_context& c) {
     c.set_output(1, dtype::i64, std::nullopt);
     return;
   }
-  const auto g = array_rules::topk_shape(*in.shape, c.attr<std::int64_t>("k"),
-                                         c.attr<std::int64_t>("axis"),
-                                         [&] { return to_string(in); });
+  const auto g =
+      array_rules::topk_shape(*in.shape, c.attr<std::int64_t>("k"), c.attr<std::int64_t>("axis"),
+                              [&] { return to_string(in); });
   c.set_output(0, in.type, g.out);
   c.set_output(1, dtype::i64, g.out);
 }
@@ -109,18 +109,17 @@ void register_array_select_ops(op_registry& r) {
     d.summary = "the k largest (or smallest) entries along an axis and their indices (ONNX TopK)";
     d.inputs = {typed("input")};
     d.outputs = {typed("values"), fixed("indices", dtype::i64)};
-    d.attrs = {type_attr("T", numeric_types()),
-               attr("k", attr_type::integer),
+    d.attrs = {type_attr("T", numeric_types()), attr("k", attr_type::integer),
                attr("axis", attr_type::integer, std::int64_t{-1}),
-               attr("largest", attr_type::boolean, true),
-               attr("sorted", attr_type::boolean, true)};
+               attr("largest", attr_type::boolean, true), attr("sorted", attr_type::boolean, true)};
     d.infer = infer_topk;
     r.add(std::move(d));
   }
   {
     op_def d;
     d.name = "gather_elements";
-    d.summary = "data's entries at indices along an axis, position by position (ONNX GatherElements)";
+    d.summary =
+        "data's entries at indices along an axis, position by position (ONNX GatherElements)";
     d.inputs = {typed("data"), typed("indices", "Tindices")};
     d.outputs = {typed("output")};
     d.attrs = {type_attr("T"), index_types(), attr("axis", attr_type::integer, std::int64_t{0})};
@@ -130,8 +129,9 @@ void register_array_select_ops(op_registry& r) {
   {
     op_def d;
     d.name = "scatter_elements";
-    d.summary = "data with updates written (or added, multiplied) at indices along an axis "
-                "(ONNX ScatterElements)";
+    d.summary =
+        "data with updates written (or added, multiplied) at indices along an axis "
+        "(ONNX ScatterElements)";
     d.inputs = {typed("data"), typed("indices", "Tindices"), typed("updates")};
     d.outputs = {typed("output")};
     d.attrs = {type_attr("T"), index_types(), attr("axis", attr_type::integer, std::int64_t{0}),
@@ -167,8 +167,8 @@ namespace ops {
 
 std::vector<output> topk(output x, std::int64_t k, std::int64_t axis, bool largest, bool sorted,
                          const node_options& o) {
-  return x.builder().add(
-      "topk", {x}, {{"k", k}, {"axis", axis}, {"largest", largest}, {"sorted", sorted}}, o);
+  return x.builder().add("topk", {x},
+                         {{"k", k}, {"axis", axis}, {"largest", largest}, {"sorted", sorted}}, o);
 }
 
 std::vector<output> sort(output x, std::int64_t axis, bool descending, const node_options& o) {

@@ -92,8 +92,7 @@ void infer_flip(inference_context& c) {
 array_rules::strided_slice_geometry slice_of(inference_context& c, const shape& in,
                                              const tensor_type& t) {
   return array_rules::strided_slice_shape(in, c.attr<ints>("starts"), c.attr<ints>("ends"),
-                                          c.attr<ints>("axes"), c.attr<ints>("steps"),
-                                          text_of(t));
+                                          c.attr<ints>("axes"), c.attr<ints>("steps"), text_of(t));
 }
 
 void infer_strided_slice(inference_context& c) {
@@ -146,7 +145,7 @@ void add_slice_attrs(op_def& d) {
 }
 
 const std::vector<dtype>& cumsum_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16,
+  static const std::vector<dtype> t{dtype::f32,  dtype::f64, dtype::f16,
                                     dtype::bf16, dtype::i32, dtype::i64};
   return t;
 }

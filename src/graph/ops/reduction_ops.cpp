@@ -197,13 +197,13 @@ output arg_node(const char* op, output x, std::int64_t axis, dtype output_type, 
 }
 }  // namespace
 
-output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims,
-              bool select_last_index, const node_options& o) {
+output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims, bool select_last_index,
+              const node_options& o) {
   return arg_node("argmax", x, axis, output_type, keepdims, select_last_index, o);
 }
 
-output argmin(output x, std::int64_t axis, dtype output_type, bool keepdims,
-              bool select_last_index, const node_options& o) {
+output argmin(output x, std::int64_t axis, dtype output_type, bool keepdims, bool select_last_index,
+              const node_options& o) {
   return arg_node("argmin", x, axis, output_type, keepdims, select_last_index, o);
 }
 

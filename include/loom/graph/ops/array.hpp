@@ -107,7 +107,6 @@ output gather_grad(output dy, output indices, shape params_shape, std::int64_t a
 /// dimension.
 output broadcast_to(output x, shape s, const node_options& o = {});
 
-
 /// x's shape at run time: int64 of shape [rank(x)]. Any dtype.
 output shape_of(output x, const node_options& o = {});
 
@@ -115,8 +114,7 @@ output shape_of(output x, const node_options& o = {});
 /// dimension at that position (with `allowzero`, it is a 0), one entry -1 is inferred from
 /// x's element count. A view when x is dense. A target that does not fit fails at run time
 /// (loom::node_error naming both shapes). Every dtype.
-output dynamic_reshape(output x, output shape, bool allowzero = false,
-                       const node_options& o = {});
+output dynamic_reshape(output x, output shape, bool allowzero = false, const node_options& o = {});
 
 /// x broadcast with the shape held by `shape` (int64, 1-D), as ONNX Expand: the NumPy
 /// broadcast of x's shape and `shape` both ways (a 1 in `shape` keeps x's dimension). A view
@@ -154,8 +152,7 @@ output strided_slice(output x, const std::vector<std::int64_t>& starts,
 output strided_slice_grad(output dy, shape input_shape, const std::vector<std::int64_t>& starts,
                           const std::vector<std::int64_t>& ends,
                           const std::vector<std::int64_t>& axes = {},
-                          const std::vector<std::int64_t>& steps = {},
-                          const node_options& o = {});
+                          const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
 
 /// ONNX CumSum: running sums of x along `axis`; `exclusive` leaves out each entry itself,
 /// `reverse` sums from the end. Floats sum in double and round each result; integers sum in

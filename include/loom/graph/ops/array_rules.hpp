@@ -117,7 +117,6 @@ struct one_hot_geometry {
 /// the target's.
 void check_broadcast(const shape& in, const shape& target, const text_fn& what);
 
-
 /// dynamic_reshape (ONNX Reshape): `spec` resolved against `in` (all known): a 0 copies in's
 /// dimension at the same position (unless `allowzero`, where it is a 0), one -1 is inferred
 /// from the element count. Throws "cannot reshape X to [spec]: ..." when an entry is below -1,
@@ -148,9 +147,9 @@ void check_broadcast(const shape& in, const shape& target, const text_fn& what);
 /// strided_slice (ONNX Slice): per dimension of the input, the first index, the step and the
 /// count taken. Dimensions not sliced start at 0 with step 1 and keep their size.
 struct strided_slice_geometry {
-  shape out;    // counts; -1 where the input's dimension is unknown and sliced
-  ints start;   // first index read per dimension
-  ints step;    // step per dimension (1 where not sliced)
+  shape out;   // counts; -1 where the input's dimension is unknown and sliced
+  ints start;  // first index read per dimension
+  ints step;   // step per dimension (1 where not sliced)
 };
 /// Slice of `in` by starts, ends, axes (empty: 0..n-1) and steps (empty: all 1), as ONNX:
 /// negative starts and ends count from the end, then clamp to [0, dim] (step > 0) or
@@ -181,8 +180,8 @@ struct nd_geometry {
 };
 /// Throws when batch_dims is negative or not below both ranks, the batch dimensions differ,
 /// indices is a scalar or its last dimension exceeds rank(data) - b.
-[[nodiscard]] nd_geometry nd_shape(const shape& data, const shape& indices,
-                                   std::int64_t batch_dims, const texts_fn& what);
+[[nodiscard]] nd_geometry nd_shape(const shape& data, const shape& indices, std::int64_t batch_dims,
+                                   const texts_fn& what);
 
 /// scatter_nd: also checks that updates is gather_nd's output for data and indices.
 void check_scatter_nd_updates(const nd_geometry& g, const shape& updates, const texts_fn& what);

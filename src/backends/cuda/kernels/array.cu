@@ -1,4 +1,5 @@
-// The CUDA array kernels (array.cuh): strided copy, pad, gather, one_hot and gather_grad.
+// The CUDA array kernels (array.cuh): strided copy, pad, gather, one_hot, gather_grad,
+// gather_elements and gather_nd.
 // Element-moving kernels are instantiated per element size; indices are unravelled in 32-bit
 // arithmetic when the element count allows (64-bit division is several times slower on the
 // GPU), else in 64-bit.
@@ -333,6 +334,47 @@ gather_grad_parts carve(void* scratch, std::int64_t count, std::int64_t n) {
   return p;
 }
 
+// ---- gather_elements and gather_nd ----------------------------------------------------------
+
+// The index wrapped into [0, n), or -1 when it lies outside [-n, n).
+__device__ __forceinline__ std::int64_t wrapped(std::int64_t v, std::int64_t n) {
+  if (v < 0) v += n;
+  return v >= 0 && v < n ? v : -1;
+}
+
+template <class B, class Ix>
+__global__ void gather_elements_kernel(const B* __restrict__ data, const Ix* __restrict__ idx,
+                                       B* __restrict__ out, elements_layout l) {
+  for (std::int64_t u = first_item(); u < l.count; u += grid_step()) {
+    std::int64_t rest = u;
+    std::int64_t at = 0;
+    for (int d = l.rank - 1; d >= 0; --d) {
+      const std::int64_t i = rest % l.dims[d];
+      rest /= l.dims[d];
+      if (d != l.axis) at += i * l.data_strides[d];
+    }
+    const std::int64_t v = wrapped(static_cast<std::int64_t>(idx[u]), l.n);
+    out[u] = v < 0 ? B{0} : data[at + v * l.data_strides[l.axis]];
+  }
+}
+
+template <class B, class Ix>
+__global__ void gather_nd_kernel(const B* __restrict__ data, const Ix* __restrict__ idx,
+                                 B* __restrict__ out, nd_layout l) {
+  for (std::int64_t u = first_item(); u < l.count; u += grid_step()) {
+    const std::int64_t t = u / l.slice;
+    const std::int64_t e = u % l.slice;
+    std::int64_t at = (t / l.tuples) * l.batch_stride + e;
+    bool inside = true;
+    for (int k = 0; k < l.q; ++k) {
+      const std::int64_t v = wrapped(static_cast<std::int64_t>(idx[t * l.q + k]), l.dims[k]);
+      inside = inside && v >= 0;
+      at += v * l.dim_strides[k];
+    }
+    out[u] = inside ? data[at] : B{0};
+  }
+}
+
 }  // namespace
 
 bool launch_copy(std::size_t elem_bytes, const void* src, void* dst, const ew_layout& layout,
@@ -459,6 +501,45 @@ cudaError_t launch_gather_grad(elem_type t, bool index64, const void* dy, const 
   });
   if (!known) return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+bool launch_gather_elements(std::size_t elem_bytes, bool index64, const void* data,
+                            const void* indices, void* out, const elements_layout& layout,
+                            cudaStream_t stream) {
+  if (!movable(elem_bytes) || layout.rank > select_max_dims) return false;
+  if (layout.count <= 0) return true;
+  visit_bits(elem_bytes, [&](auto tag) {
+    using B = decltype(tag);
+    const auto* d = static_cast<const B*>(data);
+    auto* o = static_cast<B*>(out);
+    if (index64) {
+      gather_elements_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+          d, static_cast<const std::int64_t*>(indices), o, layout);
+    } else {
+      gather_elements_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+          d, static_cast<const std::int32_t*>(indices), o, layout);
+    }
+  });
+  return true;
+}
+
+bool launch_gather_nd(std::size_t elem_bytes, bool index64, const void* data, const void* indices,
+                      void* out, const nd_layout& layout, cudaStream_t stream) {
+  if (!movable(elem_bytes) || layout.q > select_max_dims) return false;
+  if (layout.count <= 0) return true;
+  visit_bits(elem_bytes, [&](auto tag) {
+    using B = decltype(tag);
+    const auto* d = static_cast<const B*>(data);
+    auto* o = static_cast<B*>(out);
+    if (index64) {
+      gather_nd_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+          d, static_cast<const std::int64_t*>(indices), o, layout);
+    } else {
+      gather_nd_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+          d, static_cast<const std::int32_t*>(indices), o, layout);
+    }
+  });
+  return true;
 }
 
 }  // namespace loom::cuda::kernels
