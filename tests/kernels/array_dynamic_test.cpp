@@ -22,10 +22,6 @@ using namespace array_ref;
 constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t small = std::numeric_limits<std::int64_t>::min();
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
 tensor shape_tensor(const ints& s) {
   return make(dtype::i64, shape{static_cast<std::int64_t>(s.size())}, doubles(s.begin(), s.end()));
 }

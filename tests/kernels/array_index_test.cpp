@@ -16,14 +16,6 @@ namespace {
 
 using namespace array_ref;
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
-tensor index_tensor(dtype t, const ints& s, const ints& v) {
-  return make(t, to_shape(s), doubles(v.begin(), v.end()));
-}
-
 ints random_indices(std::int64_t n, std::int64_t limit, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   ints v(static_cast<std::size_t>(n));

@@ -26,14 +26,6 @@ namespace {
 
 using namespace array_ref;
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
-tensor index_tensor(dtype t, const ints& s, const ints& v) {
-  return make(t, to_shape(s), doubles(v.begin(), v.end()));
-}
-
 std::int64_t wrap(std::int64_t v, std::int64_t n) {
   return v < 0 ? v + n : v;
 }

@@ -36,6 +36,19 @@ void visit_bits(std::size_t elem_bytes, F&& f) {
   }
 }
 
+/// Calls f(B{}, Ix{}) with B as visit_bits's and Ix the index type (int64 when `index64`,
+/// else int32).
+template <class F>
+void visit_bits_and_index(std::size_t elem_bytes, bool index64, F&& f) {
+  visit_bits(elem_bytes, [&](auto btag) {
+    if (index64) {
+      f(btag, std::int64_t{});
+    } else {
+      f(btag, std::int32_t{});
+    }
+  });
+}
+
 // ---- strided copy ----------------------------------------------------------------------------
 
 template <class B>
@@ -508,17 +521,12 @@ bool launch_gather_elements(std::size_t elem_bytes, bool index64, const void* da
                             cudaStream_t stream) {
   if (!movable(elem_bytes) || layout.rank > select_max_dims) return false;
   if (layout.count <= 0) return true;
-  visit_bits(elem_bytes, [&](auto tag) {
-    using B = decltype(tag);
-    const auto* d = static_cast<const B*>(data);
-    auto* o = static_cast<B*>(out);
-    if (index64) {
-      gather_elements_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
-          d, static_cast<const std::int64_t*>(indices), o, layout);
-    } else {
-      gather_elements_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
-          d, static_cast<const std::int32_t*>(indices), o, layout);
-    }
+  visit_bits_and_index(elem_bytes, index64, [&](auto btag, auto itag) {
+    using B = decltype(btag);
+    using Ix = decltype(itag);
+    gather_elements_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+        static_cast<const B*>(data), static_cast<const Ix*>(indices), static_cast<B*>(out),
+        layout);
   });
   return true;
 }
@@ -527,17 +535,12 @@ bool launch_gather_nd(std::size_t elem_bytes, bool index64, const void* data, co
                       void* out, const nd_layout& layout, cudaStream_t stream) {
   if (!movable(elem_bytes) || layout.q > select_max_dims) return false;
   if (layout.count <= 0) return true;
-  visit_bits(elem_bytes, [&](auto tag) {
-    using B = decltype(tag);
-    const auto* d = static_cast<const B*>(data);
-    auto* o = static_cast<B*>(out);
-    if (index64) {
-      gather_nd_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
-          d, static_cast<const std::int64_t*>(indices), o, layout);
-    } else {
-      gather_nd_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
-          d, static_cast<const std::int32_t*>(indices), o, layout);
-    }
+  visit_bits_and_index(elem_bytes, index64, [&](auto btag, auto itag) {
+    using B = decltype(btag);
+    using Ix = decltype(itag);
+    gather_nd_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+        static_cast<const B*>(data), static_cast<const Ix*>(indices), static_cast<B*>(out),
+        layout);
   });
   return true;
 }
