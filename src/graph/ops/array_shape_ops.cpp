@@ -57,8 +57,15 @@ void infer_expand(inference_context& c) {
   const auto& in = c.input(0);
   const std::int64_t n = shape_input_length(c, 1);
   if (!in.shape || n < 0) return c.set_output(0, in.type, std::nullopt);
-  c.set_output(0, in.type,
-               shape::filled(std::max(in.shape->rank(), static_cast<std::size_t>(n)), -1));
+  // The target's values are known at run time only; a dimension of x above 1 stays (the
+  // target's must be 1 or the same), the others are unknown.
+  const shape& s = *in.shape;
+  shape out = shape::filled(std::max(s.rank(), static_cast<std::size_t>(n)), -1);
+  const std::size_t lead = out.rank() - s.rank();
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    if (s[d] > 1) out[lead + d] = s[d];
+  }
+  c.set_output(0, in.type, out);
 }
 
 void infer_expand_grad(inference_context& c) {
@@ -85,8 +92,7 @@ void infer_flip(inference_context& c) {
 array_rules::strided_slice_geometry slice_of(inference_context& c, const shape& in,
                                              const tensor_type& t) {
   return array_rules::strided_slice_shape(in, c.attr<ints>("starts"), c.attr<ints>("ends"),
-                                          c.attr<ints>("axes"), c.attr<ints>("steps"),
-                                          text_of(t));
+                                          c.attr<ints>("axes"), c.attr<ints>("steps"), text_of(t));
 }
 
 void infer_strided_slice(inference_context& c) {
@@ -130,8 +136,16 @@ op_def unary_def(std::string name, std::string summary, std::vector<dtype> types
   return d;
 }
 
+// strided_slice's (and its gradient's) starts, ends, axes and steps.
+void add_slice_attrs(op_def& d) {
+  d.attrs.push_back(attr("starts", attr_type::ints));
+  d.attrs.push_back(attr("ends", attr_type::ints));
+  d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
+  d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+}
+
 const std::vector<dtype>& cumsum_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16,
+  static const std::vector<dtype> t{dtype::f32,  dtype::f64, dtype::f16,
                                     dtype::bf16, dtype::i32, dtype::i64};
   return t;
 }
@@ -194,10 +208,7 @@ void register_array_shape_ops(op_registry& r) {
   }
   {
     op_def d = unary_def("strided_slice", "every step-th entry of a range per axis (ONNX Slice)");
-    d.attrs.push_back(attr("starts", attr_type::ints));
-    d.attrs.push_back(attr("ends", attr_type::ints));
-    d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
-    d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+    add_slice_attrs(d);
     d.infer = infer_strided_slice;
     r.add(std::move(d));
   }
@@ -206,10 +217,7 @@ void register_array_shape_ops(op_registry& r) {
                          "dy written where strided_slice read, zeros elsewhere (its gradient)",
                          numeric_types());
     d.inputs = {typed("dy")};
-    d.attrs.push_back(attr("starts", attr_type::ints));
-    d.attrs.push_back(attr("ends", attr_type::ints));
-    d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
-    d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+    add_slice_attrs(d);
     d.attrs.push_back(attr("input_shape", attr_type::shape));
     d.infer = infer_strided_slice_grad;
     r.add(std::move(d));
