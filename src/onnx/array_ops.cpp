@@ -84,28 +84,8 @@ void gather_lowering(node_context& c) {
     }
     if (c.set_ints(0, r, c.type(0).type)) return;
   }
-  output indices = c.in(1);
-  const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
-  if (dim >= 0) {
-    // ONNX indices may be negative, counting from the end: wrapped here where the dimension
-    // is known (constant indices at import, fed ones by a where).
-    if (const tensor* t = c.constant(1); t != nullptr && is_integer(t->type())) {
-      tensor wrapped = memory::host_tensor(dtype::i64, t->shape());
-      bool negative = false;
-      for (std::int64_t j = 0; j < t->num_elements(); ++j) {
-        const std::int64_t v = int_at(*t, j);
-        negative = negative || v < 0;
-        wrapped.data<std::int64_t>()[j] = v < 0 ? v + dim : v;
-      }
-      if (negative) indices = c.constant_node(wrapped, "indices");
-    } else if (t == nullptr) {
-      const dtype it = indices.dtype_of();
-      const output negative = ops::less(indices, c.scalar(0, it, "zero"), c.aux("negative"));
-      indices = ops::where(negative, ops::add(indices, c.scalar(static_cast<double>(dim), it, "dim"), c.aux("wrapped")),
-                           indices, c.aux("indices"));
-    }
-  }
-  c.set(0, ops::gather(c.in(0), indices, axis, c.opts()));
+  // ONNX's indices may be negative, counting from the end: gather's wrap_negative.
+  c.set(0, ops::gather(c.in(0), c.in(1), axis, true, c.opts()));
 }
 
 void unsqueeze_lowering(node_context& c) {
@@ -524,6 +504,12 @@ void add_array_ops(op_table& t) {
                  c.set(1, outs.at(1));
                },
                {"topk"}};
+  t["Einsum"] = {[](node_context& c) {
+                   std::vector<output> inputs;
+                   for (std::size_t i = 0; i < c.num_inputs(); ++i) inputs.push_back(c.in(i));
+                   c.set(0, ops::einsum(c.attr_string("equation", ""), inputs, c.opts()));
+                 },
+                 {"matmul", "reduce_sum", "transpose"}};
   t["GatherElements"] = {[](node_context& c) {
                            c.set(0, c.b().add1("gather_elements", {c.in(0), c.in(1)},
                                                {{"axis", c.attr_int("axis", 0)}}, c.opts()));

@@ -414,8 +414,6 @@ void conv_transpose_lowering(node_context& c) {
 
 void resize_lowering(node_context& c) {
   const std::string mode = c.attr_string("mode", "nearest");
-  if (mode != "nearest" && mode != "linear") c.unsupported(fmt::format("mode '{}'", mode));
-  if (c.attr_int("exclude_outside", 0) != 0) c.unsupported("exclude_outside = 1");
   const std::string transform = c.attr_string("coordinate_transformation_mode", "half_pixel");
   if (transform == "tf_crop_and_resize") c.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'");
   const auto rank = c.rank(0);
@@ -441,7 +439,9 @@ void resize_lowering(node_context& c) {
                         .mode = mode,
                         .coordinate_transformation_mode = transform,
                         .nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor"),
-                        .scales = scales};
+                        .scales = scales,
+                        .cubic_coeff_a = c.attr_float("cubic_coeff_a", -0.75F),
+                        .exclude_outside = c.attr_int("exclude_outside", 0) != 0};
   c.set(0, ops::resize(c.in(0), o, c.opts()));
 }
 
