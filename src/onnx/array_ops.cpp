@@ -295,8 +295,8 @@ void constant_of_shape_lowering(node_context& c) {
       case dtype::i64: v = static_cast<double>(value.data<std::int64_t>()[0]); break;
       case dtype::i32: v = value.data<std::int32_t>()[0]; break;
       case dtype::i8: v = value.data<std::int8_t>()[0]; break;
-      case dtype::u8:
-      case dtype::boolean: v = value.data<std::uint8_t>()[0]; break;
+      case dtype::u8: v = value.data<std::uint8_t>()[0]; break;
+      case dtype::boolean: v = *static_cast<const std::uint8_t*>(value.raw_data()); break;
       default: c.unsupported("a half-precision value");
     }
   }

@@ -452,8 +452,8 @@ double node_context::number(std::size_t i, std::string_view what) const {
     case dtype::i64: return static_cast<double>(t->data<std::int64_t>()[0]);
     case dtype::i32: return t->data<std::int32_t>()[0];
     case dtype::i8: return t->data<std::int8_t>()[0];
-    case dtype::u8:
-    case dtype::boolean: return t->data<std::uint8_t>()[0];
+    case dtype::u8: return t->data<std::uint8_t>()[0];
+    case dtype::boolean: return *static_cast<const std::uint8_t*>(t->raw_data());
     case dtype::f16:
     case dtype::bf16: break;
   }
