@@ -186,10 +186,23 @@ void slice_lowering(node_context& c) {
   std::vector<std::int64_t> axes;
   std::vector<std::int64_t> steps;
   if (c.opset() >= 10) {
-    starts = c.ints(1, "starts");
-    ends = c.ints(2, "ends");
     if (c.has(3)) axes = c.ints(3, "axes");
     if (c.has(4)) steps = c.ints(4, "steps");
+    const auto s = c.elements(1);
+    const auto e = c.elements(2);
+    if (!(s && s->all_known() && e && e->all_known()) && !c.elements(0)) {
+      // Bounds computed at run time (a split in half of a dimension inference does not
+      // know): dynamic_slice reads them.
+      auto as_i64 = [&](std::size_t i, std::string_view name) {
+        const output v = c.in(i);
+        return v.dtype_of() == dtype::i64 ? v : ops::cast(v, dtype::i64, c.aux(name));
+      };
+      for (auto& a : axes) a = normalize_axis(c, a, rank);
+      c.set(0, ops::dynamic_slice(c.in(0), as_i64(1, "starts"), as_i64(2, "ends"), axes, steps, c.opts()));
+      return;
+    }
+    starts = c.ints(1, "starts");
+    ends = c.ints(2, "ends");
   } else {
     starts = c.required_ints("starts");
     ends = c.required_ints("ends");
@@ -473,7 +486,7 @@ void add_array_ops(op_table& t) {
                       c.set(0, ops::transpose(c.in(0), c.attr_ints("perm"), c.opts()));
                     },
                     {"transpose"}};
-  t["Slice"] = {slice_lowering, {"slice"}};
+  t["Slice"] = {slice_lowering, {"slice", "strided_slice", "dynamic_slice"}};
   t["Split"] = {split_lowering, {"split"}};
   t["Expand"] = {expand_lowering, {"broadcast_to"}};
   t["ConstantOfShape"] = {constant_of_shape_lowering, {"fill"}};

@@ -274,9 +274,36 @@ class cumsum_kernel final : public op_kernel {
   bool reverse_;
 };
 
+// dynamic_slice: strided_slice's geometry for starts and ends read from its inputs.
+class dynamic_slice_kernel final : public op_kernel {
+ public:
+  explicit dynamic_slice_kernel(const kernel_construction& c)
+      : op_kernel(c), axes_(c.attr<ints>("axes")), steps_(c.attr<ints>("steps")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& in = ctx.input(0);
+    const ints starts = shape_values(ctx, 1);
+    const ints ends = shape_values(ctx, 2);
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::strided_slice_shape(in.shape(), starts, ends, axes_, steps_, text_of(in));
+    });
+    if (g.out.num_elements() == 0) {
+      ctx.allocate_output(0, g.out);
+      return;
+    }
+    const auto [offset, strides] = common::strided_slice_layout(g, in.offset(), in.strides());
+    dense_copy{ctx}(0, tensor::strided(in.buf(), in.type(), g.out, strides, offset), g.out);
+  }
+
+ private:
+  ints axes_;
+  ints steps_;
+};
+
 }  // namespace
 
 void register_array_shape_kernels(kernel_registry& r) {
+  r.add(make_kernel_def<dynamic_slice_kernel>("dynamic_slice", cpu));
   r.add(make_kernel_def<shape_of_kernel>("shape_of", cpu));
   r.add(make_kernel_def<dynamic_reshape_kernel>("dynamic_reshape", cpu));
   r.add(make_kernel_def<expand_kernel>("expand", cpu));

@@ -213,6 +213,28 @@ void register_array_shape_ops(op_registry& r) {
     r.add(std::move(d));
   }
   {
+    op_def d = unary_def("dynamic_slice", "strided_slice with starts and ends read at run time (ONNX Slice)");
+    d.inputs.push_back(fixed("starts", dtype::i64));
+    d.inputs.push_back(fixed("ends", dtype::i64));
+    d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
+    d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+    d.infer = [](inference_context& c) {
+      // The rank stays; the sliced dimensions are known only at run time.
+      const auto& in = c.input(0);
+      if (!in.shape) return c.set_output(0, in.type, std::nullopt);
+      shape out = *in.shape;
+      const auto axes = c.attr<ints>("axes");
+      const auto rank = static_cast<std::int64_t>(out.rank());
+      for (std::size_t i = 0; i < (axes.empty() ? out.rank() : axes.size()); ++i) {
+        const auto a = axes.empty() ? static_cast<std::int64_t>(i)
+                                    : static_cast<std::int64_t>(array_rules::wrap_axis(axes[i], out.rank(), text_of(in)));
+        if (a >= 0 && a < rank) out[static_cast<std::size_t>(a)] = -1;
+      }
+      c.set_output(0, in.type, out);
+    };
+    r.add(std::move(d));
+  }
+  {
     op_def d = unary_def("strided_slice_grad",
                          "dy written where strided_slice read, zeros elsewhere (its gradient)",
                          numeric_types());
@@ -268,6 +290,11 @@ output strided_slice(output x, const std::vector<std::int64_t>& starts,
   return x.builder().add1("strided_slice", {x},
                           {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}},
                           o);
+}
+
+output dynamic_slice(output x, output starts, output ends, const std::vector<std::int64_t>& axes,
+                     const std::vector<std::int64_t>& steps, const node_options& o) {
+  return x.builder().add1("dynamic_slice", {x, starts, ends}, {{"axes", axes}, {"steps", steps}}, o);
 }
 
 output strided_slice_grad(output dy, shape input_shape, const std::vector<std::int64_t>& starts,

@@ -147,6 +147,12 @@ output strided_slice(output x, const std::vector<std::int64_t>& starts,
                      const std::vector<std::int64_t>& axes = {},
                      const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
 
+/// strided_slice whose starts and ends are int64 tensors [len(axes)] read at run time (ONNX
+/// Slice with computed bounds); `axes` and `steps` as strided_slice's. CPU only; the sliced
+/// dimensions are unknown to inference. Not differentiable.
+output dynamic_slice(output x, output starts, output ends, const std::vector<std::int64_t>& axes = {},
+                     const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
+
 /// The gradient of strided_slice for an input of `input_shape` (all known): zeros of that
 /// shape with dy written where strided_slice read. Every dtype but bool.
 output strided_slice_grad(output dy, shape input_shape, const std::vector<std::int64_t>& starts,
