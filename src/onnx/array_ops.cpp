@@ -84,28 +84,8 @@ void gather_lowering(node_context& c) {
     }
     if (c.set_ints(0, r, c.type(0).type)) return;
   }
-  output indices = c.in(1);
-  const auto dim = (*c.type(0).shape)[static_cast<std::size_t>(axis)];
-  if (dim >= 0) {
-    // ONNX indices may be negative, counting from the end: wrapped here where the dimension
-    // is known (constant indices at import, fed ones by a where).
-    if (const tensor* t = c.constant(1); t != nullptr && is_integer(t->type())) {
-      tensor wrapped = memory::host_tensor(dtype::i64, t->shape());
-      bool negative = false;
-      for (std::int64_t j = 0; j < t->num_elements(); ++j) {
-        const std::int64_t v = int_at(*t, j);
-        negative = negative || v < 0;
-        wrapped.data<std::int64_t>()[j] = v < 0 ? v + dim : v;
-      }
-      if (negative) indices = c.constant_node(wrapped, "indices");
-    } else if (t == nullptr) {
-      const dtype it = indices.dtype_of();
-      const output negative = ops::less(indices, c.scalar(0, it, "zero"), c.aux("negative"));
-      indices = ops::where(negative, ops::add(indices, c.scalar(static_cast<double>(dim), it, "dim"), c.aux("wrapped")),
-                           indices, c.aux("indices"));
-    }
-  }
-  c.set(0, ops::gather(c.in(0), indices, axis, c.opts()));
+  // ONNX's indices may be negative, counting from the end: gather's wrap_negative.
+  c.set(0, ops::gather(c.in(0), c.in(1), axis, true, c.opts()));
 }
 
 void unsqueeze_lowering(node_context& c) {
@@ -206,10 +186,23 @@ void slice_lowering(node_context& c) {
   std::vector<std::int64_t> axes;
   std::vector<std::int64_t> steps;
   if (c.opset() >= 10) {
-    starts = c.ints(1, "starts");
-    ends = c.ints(2, "ends");
     if (c.has(3)) axes = c.ints(3, "axes");
     if (c.has(4)) steps = c.ints(4, "steps");
+    const auto s = c.elements(1);
+    const auto e = c.elements(2);
+    if (!(s && s->all_known() && e && e->all_known()) && !c.elements(0)) {
+      // Bounds computed at run time (a split in half of a dimension inference does not
+      // know): dynamic_slice reads them.
+      auto as_i64 = [&](std::size_t i, std::string_view name) {
+        const output v = c.in(i);
+        return v.dtype_of() == dtype::i64 ? v : ops::cast(v, dtype::i64, c.aux(name));
+      };
+      for (auto& a : axes) a = normalize_axis(c, a, rank);
+      c.set(0, ops::dynamic_slice(c.in(0), as_i64(1, "starts"), as_i64(2, "ends"), axes, steps, c.opts()));
+      return;
+    }
+    starts = c.ints(1, "starts");
+    ends = c.ints(2, "ends");
   } else {
     starts = c.required_ints("starts");
     ends = c.required_ints("ends");
@@ -315,8 +308,8 @@ void constant_of_shape_lowering(node_context& c) {
       case dtype::i64: v = static_cast<double>(value.data<std::int64_t>()[0]); break;
       case dtype::i32: v = value.data<std::int32_t>()[0]; break;
       case dtype::i8: v = value.data<std::int8_t>()[0]; break;
-      case dtype::u8:
-      case dtype::boolean: v = value.data<std::uint8_t>()[0]; break;
+      case dtype::u8: v = value.data<std::uint8_t>()[0]; break;
+      case dtype::boolean: v = *static_cast<const std::uint8_t*>(value.raw_data()); break;
       default: c.unsupported("a half-precision value");
     }
   }
@@ -493,7 +486,7 @@ void add_array_ops(op_table& t) {
                       c.set(0, ops::transpose(c.in(0), c.attr_ints("perm"), c.opts()));
                     },
                     {"transpose"}};
-  t["Slice"] = {slice_lowering, {"slice"}};
+  t["Slice"] = {slice_lowering, {"slice", "strided_slice", "dynamic_slice"}};
   t["Split"] = {split_lowering, {"split"}};
   t["Expand"] = {expand_lowering, {"broadcast_to"}};
   t["ConstantOfShape"] = {constant_of_shape_lowering, {"fill"}};
@@ -524,6 +517,12 @@ void add_array_ops(op_table& t) {
                  c.set(1, outs.at(1));
                },
                {"topk"}};
+  t["Einsum"] = {[](node_context& c) {
+                   std::vector<output> inputs;
+                   for (std::size_t i = 0; i < c.num_inputs(); ++i) inputs.push_back(c.in(i));
+                   c.set(0, ops::einsum(c.attr_string("equation", ""), inputs, c.opts()));
+                 },
+                 {"matmul", "reduce_sum", "transpose"}};
   t["GatherElements"] = {[](node_context& c) {
                            c.set(0, c.b().add1("gather_elements", {c.in(0), c.in(1)},
                                                {{"axis", c.attr_int("axis", 0)}}, c.opts()));

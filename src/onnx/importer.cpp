@@ -3,6 +3,7 @@
 #include "importer.hpp"
 
 #include <fmt/format.h>
+#include <onnx/defs/schema.h>
 
 #include <fstream>
 #include <set>
@@ -452,8 +453,8 @@ double node_context::number(std::size_t i, std::string_view what) const {
     case dtype::i64: return static_cast<double>(t->data<std::int64_t>()[0]);
     case dtype::i32: return t->data<std::int32_t>()[0];
     case dtype::i8: return t->data<std::int8_t>()[0];
-    case dtype::u8:
-    case dtype::boolean: return t->data<std::uint8_t>()[0];
+    case dtype::u8: return t->data<std::uint8_t>()[0];
+    case dtype::boolean: return *static_cast<const std::uint8_t*>(t->raw_data());
     case dtype::f16:
     case dtype::bf16: break;
   }
@@ -626,7 +627,10 @@ imported_model import_file(const std::filesystem::path& path, const import_optio
 std::vector<std::string> supported_ops() {
   std::vector<std::string> out;
   for (const auto& [name, l] : detail::lowerings()) {
-    if (detail::find_lowering(name) != nullptr) out.push_back(name);
+    // Ops of ONNX's default domain at the opsets loom imports: not Gelu (opset 20), which
+    // only GELU written in pieces becomes (import_passes.cpp), nor Mish (opset 18).
+    const bool onnx_op = ::onnx::OpSchemaRegistry::Schema(name, static_cast<int>(max_opset), "") != nullptr;
+    if (onnx_op && detail::find_lowering(name) != nullptr) out.push_back(name);
   }
   return out;
 }

@@ -366,16 +366,23 @@ void add_math_ops(op_table& t) {
                    },
                    {"identity"}};
   t["Dropout"] = {[](node_context& c) {
-                    if (c.has(2) && c.number(2, "training_mode") != 0) {
-                      c.unsupported("training_mode = true: loom imports models for inference");
+                    // In training mode with a ratio above 0 elements are dropped at random; a
+                    // ratio of 0 drops none, in either mode.
+                    const bool training = c.has(2) && c.number(2, "training_mode") != 0;
+                    const bool drops = !c.has(1) || c.number(1, "ratio") != 0;
+                    if (training && drops) {
+                      c.unsupported("training_mode = true with a ratio above 0: loom imports models for inference");
                     }
                     c.set(0, ops::identity(c.in(0), c.opts()));
-                    if (c.wants(1)) {
+                    if (c.wants(1)) {  // nothing dropped: all true, of the input's shape
                       const auto& s = c.type(0).shape;
-                      if (!s || !s->is_fully_defined()) {
-                        c.unsupported("the mask output needs the input's shape known at import");
+                      if (s && s->is_fully_defined()) {
+                        c.set(1, ops::fill(c.b(), dtype::boolean, *s, 1.0, c.aux("mask")));
+                      } else {
+                        const output dims = c.b().add1("shape_of", {c.in(0)}, {}, c.aux("shape"));
+                        c.set(1, c.b().add1("constant_of_shape", {dims}, {{"dtype", dtype::boolean}, {"value", 1.0}},
+                                            c.aux("mask")));
                       }
-                      c.set(1, ops::fill(c.b(), dtype::boolean, *s, 1.0, c.aux("mask")));
                     }
                   },
                   {"identity"}};

@@ -347,33 +347,73 @@ void lp_norm_lowering(node_context& c) {
 
 void conv_transpose_lowering(node_context& c) {
   const auto in = spatial_dims(c, 0);
-  if (in.size() != 2) c.unsupported(fmt::format("{}-D ConvTranspose (loom runs 2-D)", in.size()));
+  const std::size_t n = in.size();
+  if (n != 1 && n != 2) c.unsupported(fmt::format("{}-D ConvTranspose (loom runs 1-D and 2-D)", n));
   const auto wdims = spatial_dims(c, 1);
-  if (c.has_attr("output_shape")) c.unsupported("output_shape (give pads instead)");
+  auto per_dim = [&](std::string_view name, std::int64_t fallback) {
+    auto v = c.attr_ints(name);
+    if (v.empty()) v.assign(n, fallback);
+    if (v.size() != n) c.fail(fmt::format("{} has {} values for {} spatial dimensions", name, v.size(), n));
+    return v;
+  };
+  const auto kernel = c.has_attr("kernel_shape") ? c.attr_ints("kernel_shape") : wdims;
+  if (kernel.size() != n) c.fail(fmt::format("kernel_shape has {} values for {} spatial dimensions", kernel.size(), n));
+  const auto strides = per_dim("strides", 1);
+  const auto dilations = per_dim("dilations", 1);
+  auto output_padding = per_dim("output_padding", 0);
+  std::vector<std::int64_t> pads = c.attr_ints("pads");
+  if (pads.empty()) pads.assign(2 * n, 0);
+  if (pads.size() != 2 * n) c.fail(fmt::format("pads has {} values for {} spatial dimensions", pads.size(), n));
   const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "VALID") c.unsupported(fmt::format("auto_pad '{}'", auto_pad));
-  auto kernel = c.has_attr("kernel_shape") ? c.attr_ints("kernel_shape") : wdims;
-  auto strides = c.attr_ints("strides", {1, 1});
-  auto dilations = c.attr_ints("dilations", {1, 1});
-  auto pads = auto_pad == "VALID" ? std::vector<std::int64_t>{0, 0, 0, 0} : c.attr_ints("pads", {0, 0, 0, 0});
-  auto output_padding = c.attr_ints("output_padding", {0, 0});
-  if (pads.size() != 4 || strides.size() != 2 || dilations.size() != 2 || output_padding.size() != 2) {
-    c.fail("strides, dilations, pads and output_padding must fit 2 spatial dimensions");
+  std::vector<std::int64_t> output_shape = c.attr_ints("output_shape");
+  if (output_shape.size() > n) output_shape.erase(output_shape.begin(), output_shape.end() - static_cast<std::ptrdiff_t>(n));
+  if (output_shape.empty() && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")) {
+    for (std::size_t i = 0; i < n; ++i) output_shape.push_back(in[i] < 0 ? -1 : in[i] * strides[i]);
   }
-  (void)kernel;
-  const ops::conv2d_options o{.strides = strides,
-                              .padding = {pads[0], pads[2], pads[1], pads[3]},
-                              .dilations = dilations,
-                              .groups = c.attr_int("group", 1)};
-  output y = ops::conv_transpose2d(c.in(0), c.in(1), o, output_padding, c.has(2) ? c.aux("conv") : c.opts());
-  if (c.has(2)) y = ops::bias_add(y, c.in(2), "NCHW", c.opts());
+  if (!output_shape.empty()) {
+    // ONNX's rule: the padding that gives output_shape, split as auto_pad says (SAME_UPPER
+    // puts the odd one at the end); an output larger than the unpadded one grows
+    // output_padding instead.
+    if (output_shape.size() != n) c.fail(fmt::format("output_shape has {} values", output_shape.size()));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (in[i] < 0) c.unsupported("output_shape needs the input's spatial size known at import");
+      const std::int64_t total = strides[i] * (in[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 -
+                                 output_shape[i];
+      if (total < 0) {
+        output_padding[i] -= total;
+        pads[i] = pads[i + n] = 0;
+        continue;
+      }
+      const bool upper = auto_pad != "SAME_LOWER";
+      pads[i] = upper ? total / 2 : total - total / 2;
+      pads[i + n] = total - pads[i];
+    }
+  } else if (auto_pad == "VALID") {
+    pads.assign(2 * n, 0);
+  } else if (auto_pad != "NOTSET") {
+    c.fail(fmt::format("auto_pad '{}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad));
+  }
+  // As 2-D: a 1-D transposed convolution has a height of 1.
+  const bool one_d = n == 1;
+  const ops::conv2d_options o{
+      .strides = one_d ? std::vector<std::int64_t>{1, strides[0]} : strides,
+      .padding = one_d ? std::vector<std::int64_t>{0, 0, pads[0], pads[1]}
+                       : std::vector<std::int64_t>{pads[0], pads[2], pads[1], pads[3]},
+      .dilations = one_d ? std::vector<std::int64_t>{1, dilations[0]} : dilations,
+      .groups = c.attr_int("group", 1)};
+  const output x = one_d ? as_2d(c, c.in(0), "x2d") : c.in(0);
+  const output w = one_d ? as_2d(c, c.in(1), "w2d") : c.in(1);
+  const bool last = !c.has(2) && !one_d;
+  const std::vector<std::int64_t> extra =
+      one_d ? std::vector<std::int64_t>{0, output_padding[0]} : std::vector<std::int64_t>{output_padding[0], output_padding[1]};
+  output y = ops::conv_transpose2d(x, w, o, extra, last ? c.opts() : c.aux("conv"));
+  if (c.has(2)) y = ops::bias_add(y, c.in(2), "NCHW", one_d ? c.aux("bias") : c.opts());
+  if (one_d) y = ops::squeeze(y, {2}, c.opts());
   c.set(0, y);
 }
 
 void resize_lowering(node_context& c) {
   const std::string mode = c.attr_string("mode", "nearest");
-  if (mode != "nearest" && mode != "linear") c.unsupported(fmt::format("mode '{}'", mode));
-  if (c.attr_int("exclude_outside", 0) != 0) c.unsupported("exclude_outside = 1");
   const std::string transform = c.attr_string("coordinate_transformation_mode", "half_pixel");
   if (transform == "tf_crop_and_resize") c.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'");
   const auto rank = c.rank(0);
@@ -399,7 +439,9 @@ void resize_lowering(node_context& c) {
                         .mode = mode,
                         .coordinate_transformation_mode = transform,
                         .nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor"),
-                        .scales = scales};
+                        .scales = scales,
+                        .cubic_coeff_a = c.attr_float("cubic_coeff_a", -0.75F),
+                        .exclude_outside = c.attr_int("exclude_outside", 0) != 0};
   c.set(0, ops::resize(c.in(0), o, c.opts()));
 }
 

@@ -366,6 +366,27 @@ std::vector<xcase> cases() {
                return std::vector{ops::gather(in[0], in[1], 0, {})};
              });
   }
+  add_case(
+      "gather", "gather wrap_negative", {{dtype::f32, {6, 5}}},
+      [](graph_builder& b, const std::vector<output>& in) {
+        const output idx = ops::constant(b, memory::host_tensor<std::int64_t>({3}, {-1, 0, -6}));
+        return std::vector{ops::gather(in[0], idx, 0, true, {})};
+      });
+  add_case("gather_elements", "gather_elements",
+           {{dtype::bf16, {5, 6}}, {dtype::i64, {5, 3}, fill_kind::indices, 6}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::gather_elements(in[0], in[1], 1, {})};
+           });
+  add_case("gather_nd", "gather_nd",
+           {{dtype::f32, {4, 5, 3}}, {dtype::i32, {6, 2}, fill_kind::indices, 4}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::gather_nd(in[0], in[1], 0, {})};
+           });
+  add_case("gather_nd", "gather_nd batch_dims 1",
+           {{dtype::i64, {4, 5, 3}}, {dtype::i64, {4, 2, 1}, fill_kind::indices, 4}},
+           [](graph_builder&, const std::vector<output>& in) {
+             return std::vector{ops::gather_nd(in[0], in[1], 1, {})};
+           });
   add_case("gather_grad", "gather_grad f32",
            {{dtype::f32, {7, 5}}, {dtype::i32, {7}, fill_kind::indices, 4}},
            [](graph_builder&, const std::vector<output>& in) {

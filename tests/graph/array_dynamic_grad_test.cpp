@@ -7,11 +7,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "loom/graph/gradients.hpp"
+#include "graph/array_test_support.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
@@ -21,13 +21,7 @@ namespace {
 
 using doubles = std::vector<double>;
 
-doubles random_values(std::int64_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  doubles v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using array_test::random_values;
 
 doubles dense_values(const tensor& t) {
   doubles v(static_cast<std::size_t>(t.num_elements()));
@@ -44,13 +38,12 @@ struct adjoint_result {
 // y = op(x, shape constant `target`); dx = gradients(y, {x}, w) with w a placeholder of y's
 // (partly unknown) type, fed with random values of y's run-time shape `y_shape`.
 adjoint_result run_adjoint(const shape& x_shape, const std::vector<std::int64_t>& target,
-                           const shape& y_shape,
-                           const std::function<output(output, output)>& op) {
+                           const shape& y_shape, const std::function<output(output, output)>& op) {
   graph g;
   graph_builder b(g);
   const output x = ops::placeholder(b, "x", dtype::f64, x_shape);
-  const output t = ops::constant(
-      b, memory::host_tensor<std::int64_t>(shape{static_cast<std::int64_t>(target.size())}, target));
+  const output t = ops::constant(b, memory::host_tensor<std::int64_t>(
+                                        shape{static_cast<std::int64_t>(target.size())}, target));
   const output y = op(x, t);
   EXPECT_FALSE(y.type().shape && y.type().shape->is_fully_defined());
   EXPECT_TRUE(y.type().shape.has_value());
@@ -78,9 +71,8 @@ adjoint_result run_adjoint(const shape& x_shape, const std::vector<std::int64_t>
 }
 
 TEST(DynamicGradients, DynamicReshapeReshapesBack) {
-  const auto r = run_adjoint(shape{2, 3, 4}, {4, 0, -1}, shape{4, 3, 2}, [](output x, output t) {
-    return ops::dynamic_reshape(x, t);
-  });
+  const auto r = run_adjoint(shape{2, 3, 4}, {4, 0, -1}, shape{4, 3, 2},
+                             [](output x, output t) { return ops::dynamic_reshape(x, t); });
   EXPECT_EQ(r.dx, r.w);  // the same elements in the same order
 }
 

@@ -126,15 +126,24 @@ TEST(ArrayRules, GatherGatherGradOneHotBroadcast) {
 TEST(ArrayRules, DynamicReshapeFollowsOnnxReshape) {
   EXPECT_EQ(rules::dynamic_reshape_shape({0, -1}, shape{2, 3, 4}, false, x), shape({2, 12}));
   EXPECT_EQ(rules::dynamic_reshape_shape({3, 0}, shape{0, 3}, true, x), shape({3, 0}));
-  EXPECT_EQ(message_of([] { return rules::dynamic_reshape_shape({4, 2}, shape{2, 3}, false, x); }),
+  EXPECT_EQ(message_of([] {
+              return rules::dynamic_reshape_shape({4, 2}, shape{2, 3}, false, x);
+            }),
             "cannot reshape X (6 elements) to [4, 2]: the target holds 8 elements");
-  EXPECT_EQ(message_of([] { return rules::dynamic_reshape_shape({0, -1}, shape{0, 3}, true, x); }),
-            "cannot reshape X (0 elements) to [0, -1]: with allowzero, 0 and -1 cannot both appear");
+  EXPECT_EQ(
+      message_of([] {
+        return rules::dynamic_reshape_shape({0, -1}, shape{0, 3}, true, x);
+      }),
+      "cannot reshape X (0 elements) to [0, -1]: with allowzero, 0 and -1 cannot both appear");
   EXPECT_EQ(rules::dynamic_reshape_shape({-1, 0}, shape{0, 3}, false, x), shape({0, 3}));
-  EXPECT_EQ(message_of([] { return rules::dynamic_reshape_shape({-1, 0}, shape{3, 0}, false, x); }),
+  EXPECT_EQ(message_of([] {
+              return rules::dynamic_reshape_shape({-1, 0}, shape{3, 0}, false, x);
+            }),
             "cannot reshape X (0 elements) to [-1, 0]: the -1 cannot be inferred when the other "
             "entries hold 0 elements");
-  EXPECT_EQ(message_of([] { return rules::dynamic_reshape_shape({4, -1}, shape{2, 3}, false, x); }),
+  EXPECT_EQ(message_of([] {
+              return rules::dynamic_reshape_shape({4, -1}, shape{2, 3}, false, x);
+            }),
             "cannot reshape X (6 elements) to [4, -1]: the other entries hold 4 elements, which "
             "do not divide 6");
 }
@@ -143,18 +152,23 @@ TEST(ArrayRules, ExpandBroadcastsBothWays) {
   EXPECT_EQ(rules::expand_shape(shape{3, 1}, {2, 1, 6}, x), shape({2, 3, 6}));
   EXPECT_EQ(rules::expand_shape(shape{-1, 4}, {5, 1}, x), shape({5, 4}));
   EXPECT_EQ(rules::expand_shape(shape{-1, 4}, {1, 1}, x), shape({-1, 4}));
-  EXPECT_EQ(message_of([] { return rules::expand_shape(shape{3, 4}, {2, 4}, x); }),
+  EXPECT_EQ(message_of([] {
+              return rules::expand_shape(shape{3, 4}, {2, 4}, x);
+            }),
             "cannot expand X to [2, 4]: dimension 0 of the result would be both 3 and 2");
   EXPECT_EQ(rules::expand_grad_axes(shape{3, 1}, shape{2, 3, 6}, x), ints({0, 2}));
 }
 
 TEST(ArrayRules, TileFlipAndStridedSlice) {
   EXPECT_EQ(rules::tile_shape(shape{2, -1}, {3, 2}, x), shape({6, -1}));
-  EXPECT_EQ(message_of([] { return rules::tile_shape(shape{2}, {3, 2}, x); }),
+  EXPECT_EQ(message_of([] {
+              return rules::tile_shape(shape{2}, {3, 2}, x);
+            }),
             "multiples [3, 2] has 2 entries for the rank-1 input X");
   EXPECT_EQ(rules::flip_dims(3, {-1}, x), std::vector<bool>({false, false, true}));
   EXPECT_EQ(rules::flip_dims(2, {}, x), std::vector<bool>({true, true}));
-  const auto g = rules::strided_slice_shape(shape{20, 10, 5}, {20, 10, 4}, {0, 0, 1}, {}, {-1, -3, -2}, x);
+  const auto g =
+      rules::strided_slice_shape(shape{20, 10, 5}, {20, 10, 4}, {0, 0, 1}, {}, {-1, -3, -2}, x);
   EXPECT_EQ(g.out, shape({19, 3, 2}));
   EXPECT_EQ(g.start, ints({19, 9, 4}));
   EXPECT_EQ(g.step, ints({-1, -3, -2}));

@@ -313,12 +313,15 @@ TEST(GradientCheck, ShapeOps) {
 
 TEST(GradientCheck, LayoutOps) {
   using xs_t = std::vector<output>;
-  check("tile", {in{{2, 3}}},
-        [](graph_builder&, const xs_t& x) { return ops::tile(x[0], {3, 2}); });
-  check("tile with ones", {in{{2, 1, 3}}},
-        [](graph_builder&, const xs_t& x) { return ops::tile(x[0], {1, 4, 1}); });
-  check("flip", {in{{2, 3, 4}}},
-        [](graph_builder&, const xs_t& x) { return ops::flip(x[0], {0, -1}); });
+  check("tile", {in{{2, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::tile(x[0], {3, 2});
+  });
+  check("tile with ones", {in{{2, 1, 3}}}, [](graph_builder&, const xs_t& x) {
+    return ops::tile(x[0], {1, 4, 1});
+  });
+  check("flip", {in{{2, 3, 4}}}, [](graph_builder&, const xs_t& x) {
+    return ops::flip(x[0], {0, -1});
+  });
   check("flip all", {in{{3, 4}}}, [](graph_builder&, const xs_t& x) { return ops::flip(x[0]); });
   check("strided_slice", {in{{5, 6, 3}}}, [](graph_builder&, const xs_t& x) {
     return ops::strided_slice(x[0], {4, 1}, {0, 100}, {0, -2}, {-2, 2});
@@ -328,8 +331,9 @@ TEST(GradientCheck, LayoutOps) {
   });
   for (const bool exclusive : {false, true}) {
     for (const bool reverse : {false, true}) {
-      check(fmt::format("cumsum exclusive={} reverse={}", exclusive, reverse), {in{{3, 4}}},
-            [&](graph_builder&, const xs_t& x) { return ops::cumsum(x[0], -1, exclusive, reverse); });
+      check(
+          fmt::format("cumsum exclusive={} reverse={}", exclusive, reverse), {in{{3, 4}}},
+          [&](graph_builder&, const xs_t& x) { return ops::cumsum(x[0], -1, exclusive, reverse); });
     }
   }
 }
@@ -441,6 +445,43 @@ TEST(GradientCheck, ConvTranspose2dAndConv1d) {
   });
   check("global_avg_pool", {in{{2, 3, 2, 2}}},
         [](graph_builder&, const std::vector<output>& x) { return ops::global_avg_pool(x[0]); });
+}
+
+TEST(GradientCheck, IndexOps) {
+  using xs_t = std::vector<output>;
+  const auto indices = [](graph_builder& b, const shape& s, const std::vector<std::int64_t>& v) {
+    return ops::constant(b, memory::host_tensor<std::int64_t>(s, v));
+  };
+  check("topk values", {in{{3, 5}}},
+        [](graph_builder&, const xs_t& x) { return ops::topk(x[0], 2, -1)[0]; });
+  check("topk smallest along 0", {in{{4, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::topk(x[0], 3, 0, false)[0]; });
+  check("gather_elements", {in{{3, 4}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather_elements(x[0], indices(b, {3, 2}, {0, 3, -1, 1, 2, 2}), 1);
+  });
+  for (const std::string r : {"none", "add"}) {
+    check("scatter_elements " + r, {in{{4, 3}}, in{{2, 3}}}, [&](graph_builder& b, const xs_t& x) {
+      return ops::scatter_elements(x[0], indices(b, {2, 3}, {1, 0, 3, -1, 2, 0}), x[1], 0, r);
+    });
+    check("scatter_nd " + r, {in{{4, 3}}, in{{2, 3}}}, [&](graph_builder& b, const xs_t& x) {
+      return ops::scatter_nd(x[0], indices(b, {2, 1}, {2, -4}), x[1], r);
+    });
+  }
+  check("gather_nd", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather_nd(x[0], indices(b, {3, 2}, {0, 1, 3, 2, 0, 1}));
+  });
+  check("einsum bij,bjk->bik", {in{{2, 3, 4}}, in{{2, 4, 2}}},
+        [](graph_builder&, const xs_t& x) { return ops::einsum("bij,bjk->bik", x); });
+  check("einsum ijk,jl->kil", {in{{2, 3, 2}}, in{{3, 2}}},
+        [](graph_builder&, const xs_t& x) { return ops::einsum("ijk,jl->kil", x); });
+  check("stack", {in{{2, 3}}, in{{2, 3}}},
+        [](graph_builder&, const xs_t& x) { return ops::stack(x, -1); });
+  check("gather wrap_negative", {in{{4, 3}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather(x[0], indices(b, {4}, {-1, 0, -4, -1}), 0, true);
+  });
+  check("gather_nd batch_dims 1", {in{{4, 3, 2}}}, [&](graph_builder& b, const xs_t& x) {
+    return ops::gather_nd(x[0], indices(b, {4, 1}, {2, 0, 1, 2}), 1);
+  });
 }
 
 TEST(GradientCheck, SmallMlpEndToEnd) {

@@ -22,10 +22,6 @@ using namespace array_ref;
 constexpr std::int64_t big = std::numeric_limits<std::int64_t>::max();
 constexpr std::int64_t small = std::numeric_limits<std::int64_t>::min();
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
 tensor shape_tensor(const ints& s) {
   return make(dtype::i64, shape{static_cast<std::int64_t>(s.size())}, doubles(s.begin(), s.end()));
 }
@@ -51,7 +47,7 @@ TEST(DynamicReshape, OnnxSpecialEntries) {
     return run_op1("dynamic_reshape", {x, shape_tensor(spec)}, {{"allowzero", allowzero}});
   };
   expect_exact(run({4, 2, 3}), {4, 2, 3}, values(x));
-  expect_exact(run({0, -1}), {2, 12}, values(x));      // 0 copies dimension 0
+  expect_exact(run({0, -1}), {2, 12}, values(x));  // 0 copies dimension 0
   expect_exact(run({0, 0, -1}), {2, 3, 4}, values(x));
   expect_exact(run({-1}), {24}, values(x));
   expect_exact(run({2, 0, 4, 1}), {2, 3, 4, 1}, values(x));
@@ -61,14 +57,16 @@ TEST(DynamicReshape, OnnxSpecialEntries) {
 
 TEST(DynamicReshape, AllowZeroKeepsZeros) {
   const tensor e = random(dtype::f64, {0, 3}, 4);
-  expect_exact(run_op1("dynamic_reshape", {e, shape_tensor({3, 0})}, {{"allowzero", true}}),
-               {3, 0}, {});
+  expect_exact(run_op1("dynamic_reshape", {e, shape_tensor({3, 0})}, {{"allowzero", true}}), {3, 0},
+               {});
   // Without allowzero the 0 copies e's dimension 0 (itself 0).
   expect_exact(run_op1("dynamic_reshape", {e, shape_tensor({0, 3})}), {0, 3}, {});
   const tensor x = random(dtype::f32, {2, 3}, 5);
-  expect_node_error([&] {
-    run_op1("dynamic_reshape", {x, shape_tensor({0, 3})}, {{"allowzero", true}});
-  }, "6 elements");
+  expect_node_error(
+      [&] {
+        run_op1("dynamic_reshape", {x, shape_tensor({0, 3})}, {{"allowzero", true}});
+      },
+      "6 elements");
 }
 
 TEST(DynamicReshape, EveryDtypeAndNonContiguous) {
@@ -93,9 +91,11 @@ TEST(DynamicReshape, RunTimeErrorsNameBothShapes) {
   bad({4, -1}, "do not divide 6");
   bad({2, 3, 0}, "rank 2");
   bad({-2, 3}, "below -1");
-  expect_invalid([&] {
-    run_op1("dynamic_reshape", {x, make(dtype::i64, {1, 2}, {2, 3})});
-  }, "must be 1-D");
+  expect_invalid(
+      [&] {
+        run_op1("dynamic_reshape", {x, make(dtype::i64, {1, 2}, {2, 3})});
+      },
+      "must be 1-D");
   expect_invalid([&] { run_op1("dynamic_reshape", {x, make(dtype::i32, {2}, {3, 2})}); }, "int");
 }
 
@@ -151,7 +151,8 @@ TEST(ExpandGrad, SumsTheBroadcastDimensions) {
     const tensor out = run_op1("expand_grad", {dy, shape_tensor({3, 1})});
     const doubles v = values(dy);
     doubles want(3, 0.0);
-    for (std::int64_t f = 0; f < 24; ++f) want[static_cast<std::size_t>(unravel(f, {2, 3, 4})[1])] += v[static_cast<std::size_t>(f)];
+    for (std::int64_t f = 0; f < 24; ++f)
+      want[static_cast<std::size_t>(unravel(f, {2, 3, 4})[1])] += v[static_cast<std::size_t>(f)];
     expect_close(out, {3, 1}, want, rtol_for(t), atol_for(t));
   }
   const tensor dy = non_contiguous(random(dtype::f64, {4, 5}, 14));
@@ -177,8 +178,11 @@ TEST(ConstantOfShape, FillsEveryDtype) {
   expect_exact(f, {4}, doubles(4, 0.0));
   expect_exact(run_op1("constant_of_shape", {shape_tensor({})}, {{"value", -2.5}}), {}, {-2.5});
   expect_exact(run_op1("constant_of_shape", {shape_tensor({3, 0})}), {3, 0}, {});
-  expect_node_error([&] { run_op1("constant_of_shape", {shape_tensor({2, -1})}); },
-                    "negative dimension");
+  expect_node_error(
+      [&] {
+        run_op1("constant_of_shape", {shape_tensor({2, -1})});
+      },
+      "negative dimension");
 }
 
 // ---- tile ----------------------------------------------------------------------------------
@@ -243,7 +247,8 @@ TEST(Flip, AxesNegativeAndAllForEveryDtype) {
                  flip_ref(values(x), {2, 3, 4}, {false, false, true}));
     expect_exact(run_op1("flip", {x}, {{"axes", ints{0, 1}}}), {2, 3, 4},
                  flip_ref(values(x), {2, 3, 4}, {true, true, false}));
-    expect_exact(run_op1("flip", {x}), {2, 3, 4}, flip_ref(values(x), {2, 3, 4}, {true, true, true}));
+    expect_exact(run_op1("flip", {x}), {2, 3, 4},
+                 flip_ref(values(x), {2, 3, 4}, {true, true, true}));
   }
   const tensor dense = random(dtype::f32, {3, 5}, 20);
   expect_exact(run_op1("flip", {non_contiguous(dense)}, {{"axes", ints{1}}}), {3, 5},
@@ -316,20 +321,20 @@ struct slice_case {
 
 TEST(StridedSlice, OnnxCasesAgainstPythonSlices) {
   const std::vector<slice_case> cases = {
-      {{20, 10, 5}, {0, 0}, {3, 10}, {0, 1}, {1, 1}},            // slice
-      {{20, 10, 5}, {0, 0, 3}, {20, 10, 4}, {}, {}},              // slice_default_axes
-      {{20, 10, 5}, {1}, {big}, {1}, {}},                         // slice_end_out_of_bounds
-      {{20, 10, 5}, {0}, {-1}, {1}, {}},                          // slice_neg
+      {{20, 10, 5}, {0, 0}, {3, 10}, {0, 1}, {1, 1}},                  // slice
+      {{20, 10, 5}, {0, 0, 3}, {20, 10, 4}, {}, {}},                   // slice_default_axes
+      {{20, 10, 5}, {1}, {big}, {1}, {}},                              // slice_end_out_of_bounds
+      {{20, 10, 5}, {0}, {-1}, {1}, {}},                               // slice_neg
       {{20, 10, 5}, {20, 10, 4}, {0, 0, 1}, {0, 1, 2}, {-1, -3, -2}},  // slice_neg_steps
-      {{20, 10, 5}, {0, 0, 3}, {20, 10, 4}, {0, -2, -1}, {}},     // slice_negative_axes
-      {{20, 10, 5}, {1000}, {1000}, {1}, {1}},                    // slice_start_out_of_bounds
-      {{7}, {-1}, {small}, {0}, {-1}},                            // whole, backwards
+      {{20, 10, 5}, {0, 0, 3}, {20, 10, 4}, {0, -2, -1}, {}},          // slice_negative_axes
+      {{20, 10, 5}, {1000}, {1000}, {1}, {1}},                         // slice_start_out_of_bounds
+      {{7}, {-1}, {small}, {0}, {-1}},                                 // whole, backwards
       {{7}, {big}, {small}, {0}, {-2}},
-      {{7}, {2}, {big}, {0}, {big}},                              // one entry
+      {{7}, {2}, {big}, {0}, {big}},  // one entry
       {{7}, {5}, {small}, {0}, {small}},
       {{7}, {-100}, {100}, {0}, {3}},
-      {{7}, {3}, {3}, {0}, {-1}},                                 // empty
-      {{0, 3}, {0, 0}, {5, -1}, {}, {-1, 1}},                     // empty input
+      {{7}, {3}, {3}, {0}, {-1}},              // empty
+      {{0, 3}, {0, 0}, {5, -1}, {}, {-1, 1}},  // empty input
       {{4, 5}, {-1, 1}, {-5, 4}, {-2, -1}, {-1, 2}},
   };
   for (const auto& c : cases) {
@@ -340,10 +345,10 @@ TEST(StridedSlice, OnnxCasesAgainstPythonSlices) {
     const tensor x = random(dtype::f64, to_shape(c.s), 23);
     ints o;
     const doubles want = slice_ref(values(x), c.s, c.starts, c.ends, c.axes, c.steps, &o);
-    expect_exact(run_op1("strided_slice", {x},
-                         {{"starts", c.starts}, {"ends", c.ends}, {"axes", c.axes},
-                          {"steps", c.steps}}),
-                 o, want);
+    expect_exact(
+        run_op1("strided_slice", {x},
+                {{"starts", c.starts}, {"ends", c.ends}, {"axes", c.axes}, {"steps", c.steps}}),
+        o, want);
   }
 }
 
@@ -389,18 +394,19 @@ TEST(StridedSliceGrad, WritesDyWhereTheSliceRead) {
     doubles want(30, 0.0);
     const doubles dv = values(dy);
     for (std::size_t k = 0; k < where.size(); ++k) want[static_cast<std::size_t>(where[k])] = dv[k];
-    expect_exact(run_op1("strided_slice_grad", {dy},
-                         {{"starts", starts},
-                          {"ends", ends},
-                          {"steps", steps},
-                          {"input_shape", to_shape(s)}}),
-                 s, want);
+    expect_exact(
+        run_op1(
+            "strided_slice_grad", {dy},
+            {{"starts", starts}, {"ends", ends}, {"steps", steps}, {"input_shape", to_shape(s)}}),
+        s, want);
   }
   const tensor dy = random(dtype::f32, {2, 2}, 27);
-  expect_invalid([&] {
-    run_op1("strided_slice_grad", {dy},
-            {{"starts", ints{0}}, {"ends", ints{3}}, {"input_shape", shape{5, 2}}});
-  }, "is not strided_slice's output [3, 2]");
+  expect_invalid(
+      [&] {
+        run_op1("strided_slice_grad", {dy},
+                {{"starts", ints{0}}, {"ends", ints{3}}, {"input_shape", shape{5, 2}}});
+      },
+      "is not strided_slice's output [3, 2]");
 }
 
 // ---- cumsum --------------------------------------------------------------------------------
@@ -455,8 +461,11 @@ TEST(Cumsum, ExclusiveReverseNegativeAxisForEveryDtype) {
 }
 
 TEST(Cumsum, BadInputsAreConstructionErrors) {
-  expect_invalid([&] { run_op1("cumsum", {random(dtype::f32, {2, 3}, 31)}, {{"axis", 2}}); },
-                 "axis 2 is outside [-2, 2)");
+  expect_invalid(
+      [&] {
+        run_op1("cumsum", {random(dtype::f32, {2, 3}, 31)}, {{"axis", 2}});
+      },
+      "axis 2 is outside [-2, 2)");
   expect_invalid([&] { run_op1("cumsum", {make(dtype::f32, {}, {1})}); }, "rank >= 1");
   expect_invalid([&] { run_op1("cumsum", {random(dtype::u8, {3}, 32)}); }, "uint8");
 }

@@ -24,10 +24,6 @@ namespace {
 
 using namespace array_ref;
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
 double dot(const doubles& a, const doubles& b) {
   EXPECT_EQ(a.size(), b.size());
   double s = 0;
@@ -204,10 +200,6 @@ ints gathered_shape(const ints& ps, const ints& is, std::size_t axis) {
   o.insert(o.end(), is.begin(), is.end());
   o.insert(o.end(), ps.begin() + static_cast<std::ptrdiff_t>(axis) + 1, ps.end());
   return o;
-}
-
-tensor index_tensor(dtype t, const ints& s, const ints& v) {
-  return make(t, to_shape(s), doubles(v.begin(), v.end()));
 }
 
 ints random_indices(std::int64_t n, std::int64_t limit, std::uint64_t seed) {

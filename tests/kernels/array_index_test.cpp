@@ -16,14 +16,6 @@ namespace {
 
 using namespace array_ref;
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
-tensor index_tensor(dtype t, const ints& s, const ints& v) {
-  return make(t, to_shape(s), doubles(v.begin(), v.end()));
-}
-
 ints random_indices(std::int64_t n, std::int64_t limit, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   ints v(static_cast<std::size_t>(n));
@@ -119,6 +111,37 @@ TEST(Gather, BadIndicesAreNodeErrorsNamingPositionAndValue) {
         run_op1("gather", {random(dtype::f32, {0, 2}, 110), index_tensor(dtype::i32, {1}, {0})});
       },
       "out of range");
+}
+
+TEST(Gather, WrapNegativeCountsFromTheEnd) {
+  for (dtype t : {dtype::f32, dtype::bf16, dtype::i64, dtype::boolean}) {
+    for (dtype it : {dtype::i32, dtype::i64}) {
+      SCOPED_TRACE(std::string(to_string(t)) + " / " + to_string(it));
+      const tensor p = random(t, {4, 3}, 111);
+      const ints negative{-1, 0, -4, 3, -3};
+      ints wrapped;
+      for (auto v : negative) wrapped.push_back(v < 0 ? v + 3 : v);
+      // Along axis 1 (n = 3): -4 is out of range, so use the in-range ones there.
+      const ints along1{-1, 0, -3, 2, -2};
+      ints along1_wrapped;
+      for (auto v : along1) along1_wrapped.push_back(v < 0 ? v + 3 : v);
+      ints shape_out;
+      const doubles want = gather(values(p), {4, 3}, along1_wrapped, {5}, 1, &shape_out);
+      expect_exact(run_op1("gather", {p, index_tensor(it, {5}, along1)},
+                           {{"axis", 1}, {"wrap_negative", true}}),
+                   shape_out, want);
+      ints rows{-1, -4, 2};
+      const doubles want0 = gather(values(p), {4, 3}, {3, 0, 2}, {3}, 0, &shape_out);
+      expect_exact(run_op1("gather", {p, index_tensor(it, {3}, rows)}, {{"wrap_negative", true}}),
+                   shape_out, want0);
+    }
+  }
+  const tensor p = random(dtype::f32, {4, 3}, 112);
+  expect_node_error(
+      [&] {
+        run_op1("gather", {p, index_tensor(dtype::i64, {2}, {-5, 0})}, {{"wrap_negative", true}});
+      },
+      "indices[0] = -5");
 }
 
 TEST(Gather, ConstructionErrors) {

@@ -132,6 +132,16 @@ inline doubles one_hot(const ints& indices, const ints& is, std::int64_t depth, 
   return out;
 }
 
+/// Expects `out` to have shape `s` and exactly the elements `expected`.
+inline void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
+  expect_close(out, to_shape(s), expected, 0.0, 0.0);
+}
+
+/// A host index tensor of dtype t (int32 or int64) and shape s holding v.
+inline tensor index_tensor(dtype t, const ints& s, const ints& v) {
+  return make(t, to_shape(s), doubles(v.begin(), v.end()));
+}
+
 /// run_op with declared shapes: see run_op_declared in kernel_test_support.hpp.
 inline std::vector<tensor> run_declared(std::string_view op, std::vector<tensor> inputs,
                                         const std::vector<shape>& declared, attr_map attrs = {}) {

@@ -18,10 +18,6 @@ namespace {
 
 using namespace array_ref;
 
-void expect_exact(const tensor& out, const ints& s, const doubles& expected) {
-  expect_close(out, to_shape(s), expected, 0.0, 0.0);
-}
-
 // ---- reshape ---------------------------------------------------------------------------
 
 TEST(Reshape, ContiguousInputIsAViewForEveryDtype) {

@@ -86,10 +86,8 @@ TEST(ArgMinMax, EveryDtypeAxisAndTieRule) {
             SCOPED_TRACE(fmt::format("{} {} axis {} last {} keepdims {}", op, to_string(t), axis,
                                      last, keepdims));
             const auto ax = static_cast<std::size_t>(axis < 0 ? axis + 3 : axis);
-            const tensor y = run_op1(op, {x},
-                                     {{"axis", axis},
-                                      {"keepdims", keepdims},
-                                      {"select_last_index", last}});
+            const tensor y = run_op1(
+                op, {x}, {{"axis", axis}, {"keepdims", keepdims}, {"select_last_index", last}});
             EXPECT_EQ(y.type(), dtype::i64);
             expect_close(y, shape(out_shape(s, ax, keepdims)),
                          arg_ref(v, s, ax, std::string(op) == "argmin", last), 0.0, 0.0);
@@ -145,10 +143,16 @@ TEST(ArgMinMax, Errors) {
               std::string::npos)
         << e.what();
   }
-  expect_invalid_argument([&] { run_op1("argmin", {random(dtype::f32, {2, 3}, 11)}, {{"axis", std::int64_t{2}}}); },
-                          {"under_test", "axis"});
-  expect_invalid_argument([&] { run_op1("argmin", {make(dtype::boolean, {2}, {0, 1})}); },
-                          {"under_test", "bool"});
+  expect_invalid_argument(
+      [&] {
+        run_op1("argmin", {random(dtype::f32, {2, 3}, 11)}, {{"axis", std::int64_t{2}}});
+      },
+      {"under_test", "axis"});
+  expect_invalid_argument(
+      [&] {
+        run_op1("argmin", {make(dtype::boolean, {2}, {0, 1})});
+      },
+      {"under_test", "bool"});
 }
 
 }  // namespace

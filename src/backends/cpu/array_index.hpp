@@ -1,6 +1,7 @@
 // What the CPU's index kernels (gather, gather_grad in array_index_kernels.cpp and
-// array_grad_kernels.cpp) share: the visit of an index dtype, and the position of an index
-// in their out-of-range messages.
+// array_grad_kernels.cpp; the selects of array_select_kernels.cpp) share: the visit of an
+// index dtype, the position of an index in their out-of-range messages, and elements as
+// doubles.
 #pragma once
 
 #include <fmt/format.h>
@@ -8,9 +9,11 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "loom/core/dtype.hpp"
+#include "loom/core/half.hpp"
 #include "loom/core/shape.hpp"
 
 namespace loom::cpu {
@@ -23,6 +26,16 @@ inline std::string position(const shape& s, std::int64_t flat) {
     flat /= s[k];
   }
   return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+/// Element v of any dtype but bool as a double (16-bit floats through float).
+template <class T>
+double to_double(T v) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    return static_cast<double>(static_cast<float>(v));
+  } else {
+    return static_cast<double>(v);
+  }
 }
 
 /// Calls f(I{}) with I the C++ type of an index dtype (int32 or int64).

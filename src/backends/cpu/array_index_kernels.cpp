@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "array_index.hpp"
 #include "cpu_kernels.hpp"
@@ -41,7 +42,7 @@ class gather_take {
  public:
   explicit gather_take(kernel_context& ctx) : ctx_(ctx) {}
 
-  void operator()(const array_rules::gather_geometry& g) const {
+  void operator()(const array_rules::gather_geometry& g, bool wrap_negative) const {
     kernel_context& ctx = ctx_;
     const tensor params = ctx.input_contiguous(0);
     const tensor indices = ctx.input_contiguous(1);
@@ -52,13 +53,18 @@ class gather_take {
       using I = decltype(itag);
       const I* idx = indices.data<I>();
       const std::int64_t k = indices.num_elements();
+      const std::int64_t lo = wrap_negative ? -n : 0;
+      std::vector<I> wrapped;  // the indices with the negative ones wrapped, when any are
       for (std::int64_t i = 0; i < k; ++i) {
-        if (idx[i] < 0 || idx[i] >= n) {
+        if (idx[i] < lo || idx[i] >= n) {
           ctx.fail("indices{} = {} is out of range: params {} has {} entries along axis {}",
                    position(indices.shape(), i), static_cast<std::int64_t>(idx[i]),
                    params.describe(), n, ax);
         }
+        if (idx[i] < 0 && wrapped.empty()) wrapped.assign(idx, idx + k);
+        if (idx[i] < 0) wrapped[static_cast<std::size_t>(i)] = static_cast<I>(idx[i] + n);
       }
+      if (!wrapped.empty()) idx = wrapped.data();
       if (out.num_elements() == 0) return;
       visit_bits(size_of(params.type()), [&](auto btag) {
         using T = decltype(btag);

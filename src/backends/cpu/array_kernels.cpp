@@ -29,6 +29,9 @@ void register_array_grad_kernels(kernel_registry& registry);
 // Defined in array_shape_kernels.cpp: shape_of, dynamic_reshape, expand, constant_of_shape,
 // tile, flip, strided_slice, cumsum and their gradient ops.
 void register_array_shape_kernels(kernel_registry& registry);
+// Defined in array_select_kernels.cpp: topk, gather_elements, scatter_elements, gather_nd,
+// scatter_nd.
+void register_array_select_kernels(kernel_registry& registry);
 
 namespace {
 
@@ -102,6 +105,7 @@ void register_array_kernels(kernel_registry& r) {
   register_array_index_kernels(r);
   register_array_grad_kernels(r);
   register_array_shape_kernels(r);
+  register_array_select_kernels(r);
 }
 
 }  // namespace loom::cpu

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "array_copy.hpp"
+#include "array_index.hpp"
 #include "cpu_kernels.hpp"
 #include "kernel/common/array_layout_kernels.hpp"
 #include "kernel/common/array_views.hpp"
@@ -36,16 +37,7 @@ ints shape_values(kernel_context& ctx, std::size_t i) {
   return ints(p, p + t.num_elements());
 }
 
-// Element T as a double, and the type sums of T accumulate in (double for floats, int64 for
-// integers, which wrap).
-template <class T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return static_cast<double>(static_cast<float>(v));
-  } else {
-    return static_cast<double>(v);
-  }
-}
+// The type sums of T accumulate in (double for floats, int64 for integers, which wrap).
 template <class T>
 using acc_t = std::conditional_t<std::is_integral_v<T>, std::int64_t, double>;
 template <class T>
@@ -116,7 +108,8 @@ class expand_grad_kernel final : public op_kernel {
     const shape xs(shape_values(ctx, 1));
     (void)apply_rule(ctx, [&] {
       for (auto d : xs.dims()) {
-        if (d < 0) throw invalid_argument(fmt::format("shape {} has a negative dimension", to_string(xs)));
+        if (d < 0)
+          throw invalid_argument(fmt::format("shape {} has a negative dimension", to_string(xs)));
       }
       return array_rules::expand_grad_axes(xs, dy.shape(), [&] { return to_string(xs); });
     });
@@ -139,33 +132,33 @@ class expand_grad_kernel final : public op_kernel {
         T* dst = out.data<T>();
         ctx.parallel_for(n_out, static_cast<double>(n_sum) * 2.0 + 1.0,
                          [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t o = begin; o < end; ++o) {
-            // The offset in dy of kept index o, and of each summed index.
-            std::int64_t base = 0;
-            std::int64_t rest = o;
-            for (std::size_t d = dy.rank(), k = kept_dims.rank(); d-- > 0;) {
-              const bool summed = d < lead || xs[d - lead] != dy.dim(d);
-              if (summed) continue;
-              --k;
-              base += (rest % kept_dims[k]) * dy_strides[d];
-              rest /= kept_dims[k];
-            }
-            acc_t<T> sum{};
-            for (std::int64_t s = 0; s < n_sum; ++s) {
-              std::int64_t at = base;
-              std::int64_t r = s;
-              for (std::size_t d = dy.rank(), k = summed_dims.rank(); d-- > 0;) {
-                const bool summed = d < lead || xs[d - lead] != dy.dim(d);
-                if (!summed) continue;
-                --k;
-                at += (r % summed_dims[k]) * dy_strides[d];
-                r /= summed_dims[k];
-              }
-              sum += to_acc(src[at]);
-            }
-            dst[o] = from_acc<T>(sum);
-          }
-        });
+                           for (std::int64_t o = begin; o < end; ++o) {
+                             // The offset in dy of kept index o, and of each summed index.
+                             std::int64_t base = 0;
+                             std::int64_t rest = o;
+                             for (std::size_t d = dy.rank(), k = kept_dims.rank(); d-- > 0;) {
+                               const bool summed = d < lead || xs[d - lead] != dy.dim(d);
+                               if (summed) continue;
+                               --k;
+                               base += (rest % kept_dims[k]) * dy_strides[d];
+                               rest /= kept_dims[k];
+                             }
+                             acc_t<T> sum{};
+                             for (std::int64_t s = 0; s < n_sum; ++s) {
+                               std::int64_t at = base;
+                               std::int64_t r = s;
+                               for (std::size_t d = dy.rank(), k = summed_dims.rank(); d-- > 0;) {
+                                 const bool summed = d < lead || xs[d - lead] != dy.dim(d);
+                                 if (!summed) continue;
+                                 --k;
+                                 at += (r % summed_dims[k]) * dy_strides[d];
+                                 r /= summed_dims[k];
+                               }
+                               sum += to_acc(src[at]);
+                             }
+                             dst[o] = from_acc<T>(sum);
+                           }
+                         });
       }
     });
   }
@@ -214,7 +207,8 @@ class strided_slice_grad_kernel final : public op_kernel {
     });
     tensor& out = ctx.allocate_output(0, input_shape_);
     if (out.num_elements() == 0) return;
-    std::memset(out.raw_data(), 0, static_cast<std::size_t>(out.num_elements()) * size_of(out.type()));
+    std::memset(out.raw_data(), 0,
+                static_cast<std::size_t>(out.num_elements()) * size_of(out.type()));
     if (dy.num_elements() == 0) return;
     const auto [offset, strides] = common::strided_slice_layout(g, 0, out.strides());
     const std::size_t elem = size_of(out.type());
@@ -258,18 +252,18 @@ class cumsum_kernel final : public op_kernel {
         T* dst = out.data<T>();
         ctx.parallel_for(outer * inner, static_cast<double>(n) * 3.0,
                          [&](std::int64_t begin, std::int64_t end) {
-          for (std::int64_t line = begin; line < end; ++line) {
-            const std::int64_t base = (line / inner) * n * inner + line % inner;
-            acc_t<T> sum{};
-            for (std::int64_t j = 0; j < n; ++j) {
-              const std::int64_t at = base + (reverse_ ? n - 1 - j : j) * inner;
-              const acc_t<T> v = to_acc(src[at]);
-              if (!exclusive_) sum += v;
-              dst[at] = from_acc<T>(sum);
-              if (exclusive_) sum += v;
-            }
-          }
-        });
+                           for (std::int64_t line = begin; line < end; ++line) {
+                             const std::int64_t base = (line / inner) * n * inner + line % inner;
+                             acc_t<T> sum{};
+                             for (std::int64_t j = 0; j < n; ++j) {
+                               const std::int64_t at = base + (reverse_ ? n - 1 - j : j) * inner;
+                               const acc_t<T> v = to_acc(src[at]);
+                               if (!exclusive_) sum += v;
+                               dst[at] = from_acc<T>(sum);
+                               if (exclusive_) sum += v;
+                             }
+                           }
+                         });
       }
     });
   }
@@ -280,9 +274,36 @@ class cumsum_kernel final : public op_kernel {
   bool reverse_;
 };
 
+// dynamic_slice: strided_slice's geometry for starts and ends read from its inputs.
+class dynamic_slice_kernel final : public op_kernel {
+ public:
+  explicit dynamic_slice_kernel(const kernel_construction& c)
+      : op_kernel(c), axes_(c.attr<ints>("axes")), steps_(c.attr<ints>("steps")) {}
+
+  void compute(kernel_context& ctx) override {
+    const tensor& in = ctx.input(0);
+    const ints starts = shape_values(ctx, 1);
+    const ints ends = shape_values(ctx, 2);
+    const auto g = apply_rule(ctx, [&] {
+      return array_rules::strided_slice_shape(in.shape(), starts, ends, axes_, steps_, text_of(in));
+    });
+    if (g.out.num_elements() == 0) {
+      ctx.allocate_output(0, g.out);
+      return;
+    }
+    const auto [offset, strides] = common::strided_slice_layout(g, in.offset(), in.strides());
+    dense_copy{ctx}(0, tensor::strided(in.buf(), in.type(), g.out, strides, offset), g.out);
+  }
+
+ private:
+  ints axes_;
+  ints steps_;
+};
+
 }  // namespace
 
 void register_array_shape_kernels(kernel_registry& r) {
+  r.add(make_kernel_def<dynamic_slice_kernel>("dynamic_slice", cpu));
   r.add(make_kernel_def<shape_of_kernel>("shape_of", cpu));
   r.add(make_kernel_def<dynamic_reshape_kernel>("dynamic_reshape", cpu));
   r.add(make_kernel_def<expand_kernel>("expand", cpu));

@@ -1,4 +1,4 @@
-// The CPU kernel of resize (ONNX Resize, nearest and linear; op in
+// The CPU kernel of resize (ONNX Resize, nearest, linear and cubic; op in
 // src/graph/ops/nn_resize_ops.cpp, rules and coordinate arithmetic in
 // loom/graph/ops/nn_rules.hpp). Both modes are separable: the kernel resizes one dimension
 // at a time, in double, over x seen as [outer, in, inner] around that dimension, skipping
@@ -6,6 +6,7 @@
 // dimension: tf_half_pixel_for_nearest with ceil rounding moves even an unscaled one); the
 // output is rounded into its type at the end.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -18,29 +19,68 @@ namespace {
 
 using nn_rules::resize_mode;
 
-// Where output index o along one dimension reads: index a with weight 1 - w and b with w.
+// Where output index o along one dimension reads: up to 4 input indices and their weights.
 struct taps {
-  std::int64_t a;
-  std::int64_t b;
-  double w;
+  std::array<std::int64_t, 4> i{};
+  std::array<double, 4> w{};
+  int n = 0;
 };
+
+// ONNX's cubic convolution weights of the 4 taps around a coordinate whose distance from the
+// second tap is t (in (0, 1]).
+std::array<double, 4> cubic_weights(double t, double a) {
+  const auto far = [a](double d) { return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a; };  // 1 < d < 2
+  const auto near = [a](double d) { return ((a + 2) * d - (a + 3)) * d * d + 1; };       // d <= 1
+  return {far(t + 1), near(t), near(1 - t), far(2 - t)};
+}
 
 std::vector<taps> taps_of(const nn_rules::resize_params& p, std::size_t d, std::int64_t in,
                           std::int64_t out) {
   const double scale = nn_rules::resize_scale(p, d, in, out);
   std::vector<taps> t(static_cast<std::size_t>(out));
+  const auto clamp = [in](std::int64_t i) { return std::clamp<std::int64_t>(i, 0, in - 1); };
   for (std::int64_t o = 0; o < out; ++o) {
     const double x = nn_rules::resize_source(p.coord, o, in, scale);
+    taps& tp = t[static_cast<std::size_t>(o)];
     if (p.mode == resize_mode::nearest) {
-      const std::int64_t i = nn_rules::resize_nearest_index(p.rounding, x, in);
-      t[static_cast<std::size_t>(o)] = {i, i, 0.0};
+      tp.i[0] = nn_rules::resize_nearest_index(p.rounding, x, in);
+      tp.w[0] = 1.0;
+      tp.n = 1;
       continue;
     }
-    const double f = std::floor(x);
-    const auto clamp = [in](double i) {
-      return static_cast<std::int64_t>(std::clamp(i, 0.0, static_cast<double>(in - 1)));
-    };
-    t[static_cast<std::size_t>(o)] = {clamp(f), clamp(f + 1.0), x - f};
+    // The tap left of x and the fraction past it; an integral x counts as the right end of
+    // the interval before it (fraction 1), as ONNX's reference picks neighbours.
+    double f = std::floor(x);
+    double frac = x - f;
+    std::array<double, 4> w{};
+    std::int64_t first = 0;
+    if (p.mode == resize_mode::linear) {
+      if (frac == 0.0 && p.exclude_outside) {
+        f -= 1;
+        frac = 1.0;
+      }
+      w = {1.0 - frac, frac, 0.0, 0.0};
+      tp.n = 2;
+      first = static_cast<std::int64_t>(f);
+    } else {
+      if (frac == 0.0) {
+        f -= 1;
+        frac = 1.0;
+      }
+      w = cubic_weights(frac, p.cubic_coeff_a);
+      tp.n = 4;
+      first = static_cast<std::int64_t>(f) - 1;
+    }
+    double sum = 0;
+    for (int k = 0; k < tp.n; ++k) {
+      const std::int64_t idx = first + k;
+      if (p.exclude_outside && (idx < 0 || idx >= in)) w[static_cast<std::size_t>(k)] = 0.0;
+      sum += w[static_cast<std::size_t>(k)];
+      tp.i[static_cast<std::size_t>(k)] = clamp(idx);
+    }
+    for (int k = 0; k < tp.n; ++k) {
+      tp.w[static_cast<std::size_t>(k)] = p.exclude_outside ? w[static_cast<std::size_t>(k)] / sum : w[static_cast<std::size_t>(k)];
+    }
   }
   return t;
 }
@@ -49,7 +89,13 @@ std::vector<taps> taps_of(const nn_rules::resize_params& p, std::size_t d, std::
 bool is_identity(const std::vector<taps>& t, std::int64_t in) {
   if (static_cast<std::int64_t>(t.size()) != in) return false;
   for (std::size_t o = 0; o < t.size(); ++o) {
-    if (t[o].a != static_cast<std::int64_t>(o) || t[o].w != 0.0) return false;
+    const taps& tp = t[o];
+    for (int k = 0; k < tp.n; ++k) {
+      const bool on = tp.i[static_cast<std::size_t>(k)] == static_cast<std::int64_t>(o);
+      if (tp.w[static_cast<std::size_t>(k)] != (on ? 1.0 : 0.0) && !(on && tp.n > 1 && tp.w[static_cast<std::size_t>(k)] == 1.0)) {
+        return false;
+      }
+    }
   }
   return true;
 }
@@ -61,7 +107,10 @@ class resize_kernel final : public op_kernel {
         params_(nn_rules::resize_params_of(
             c.attr<std::string>("mode"), c.attr<std::string>("coordinate_transformation_mode"),
             c.attr<std::string>("nearest_mode"), c.attr<std::vector<std::int64_t>>("sizes"),
-            c.attr<std::vector<double>>("scales"))) {}
+            c.attr<std::vector<double>>("scales"))) {
+    params_.cubic_coeff_a = c.attr<double>("cubic_coeff_a");
+    params_.exclude_outside = c.attr<bool>("exclude_outside");
+  }
 
   void compute(kernel_context& ctx) override {
     const shape xs = ctx.input(0).shape();
@@ -90,15 +139,17 @@ class resize_kernel final : public op_kernel {
                            for (std::int64_t r = lo; r < hi; ++r) {
                              const std::int64_t q = r / out;
                              const taps& tp = t[static_cast<std::size_t>(r % out)];
-                             const double* sa = cur.data() + (q * in + tp.a) * inner;
-                             const double* sb = cur.data() + (q * in + tp.b) * inner;
                              double* dst = next.data() + r * inner;
-                             if (tp.w == 0.0) {
-                               std::copy_n(sa, inner, dst);
-                             } else {
-                               for (std::int64_t i = 0; i < inner; ++i) {
-                                 dst[i] = (1.0 - tp.w) * sa[i] + tp.w * sb[i];
-                               }
+                             const double* s0 = cur.data() + (q * in + tp.i[0]) * inner;
+                             if (tp.n == 1 || (tp.n == 2 && tp.w[1] == 0.0)) {
+                               std::copy_n(s0, inner, dst);
+                               continue;
+                             }
+                             for (std::int64_t i = 0; i < inner; ++i) dst[i] = tp.w[0] * s0[i];
+                             for (int k = 1; k < tp.n; ++k) {
+                               const double* sk = cur.data() + (q * in + tp.i[static_cast<std::size_t>(k)]) * inner;
+                               const double wk = tp.w[static_cast<std::size_t>(k)];
+                               for (std::int64_t i = 0; i < inner; ++i) dst[i] += wk * sk[i];
                              }
                            }
                          });

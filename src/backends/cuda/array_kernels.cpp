@@ -1,7 +1,7 @@
 // The CUDA backend's array kernels: the kernels every backend shares
 // (src/kernel/common/array_kernels.hpp: reshape, transpose, split, slice, concat, pad, gather,
 // gather_grad, one_hot; array_layout_kernels.hpp: tile, flip, strided_slice) over the CUDA
-// device work below (a dense copy, concat's join, the
+// device work below, and gather_elements and gather_nd (a dense copy, concat's join, the
 // fills of pad and one_hot, gather's take, gather_grad's sum), and the family's registration.
 // The CPU's counterparts are in src/backends/cpu/array_kernels.cpp, array_index_kernels.cpp
 // and array_grad_kernels.cpp; the device code is in kernels/array.cu. squeeze, expand_dims and
@@ -194,13 +194,13 @@ class pad_fill {
 class gather_take {
  public:
   explicit gather_take(kernel_context& ctx) : ctx_(ctx) {}
-  void operator()(const array_rules::gather_geometry& g) {
+  void operator()(const array_rules::gather_geometry& g, bool wrap_negative) {
     launch_scope scope(ctx_);
     const tensor params = ctx_.input_contiguous(0);
     const tensor indices = ctx_.input_contiguous(1);
     tensor& out = ctx_.allocate_output(0, g.out);
     if (out.num_elements() == 0) return;
-    if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64,
+    if (!kernels::launch_gather(size_of(params.type()), indices.type() == dtype::i64, wrap_negative,
                                 params.raw_data(), indices.raw_data(), out.raw_data(), g.outer, g.n,
                                 g.inner, indices.num_elements(), scope.stream)) {
       ctx_.fail("gather does not take {}", to_string(params.type()));
@@ -265,6 +265,98 @@ class gather_grad_sum {
   kernel_context& ctx_;
 };
 
+// ---- gather_elements, gather_nd ------------------------------------------------------------
+
+// The inputs' descriptions for the rules' messages.
+auto texts_of(const kernel_context& ctx) {
+  return [&ctx](std::size_t i) { return ctx.input(i).describe(); };
+}
+
+// gather_elements: the op rule, then one thread per output element (indices are not checked
+// on the GPU: one out of range gives zero bits).
+class gather_elements_kernel final : public op_kernel {
+ public:
+  explicit gather_elements_kernel(const kernel_construction& c)
+      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+
+  void compute(kernel_context& ctx) override {
+    const std::size_t ax = common::apply_rule(ctx, [&] {
+      return array_rules::elements_axis(ctx.input(0).shape(), ctx.input(1).shape(), nullptr, axis_,
+                                        texts_of(ctx));
+    });
+    if (ctx.input(0).rank() > static_cast<std::size_t>(kernels::select_max_dims)) {
+      ctx.fail("the CUDA gather_elements takes at most {} dimensions", kernels::select_max_dims);
+    }
+    launch_scope scope(ctx);
+    const tensor data = ctx.input_contiguous(0);
+    const tensor indices = ctx.input_contiguous(1);
+    tensor& out = ctx.allocate_output(0, indices.shape());
+    if (out.num_elements() == 0) return;
+    kernels::elements_layout l;
+    l.rank = static_cast<int>(data.rank());
+    l.axis = static_cast<int>(ax);
+    l.count = out.num_elements();
+    l.n = data.dim(ax);
+    for (std::size_t d = 0; d < data.rank(); ++d) {
+      l.dims[d] = indices.dim(d);
+      l.data_strides[d] = data.strides()[d];
+    }
+    if (!kernels::launch_gather_elements(size_of(data.type()), indices.type() == dtype::i64,
+                                         data.raw_data(), indices.raw_data(), out.raw_data(), l,
+                                         scope.stream)) {
+      ctx.fail("gather_elements does not take {}", to_string(data.type()));
+    }
+    check_launch(ctx, "gather_elements");
+  }
+
+ private:
+  std::int64_t axis_;
+};
+
+// gather_nd: the op rule, then one thread per output element.
+class gather_nd_kernel final : public op_kernel {
+ public:
+  explicit gather_nd_kernel(const kernel_construction& c)
+      : op_kernel(c), batch_dims_(c.attr<std::int64_t>("batch_dims")) {}
+
+  void compute(kernel_context& ctx) override {
+    const auto g = common::apply_rule(ctx, [&] {
+      return array_rules::nd_shape(ctx.input(0).shape(), ctx.input(1).shape(), batch_dims_,
+                                   texts_of(ctx));
+    });
+    if (g.q > kernels::select_max_dims) {
+      ctx.fail("the CUDA gather_nd takes index tuples of at most {} entries",
+               kernels::select_max_dims);
+    }
+    launch_scope scope(ctx);
+    const tensor data = ctx.input_contiguous(0);
+    const tensor indices = ctx.input_contiguous(1);
+    tensor& out = ctx.allocate_output(0, g.out);
+    if (out.num_elements() == 0) return;
+    kernels::nd_layout l;
+    l.q = static_cast<int>(g.q);
+    l.tuples = g.tuples;
+    l.slice = g.slice;
+    l.count = out.num_elements();
+    std::int64_t stride = g.slice;
+    for (std::int64_t k = g.q; k-- > 0;) {
+      l.dims[k] = g.dims[static_cast<std::size_t>(k)];
+      l.dim_strides[k] = stride;
+      stride *= l.dims[k];
+    }
+    l.batch_stride = stride;
+    if (!kernels::launch_gather_nd(size_of(data.type()), indices.type() == dtype::i64,
+                                   data.raw_data(), indices.raw_data(), out.raw_data(), l,
+                                   scope.stream)) {
+      ctx.fail("gather_nd does not take {}", to_string(data.type()));
+    }
+    check_launch(ctx, "gather_nd");
+  }
+
+ private:
+  std::int64_t batch_dims_;
+};
+
 }  // namespace
 
 void register_array_kernels(kernel_registry& r) {
@@ -285,6 +377,10 @@ void register_array_kernels(kernel_registry& r) {
   r.add(cuda_def<common::tile_kernel<dense_copy>>("tile", any));
   r.add(cuda_def<common::flip_kernel<dense_copy>>("flip", any));
   r.add(cuda_def<common::strided_slice_kernel<dense_copy>>("strided_slice", any));
+  r.add(cuda_def<gather_elements_kernel>(
+      "gather_elements", {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
+  r.add(cuda_def<gather_nd_kernel>("gather_nd",
+                                   {{"T", all_types()}, {"Tindices", {dtype::i32, dtype::i64}}}));
 }
 
 }  // namespace loom::cuda

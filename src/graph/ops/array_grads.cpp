@@ -3,11 +3,16 @@
 // slice pads its gradient with zeros; gather scatters it (gather_grad). dynamic_reshape
 // reshapes back to shape_of(x) and expand sums back (expand_grad), both at run time; tile
 // sums the repeats; flip flips back; strided_slice writes into zeros (strided_slice_grad);
-// cumsum sums the other way.
+// cumsum sums the other way; topk and the gathers add dy at their indices into zeros
+// (scatter_elements, scatter_nd with "add"); the scatters ("none", "add") gather dy for the
+// updates.
+#include <fmt/format.h>
+
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/reduction.hpp"
+#include "loom/graph/ops/state.hpp"
 
 namespace loom {
 namespace {
@@ -67,9 +72,18 @@ grads slice_grad(const gradient_context& c) {
 }
 
 grads gather_grad(const gradient_context& c) {
-  return {c.builder().add1("gather_grad", {c.grad(0), c.input(1)},
-                           {{"axis", c.attr<std::int64_t>("axis")},
-                            {"params_shape", c.input_shape(0)}}),
+  const auto axis = c.attr<std::int64_t>("axis");
+  output indices = c.input(1);
+  if (c.attr<bool>("wrap_negative")) {
+    // gather_grad takes indices in [0, n): the negative ones wrapped first.
+    const shape& ps = c.input_shape(0);
+    const dtype it = c.input_type(1);
+    const output n = ops::scalar(c.builder(), static_cast<double>(ps[ps.normalize_axis(axis)]), it);
+    indices =
+        ops::where(ops::less(indices, ops::scalar(c.builder(), 0.0, it)), indices + n, indices);
+  }
+  return {c.builder().add1("gather_grad", {c.grad(0), indices},
+                           {{"axis", axis}, {"params_shape", c.input_shape(0)}}),
           std::nullopt};
 }
 
@@ -84,7 +98,6 @@ grads pad_grad(const gradient_context& c) {
   }
   return {ops::slice(c.grad(0), begin, size)};
 }
-
 
 // g, shaped at run time like input 0, given input 0's static shape when that is known (a
 // gradient has its input's type).
@@ -121,6 +134,55 @@ grads strided_slice_grad_grad(const gradient_context& c) {
                              c.attr<ints>("axes"), c.attr<ints>("steps"))};
 }
 
+// topk: dy of the values added at their indices into zeros of x's shape.
+grads topk_grad(const gradient_context& c) {
+  const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
+  return {
+      ops::scatter_elements(zeros, c.output_of(1), c.grad(0), c.attr<std::int64_t>("axis"), "add")};
+}
+
+grads gather_elements_grad(const gradient_context& c) {
+  const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
+  return {ops::scatter_elements(zeros, c.input(1), c.grad(0), c.attr<std::int64_t>("axis"), "add"),
+          std::nullopt};
+}
+
+grads gather_nd_grad(const gradient_context& c) {
+  const output zeros = ops::zeros(c.builder(), c.input_type(0), c.input_shape(0));
+  return {ops::scatter_nd(zeros, c.input(1), c.grad(0), "add", c.attr<std::int64_t>("batch_dims")),
+          std::nullopt};
+}
+
+// The scatters: data takes dy ("add"), or dy with the written positions zeroed ("none": zeros
+// scattered into dy); the updates take dy gathered at the indices. "mul" has no gradient.
+// scatter(data, indices, updates, reduction) and gather(data, indices) are the op's pair.
+template <class Scatter, class Gather>
+grads scatter_grad(const gradient_context& c, const Scatter& scatter, const Gather& gather) {
+  const auto reduction = c.attr<std::string>("reduction");
+  if (reduction == "mul")
+    c.fail(fmt::format("{} with reduction mul has no gradient", c.forward().op()));
+  const output dy = c.grad(0);
+  output d_data = dy;
+  if (reduction == "none") {
+    d_data = scatter(dy, c.input(1), ops::zeros(c.builder(), c.input_type(2), c.input_shape(2)));
+  }
+  return {d_data, std::nullopt, gather(dy, c.input(1))};
+}
+
+grads scatter_elements_grad(const gradient_context& c) {
+  const auto axis = c.attr<std::int64_t>("axis");
+  return scatter_grad(
+      c, [&](output d, output i, output u) { return ops::scatter_elements(d, i, u, axis, "none"); },
+      [&](output d, output i) { return ops::gather_elements(d, i, axis); });
+}
+
+grads scatter_nd_grad(const gradient_context& c) {
+  const auto b = c.attr<std::int64_t>("batch_dims");
+  return scatter_grad(
+      c, [&](output d, output i, output u) { return ops::scatter_nd(d, i, u, "none", b); },
+      [&](output d, output i) { return ops::gather_nd(d, i, b); });
+}
+
 grads cumsum_grad(const gradient_context& c) {
   return {ops::cumsum(c.grad(0), c.attr<std::int64_t>("axis"), c.attr<bool>("exclusive"),
                       !c.attr<bool>("reverse"))};
@@ -153,8 +215,7 @@ void register_array_gradients(gradient_registry& r) {
             std::nullopt};
   });
   r.add("expand_grad", [](const gradient_context& c) -> grads {
-    return {with_input_shape(c, ops::expand(c.grad(0), ops::shape_of(c.input(0)))),
-            std::nullopt};
+    return {with_input_shape(c, ops::expand(c.grad(0), ops::shape_of(c.input(0)))), std::nullopt};
   });
   r.add("tile", tile_grad);
   r.add("flip", [](const gradient_context& c) -> grads {
@@ -163,6 +224,11 @@ void register_array_gradients(gradient_registry& r) {
   r.add("strided_slice", strided_slice_grad);
   r.add("strided_slice_grad", strided_slice_grad_grad);
   r.add("cumsum", cumsum_grad);
+  r.add("topk", topk_grad);
+  r.add("gather_elements", gather_elements_grad);
+  r.add("scatter_elements", scatter_elements_grad);
+  r.add("gather_nd", gather_nd_grad);
+  r.add("scatter_nd", scatter_nd_grad);
 }
 
 }  // namespace loom

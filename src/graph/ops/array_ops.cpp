@@ -336,9 +336,13 @@ op_def unary_def(std::string name, std::string summary) {
 // Defined in array_shape_ops.cpp: shape_of, dynamic_reshape, expand, constant_of_shape, tile,
 // flip, strided_slice, cumsum and their gradient ops.
 void register_array_shape_ops(op_registry& r);
+// Defined in array_select_ops.cpp: topk, gather_elements, scatter_elements, gather_nd,
+// scatter_nd.
+void register_array_select_ops(op_registry& r);
 
 void register_array_ops(op_registry& r) {
   register_array_shape_ops(r);
+  register_array_select_ops(r);
   {
     op_def d = unary_def("reshape", "the same elements under another shape (a view when dense)");
     d.attrs.push_back(validated(attr("shape", attr_type::ints), dims_or_one_unknown));
@@ -399,7 +403,8 @@ void register_array_ops(op_registry& r) {
     d.inputs = {typed("params"), typed("indices", "Tindices")};
     d.outputs = {typed("output")};
     d.attrs = {type_attr("T"), type_attr("Tindices", {dtype::i32, dtype::i64}),
-               attr("axis", attr_type::integer, std::int64_t{0})};
+               attr("axis", attr_type::integer, std::int64_t{0}),
+               attr("wrap_negative", attr_type::boolean, false)};
     d.infer = infer_gather;
     r.add(std::move(d));
   }
@@ -513,6 +518,12 @@ output slice(output x, const std::vector<std::int64_t>& begin,
 
 output gather(output params, output indices, std::int64_t axis, const node_options& o) {
   return params.builder().add1("gather", {params, indices}, {{"axis", axis}}, o);
+}
+
+output gather(output params, output indices, std::int64_t axis, bool wrap_negative,
+              const node_options& o) {
+  return params.builder().add1("gather", {params, indices},
+                               {{"axis", axis}, {"wrap_negative", wrap_negative}}, o);
 }
 
 output one_hot(output indices, std::int64_t depth, dtype t, double on, double off,

@@ -270,7 +270,6 @@ void check_broadcast(const shape& in, const shape& target, const text_fn& what) 
   }
 }
 
-
 shape dynamic_reshape_shape(const ints& spec, const shape& in, bool allowzero,
                             const text_fn& what) {
   const std::int64_t n = in.num_elements();
@@ -332,9 +331,9 @@ shape expand_shape(const shape& in, const ints& target, const text_fn& what) {
     } else if (a == 1) {
       out[k] = b;
     } else {
-      throw invalid_argument(
-          fmt::format("cannot expand {} to [{}]: dimension {} of the result would be both {} and {}",
-                      what(), fmt::join(target, ", "), k, a, b));
+      throw invalid_argument(fmt::format(
+          "cannot expand {} to [{}]: dimension {} of the result would be both {} and {}", what(),
+          fmt::join(target, ", "), k, a, b));
     }
   }
   return out;
@@ -345,7 +344,8 @@ ints expand_grad_axes(const shape& in, const shape& out, const text_fn& what) {
   const std::size_t lead = out.rank() - in.rank();
   ints axes;
   for (std::size_t d = 0; d < out.rank(); ++d) {
-    if (d < lead || (in[d - lead] == 1 && out[d] != 1)) axes.push_back(static_cast<std::int64_t>(d));
+    if (d < lead || (in[d - lead] == 1 && out[d] != 1))
+      axes.push_back(static_cast<std::int64_t>(d));
   }
   return axes;
 }
@@ -408,8 +408,8 @@ strided_slice_geometry strided_slice_shape(const shape& in, const ints& starts, 
     seen[d] = true;
     const std::int64_t step = steps.empty() ? 1 : steps[i];
     if (step == 0) {
-      throw invalid_argument(
-          fmt::format("steps [{}] has a 0 (for axis {}) for {}", fmt::join(steps, ", "), a, what()));
+      throw invalid_argument(fmt::format("steps [{}] has a 0 (for axis {}) for {}",
+                                         fmt::join(steps, ", "), a, what()));
     }
     g.step[d] = step;
     const std::int64_t dim = in[d];
@@ -441,6 +441,90 @@ strided_slice_geometry strided_slice_shape(const shape& in, const ints& starts, 
     g.start[d] = start;
     g.out[d] = count;
   }
+  return g;
+}
+
+std::size_t elements_axis(const shape& data, const shape& indices, const shape* updates,
+                          std::int64_t axis, const texts_fn& what) {
+  const std::size_t ax = wrap_axis(axis, data.rank(), [&] { return what(0); });
+  if (indices.rank() != data.rank()) {
+    throw invalid_argument(
+        fmt::format("indices {} must have the rank of data {}", what(1), what(0)));
+  }
+  for (std::size_t d = 0; d < data.rank(); ++d) {
+    if (d != ax && indices[d] >= 0 && data[d] >= 0 && indices[d] > data[d]) {
+      throw invalid_argument(
+          fmt::format("indices {} is larger than data {} in dimension {} (only axis {} may be)",
+                      what(1), what(0), d, ax));
+    }
+  }
+  if (updates != nullptr && *updates != indices) {
+    throw invalid_argument(
+        fmt::format("updates {} must have the shape of indices {}", what(2), what(1)));
+  }
+  return ax;
+}
+
+nd_geometry nd_shape(const shape& data, const shape& indices, std::int64_t batch_dims,
+                     const texts_fn& what) {
+  const auto b = static_cast<std::size_t>(std::max<std::int64_t>(batch_dims, 0));
+  if (batch_dims < 0 || b >= data.rank() || b >= indices.rank()) {
+    throw invalid_argument(
+        fmt::format("batch_dims {} must be in [0, min(rank of data {}, rank "
+                    "of indices {}))",
+                    batch_dims, what(0), what(1)));
+  }
+  nd_geometry g;
+  g.q = indices[indices.rank() - 1];
+  if (g.q < 0 || static_cast<std::size_t>(g.q) > data.rank() - b) {
+    throw invalid_argument(fmt::format(
+        "the last dimension of indices {} ({}) must be at most the rank of data {} less "
+        "batch_dims {}",
+        what(1), g.q, what(0), b));
+  }
+  for (std::size_t d = 0; d < b; ++d) {
+    if (data[d] != indices[d]) {
+      throw invalid_argument(
+          fmt::format("data {} and indices {} differ in batch dimension {}", what(0), what(1), d));
+    }
+    g.out.push_back(data[d]);
+    g.batches *= data[d];
+  }
+  for (std::size_t d = b; d + 1 < indices.rank(); ++d) {
+    g.out.push_back(indices[d]);
+    g.tuples *= indices[d];
+  }
+  const auto qs = static_cast<std::size_t>(g.q);
+  for (std::size_t d = b; d < b + qs; ++d) g.dims.push_back(data[d]);
+  for (std::size_t d = b + qs; d < data.rank(); ++d) {
+    g.out.push_back(data[d]);
+    g.slice *= data[d];
+  }
+  return g;
+}
+
+void check_scatter_nd_updates(const nd_geometry& g, const shape& updates, const texts_fn& what) {
+  if (updates != g.out) {
+    throw invalid_argument(fmt::format(
+        "updates {} must have the shape {} (indices' without its last dimension, then data's "
+        "after the indexed ones) for data {} and indices {}",
+        what(2), to_string(g.out), what(0), what(1)));
+  }
+}
+
+topk_geometry topk_shape(const shape& in, std::int64_t k, std::int64_t axis, const text_fn& what) {
+  if (in.rank() == 0) throw invalid_argument(fmt::format("topk needs rank >= 1, got {}", what()));
+  topk_geometry g;
+  g.axis = wrap_axis(axis, in.rank(), what);
+  g.n = in[g.axis];
+  if (k < 0 || (g.n >= 0 && k > g.n)) {
+    throw invalid_argument(fmt::format("k {} is outside [0, {}] for {} (axis {})", k,
+                                       g.n >= 0 ? g.n : 0, what(), g.axis));
+  }
+  g.out = in;
+  g.out[g.axis] = k;
+  for (std::size_t d = 0; d < g.axis; ++d) g.outer *= in[d];
+  for (std::size_t d = g.axis + 1; d < in.rank(); ++d) g.inner *= in[d];
   return g;
 }
 

@@ -57,8 +57,15 @@ void infer_expand(inference_context& c) {
   const auto& in = c.input(0);
   const std::int64_t n = shape_input_length(c, 1);
   if (!in.shape || n < 0) return c.set_output(0, in.type, std::nullopt);
-  c.set_output(0, in.type,
-               shape::filled(std::max(in.shape->rank(), static_cast<std::size_t>(n)), -1));
+  // The target's values are known at run time only; a dimension of x above 1 stays (the
+  // target's must be 1 or the same), the others are unknown.
+  const shape& s = *in.shape;
+  shape out = shape::filled(std::max(s.rank(), static_cast<std::size_t>(n)), -1);
+  const std::size_t lead = out.rank() - s.rank();
+  for (std::size_t d = 0; d < s.rank(); ++d) {
+    if (s[d] > 1) out[lead + d] = s[d];
+  }
+  c.set_output(0, in.type, out);
 }
 
 void infer_expand_grad(inference_context& c) {
@@ -85,8 +92,7 @@ void infer_flip(inference_context& c) {
 array_rules::strided_slice_geometry slice_of(inference_context& c, const shape& in,
                                              const tensor_type& t) {
   return array_rules::strided_slice_shape(in, c.attr<ints>("starts"), c.attr<ints>("ends"),
-                                          c.attr<ints>("axes"), c.attr<ints>("steps"),
-                                          text_of(t));
+                                          c.attr<ints>("axes"), c.attr<ints>("steps"), text_of(t));
 }
 
 void infer_strided_slice(inference_context& c) {
@@ -130,8 +136,16 @@ op_def unary_def(std::string name, std::string summary, std::vector<dtype> types
   return d;
 }
 
+// strided_slice's (and its gradient's) starts, ends, axes and steps.
+void add_slice_attrs(op_def& d) {
+  d.attrs.push_back(attr("starts", attr_type::ints));
+  d.attrs.push_back(attr("ends", attr_type::ints));
+  d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
+  d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+}
+
 const std::vector<dtype>& cumsum_types() {
-  static const std::vector<dtype> t{dtype::f32, dtype::f64, dtype::f16,
+  static const std::vector<dtype> t{dtype::f32,  dtype::f64, dtype::f16,
                                     dtype::bf16, dtype::i32, dtype::i64};
   return t;
 }
@@ -194,11 +208,30 @@ void register_array_shape_ops(op_registry& r) {
   }
   {
     op_def d = unary_def("strided_slice", "every step-th entry of a range per axis (ONNX Slice)");
-    d.attrs.push_back(attr("starts", attr_type::ints));
-    d.attrs.push_back(attr("ends", attr_type::ints));
+    add_slice_attrs(d);
+    d.infer = infer_strided_slice;
+    r.add(std::move(d));
+  }
+  {
+    op_def d = unary_def("dynamic_slice", "strided_slice with starts and ends read at run time (ONNX Slice)");
+    d.inputs.push_back(fixed("starts", dtype::i64));
+    d.inputs.push_back(fixed("ends", dtype::i64));
     d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
     d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
-    d.infer = infer_strided_slice;
+    d.infer = [](inference_context& c) {
+      // The rank stays; the sliced dimensions are known only at run time.
+      const auto& in = c.input(0);
+      if (!in.shape) return c.set_output(0, in.type, std::nullopt);
+      shape out = *in.shape;
+      const auto axes = c.attr<ints>("axes");
+      const auto rank = static_cast<std::int64_t>(out.rank());
+      for (std::size_t i = 0; i < (axes.empty() ? out.rank() : axes.size()); ++i) {
+        const auto a = axes.empty() ? static_cast<std::int64_t>(i)
+                                    : static_cast<std::int64_t>(array_rules::wrap_axis(axes[i], out.rank(), text_of(in)));
+        if (a >= 0 && a < rank) out[static_cast<std::size_t>(a)] = -1;
+      }
+      c.set_output(0, in.type, out);
+    };
     r.add(std::move(d));
   }
   {
@@ -206,10 +239,7 @@ void register_array_shape_ops(op_registry& r) {
                          "dy written where strided_slice read, zeros elsewhere (its gradient)",
                          numeric_types());
     d.inputs = {typed("dy")};
-    d.attrs.push_back(attr("starts", attr_type::ints));
-    d.attrs.push_back(attr("ends", attr_type::ints));
-    d.attrs.push_back(attr("axes", attr_type::ints, ints{}));
-    d.attrs.push_back(attr("steps", attr_type::ints, ints{}));
+    add_slice_attrs(d);
     d.attrs.push_back(attr("input_shape", attr_type::shape));
     d.infer = infer_strided_slice_grad;
     r.add(std::move(d));
@@ -260,6 +290,11 @@ output strided_slice(output x, const std::vector<std::int64_t>& starts,
   return x.builder().add1("strided_slice", {x},
                           {{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}},
                           o);
+}
+
+output dynamic_slice(output x, output starts, output ends, const std::vector<std::int64_t>& axes,
+                     const std::vector<std::int64_t>& steps, const node_options& o) {
+  return x.builder().add1("dynamic_slice", {x, starts, ends}, {{"axes", axes}, {"steps", steps}}, o);
 }
 
 output strided_slice_grad(output dy, shape input_shape, const std::vector<std::int64_t>& starts,

@@ -52,7 +52,7 @@ attr_def choice_attr(const char* name, const std::array<std::string_view, N>& na
 void register_nn_resize_ops(op_registry& r) {
   op_def d;
   d.name = "resize";
-  d.summary = "ONNX Resize to sizes: nearest or linear, ONNX's coordinate transformations";
+  d.summary = "ONNX Resize to sizes: nearest, linear or cubic, ONNX's coordinate transformations";
   d.inputs = {typed("input")};
   d.outputs = {typed("output")};
   attr_def sizes = attr("sizes", attr_type::ints);
@@ -66,7 +66,9 @@ void register_nn_resize_ops(op_registry& r) {
              choice_attr("mode", nn_rules::resize_mode_names),
              choice_attr("coordinate_transformation_mode", nn_rules::resize_coord_names),
              choice_attr("nearest_mode", nn_rules::resize_rounding_names),
-             attr("scales", attr_type::reals, attr_value(std::vector<double>{}))};
+             attr("scales", attr_type::reals, attr_value(std::vector<double>{})),
+             attr("cubic_coeff_a", attr_type::real, attr_value(-0.75)),
+             attr("exclude_outside", attr_type::boolean, attr_value(false))};
   d.infer = infer_resize;
   r.add(std::move(d));
 }
@@ -80,7 +82,9 @@ output resize(output x, const resize_options& options, const node_options& o) {
        {"mode", options.mode},
        {"coordinate_transformation_mode", options.coordinate_transformation_mode},
        {"nearest_mode", options.nearest_mode},
-       {"scales", options.scales}},
+       {"scales", options.scales},
+       {"cubic_coeff_a", options.cubic_coeff_a},
+       {"exclude_outside", options.exclude_outside}},
       o);
 }
 

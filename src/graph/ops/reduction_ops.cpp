@@ -220,24 +220,26 @@ output argmax(output x, std::int64_t axis, dtype output_type, const node_options
   return x.builder().add1("argmax", {x}, {{"axis", axis}, {"output_type", output_type}}, o);
 }
 
-output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims,
-              bool select_last_index, const node_options& o) {
-  return x.builder().add1("argmax", {x},
+namespace {
+output arg_node(const char* op, output x, std::int64_t axis, dtype output_type, bool keepdims,
+                bool select_last_index, const node_options& o) {
+  return x.builder().add1(op, {x},
                           {{"axis", axis},
                            {"output_type", output_type},
                            {"keepdims", keepdims},
                            {"select_last_index", select_last_index}},
                           o);
 }
+}  // namespace
 
-output argmin(output x, std::int64_t axis, dtype output_type, bool keepdims,
-              bool select_last_index, const node_options& o) {
-  return x.builder().add1("argmin", {x},
-                          {{"axis", axis},
-                           {"output_type", output_type},
-                           {"keepdims", keepdims},
-                           {"select_last_index", select_last_index}},
-                          o);
+output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims, bool select_last_index,
+              const node_options& o) {
+  return arg_node("argmax", x, axis, output_type, keepdims, select_last_index, o);
+}
+
+output argmin(output x, std::int64_t axis, dtype output_type, bool keepdims, bool select_last_index,
+              const node_options& o) {
+  return arg_node("argmin", x, axis, output_type, keepdims, select_last_index, o);
 }
 
 }  // namespace ops

@@ -11,7 +11,8 @@
 //   Fill (pad):     void operator()(const tensor& in, const shape& out, const pad_attrs& a);
 //   Fill (one_hot): void operator()(const array_rules::one_hot_geometry& g,
 //                                   const one_hot_attrs& a);
-//   Take (gather): void operator()(const array_rules::gather_geometry& g);
+//   Take (gather): void operator()(const array_rules::gather_geometry& g, bool wrap_negative)
+//          (wrap_negative: an index in [-n, 0) counts from the end);
 //   Sum (gather_grad): void operator()(const array_rules::gather_geometry& g).
 // The policies read the inputs from the context (input_contiguous where they need dense
 // data) and check index values where their device does (the CPU; not the GPU: Note [cuda
@@ -220,7 +221,9 @@ template <class Take>
 class gather_kernel final : public op_kernel {
  public:
   explicit gather_kernel(const kernel_construction& c)
-      : op_kernel(c), axis_(c.attr<std::int64_t>("axis")) {}
+      : op_kernel(c),
+        axis_(c.attr<std::int64_t>("axis")),
+        wrap_negative_(c.attr<bool>("wrap_negative")) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& params = ctx.input(0);
@@ -228,11 +231,12 @@ class gather_kernel final : public op_kernel {
       return array_rules::gather_shape(params.shape(), ctx.input(1).shape(), axis_,
                                        text_of(params));
     });
-    Take{ctx}(g);
+    Take{ctx}(g, wrap_negative_);
   }
 
  private:
   std::int64_t axis_;
+  bool wrap_negative_;
 };
 
 /// gather_grad: the geometry from the op rule (params_shape completed from dy), then the

@@ -24,8 +24,8 @@ class tile_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     const tensor& in = ctx.input(0);
-    const shape out =
-        apply_rule(ctx, [&] { return array_rules::tile_shape(in.shape(), multiples_, text_of(in)); });
+    const shape out = apply_rule(
+        ctx, [&] { return array_rules::tile_shape(in.shape(), multiples_, text_of(in)); });
     if (out.num_elements() == 0) {
       ctx.allocate_output(0, out);
       return;
@@ -81,8 +81,8 @@ struct strided_slice_attrs {
         ends(c.attr<std::vector<std::int64_t>>("ends")),
         axes(c.attr<std::vector<std::int64_t>>("axes")),
         steps(c.attr<std::vector<std::int64_t>>("steps")) {}
-  [[nodiscard]] array_rules::strided_slice_geometry geometry(const shape& in,
-                                                             const array_rules::text_fn& what) const {
+  [[nodiscard]] array_rules::strided_slice_geometry geometry(
+      const shape& in, const array_rules::text_fn& what) const {
     return array_rules::strided_slice_shape(in, starts, ends, axes, steps, what);
   }
   std::vector<std::int64_t> starts;

@@ -1,7 +1,9 @@
 // Array ops: shape changes and data movement. reshape, transpose, concat, split, slice,
 // gather, one_hot, squeeze, expand_dims, pad, gather_grad, broadcast_to; shape_of,
 // dynamic_reshape, expand, constant_of_shape (shapes given by int64 tensors at run time),
-// tile, flip, strided_slice, cumsum and the gradient ops expand_grad, strided_slice_grad.
+// tile, flip, strided_slice, cumsum and the gradient ops expand_grad, strided_slice_grad;
+// topk, gather_elements, scatter_elements, gather_nd, scatter_nd; the builders sort, stack
+// and einsum.
 //
 // Every builder adds one node to x's graph and runs inference, so a shape or attribute that
 // cannot fit (a reshape to a different element count, a perm that is not a permutation, a
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "loom/graph/builder.hpp"
@@ -57,8 +60,13 @@ output slice(output x, const std::vector<std::int64_t>& begin,
 /// NumPy's take: the entries of `params` along `axis` picked by `indices` (int32 or int64).
 /// The output's shape is params.shape[:axis] + indices.shape + params.shape[axis+1:].
 /// An index outside [0, params.shape[axis]) fails at run time (loom::node_error naming the
-/// position and the value); negative indices do not wrap.
+/// position and the value); negative indices do not wrap (see the overload with
+/// wrap_negative for ONNX's Gather, where they do).
 output gather(output params, output indices, std::int64_t axis = 0, const node_options& o = {});
+/// gather as ONNX Gather with `wrap_negative`: an index in [-n, 0) counts from the end
+/// (n + index); outside [-n, n) fails at run time on the CPU. Without it, as above.
+output gather(output params, output indices, std::int64_t axis, bool wrap_negative,
+              const node_options& o = {});
 
 /// A one-hot encoding of `indices` (int32 or int64): a new dimension of size `depth` is
 /// inserted at `axis` (-1: last), holding `on` where its position equals the index and
@@ -99,7 +107,6 @@ output gather_grad(output dy, output indices, shape params_shape, std::int64_t a
 /// dimension.
 output broadcast_to(output x, shape s, const node_options& o = {});
 
-
 /// x's shape at run time: int64 of shape [rank(x)]. Any dtype.
 output shape_of(output x, const node_options& o = {});
 
@@ -107,8 +114,7 @@ output shape_of(output x, const node_options& o = {});
 /// dimension at that position (with `allowzero`, it is a 0), one entry -1 is inferred from
 /// x's element count. A view when x is dense. A target that does not fit fails at run time
 /// (loom::node_error naming both shapes). Every dtype.
-output dynamic_reshape(output x, output shape, bool allowzero = false,
-                       const node_options& o = {});
+output dynamic_reshape(output x, output shape, bool allowzero = false, const node_options& o = {});
 
 /// x broadcast with the shape held by `shape` (int64, 1-D), as ONNX Expand: the NumPy
 /// broadcast of x's shape and `shape` both ways (a 1 in `shape` keeps x's dimension). A view
@@ -141,18 +147,80 @@ output strided_slice(output x, const std::vector<std::int64_t>& starts,
                      const std::vector<std::int64_t>& axes = {},
                      const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
 
+/// strided_slice whose starts and ends are int64 tensors [len(axes)] read at run time (ONNX
+/// Slice with computed bounds); `axes` and `steps` as strided_slice's. CPU only; the sliced
+/// dimensions are unknown to inference. Not differentiable.
+output dynamic_slice(output x, output starts, output ends, const std::vector<std::int64_t>& axes = {},
+                     const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
+
 /// The gradient of strided_slice for an input of `input_shape` (all known): zeros of that
 /// shape with dy written where strided_slice read. Every dtype but bool.
 output strided_slice_grad(output dy, shape input_shape, const std::vector<std::int64_t>& starts,
                           const std::vector<std::int64_t>& ends,
                           const std::vector<std::int64_t>& axes = {},
-                          const std::vector<std::int64_t>& steps = {},
-                          const node_options& o = {});
+                          const std::vector<std::int64_t>& steps = {}, const node_options& o = {});
 
 /// ONNX CumSum: running sums of x along `axis`; `exclusive` leaves out each entry itself,
 /// `reverse` sums from the end. Floats sum in double and round each result; integers sum in
 /// int64 and wrap. f32 f64 f16 bf16 i32 i64; x has rank >= 1.
 output cumsum(output x, std::int64_t axis = 0, bool exclusive = false, bool reverse = false,
+              const node_options& o = {});
+
+/// ONNX TopK: the k (0 <= k <= the dimension) largest (or smallest) entries of x along
+/// `axis`, and their indices (int64): {values, indices}, each x's shape with the axis k. Ties
+/// go to the lower index first; NaN counts as larger than every number. The results are
+/// sorted (largest first, or smallest first) whether or not `sorted` is set. Every dtype but
+/// bool.
+std::vector<output> topk(output x, std::int64_t k, std::int64_t axis = -1, bool largest = true,
+                         bool sorted = true, const node_options& o = {});
+
+/// x sorted along `axis` (ascending, or descending), stable: topk with k the whole dimension
+/// ({values, indices}). Throws loom::invalid_argument unless the dimension is known.
+std::vector<output> sort(output x, std::int64_t axis = -1, bool descending = false,
+                         const node_options& o = {});
+
+/// ONNX GatherElements: out[i...] = data[i... with index[i...] along `axis`]. indices
+/// (int32 or int64) has data's rank and no larger dimension except along the axis; the output
+/// has indices' shape. Negative indices count from the end; one outside [-n, n) fails at run
+/// time (loom::node_error naming its position and value). Every dtype.
+output gather_elements(output data, output indices, std::int64_t axis = 0,
+                       const node_options& o = {});
+
+/// ONNX ScatterElements: data with updates[i...] put at (i... with index[i...] along `axis`)
+/// - written ("none"; of duplicate indices the last in row-major order wins), added ("add")
+/// or multiplied ("mul"). updates has indices' shape; indices as gather_elements. Every dtype
+/// (bool adds as or and multiplies as and).
+output scatter_elements(output data, output indices, output updates, std::int64_t axis = 0,
+                        const std::string& reduction = "none", const node_options& o = {});
+
+/// ONNX GatherND: indices [B..., M..., q] (int32 or int64) picks, for each of its index
+/// tuples, the slice data[B..., i0, ..., iq-1, ...]; the first batch_dims dimensions of data
+/// and indices match. The output is indices.shape[:-1] + data.shape[batch_dims + q:].
+/// Negative indices count from the end; out of range fails at run time. Every dtype.
+output gather_nd(output data, output indices, std::int64_t batch_dims = 0,
+                 const node_options& o = {});
+
+/// ONNX ScatterND: data with updates' slices written ("none"), added ("add") or multiplied
+/// ("mul") at the index tuples of indices (as gather_nd; updates has gather_nd's output
+/// shape). batch_dims as gather_nd's (0 in ONNX). Every dtype.
+output scatter_nd(output data, output indices, output updates,
+                  const std::string& reduction = "none", std::int64_t batch_dims = 0,
+                  const node_options& o = {});
+
+/// The inputs (one dtype, one shape) stacked along a new dimension at `axis` (in
+/// [-rank-1, rank], negative counting from the end of the output), as numpy.stack:
+/// expand_dims of each, then concat. Needs at least one input.
+output stack(const std::vector<output>& values, std::int64_t axis = 0, const node_options& o = {});
+
+/// numpy.einsum over float operands of fully known shapes: `equation` names each operand's
+/// dimensions with letters ("ij,jk->ik", "bhqd,bhkd->bhqk"); "..." stands for the dimensions
+/// not named (the same sizes in every operand that has them, right-aligned); without "->" the
+/// output is the ellipsis, then the letters used once, in alphabetical order. Lowered when the
+/// graph is built onto reduce_sum, transpose, reshape and batched matmul (operands contracted
+/// left to right), so it has their gradients and devices. Throws loom::invalid_argument
+/// naming the equation for a term that does not fit its operand, a letter of two sizes, an
+/// output letter in no operand, or a letter repeated within one term (diagonals).
+output einsum(const std::string& equation, const std::vector<output>& operands,
               const node_options& o = {});
 
 }  // namespace loom::ops

@@ -117,7 +117,6 @@ struct one_hot_geometry {
 /// the target's.
 void check_broadcast(const shape& in, const shape& target, const text_fn& what);
 
-
 /// dynamic_reshape (ONNX Reshape): `spec` resolved against `in` (all known): a 0 copies in's
 /// dimension at the same position (unless `allowzero`, where it is a 0), one -1 is inferred
 /// from the element count. Throws "cannot reshape X to [spec]: ..." when an entry is below -1,
@@ -148,9 +147,9 @@ void check_broadcast(const shape& in, const shape& target, const text_fn& what);
 /// strided_slice (ONNX Slice): per dimension of the input, the first index, the step and the
 /// count taken. Dimensions not sliced start at 0 with step 1 and keep their size.
 struct strided_slice_geometry {
-  shape out;    // counts; -1 where the input's dimension is unknown and sliced
-  ints start;   // first index read per dimension
-  ints step;    // step per dimension (1 where not sliced)
+  shape out;   // counts; -1 where the input's dimension is unknown and sliced
+  ints start;  // first index read per dimension
+  ints step;   // step per dimension (1 where not sliced)
 };
 /// Slice of `in` by starts, ends, axes (empty: 0..n-1) and steps (empty: all 1), as ONNX:
 /// negative starts and ends count from the end, then clamp to [0, dim] (step > 0) or
@@ -160,5 +159,43 @@ struct strided_slice_geometry {
 [[nodiscard]] strided_slice_geometry strided_slice_shape(const shape& in, const ints& starts,
                                                          const ints& ends, const ints& axes,
                                                          const ints& steps, const text_fn& what);
+
+/// gather_elements and scatter_elements (ONNX GatherElements / ScatterElements): indices has
+/// data's rank, and no dimension larger than data's except along `axis`; updates (scatter)
+/// has indices' shape. The axis in [0, rank). Throws naming the tensors that do not fit.
+[[nodiscard]] std::size_t elements_axis(const shape& data, const shape& indices,
+                                        const shape* updates, std::int64_t axis,
+                                        const texts_fn& what);
+
+/// gather_nd and scatter_nd (ONNX GatherND / ScatterND, scatter_nd with batch_dims as well):
+/// data [B..., D...] and indices [B..., M..., q] with b = batch_dims leading dimensions
+/// equal, q <= rank(data) - b. Each index tuple picks a slice data[B..., i0..iq-1, ...].
+struct nd_geometry {
+  shape out;                 // gather_nd's output: indices.shape[:-1] + data.shape[b+q:]
+  std::int64_t batches = 1;  // product of the batch dimensions
+  std::int64_t tuples = 1;   // index tuples per batch element (product of M)
+  std::int64_t q = 0;        // entries per tuple
+  std::int64_t slice = 1;    // elements per picked slice
+  shape dims;                // data's dimensions the tuple indexes: data.shape[b:b+q]
+};
+/// Throws when batch_dims is negative or not below both ranks, the batch dimensions differ,
+/// indices is a scalar or its last dimension exceeds rank(data) - b.
+[[nodiscard]] nd_geometry nd_shape(const shape& data, const shape& indices, std::int64_t batch_dims,
+                                   const texts_fn& what);
+
+/// scatter_nd: also checks that updates is gather_nd's output for data and indices.
+void check_scatter_nd_updates(const nd_geometry& g, const shape& updates, const texts_fn& what);
+
+/// topk along `axis` of `in` (known): k in [0, dim], the output shape (in with the axis k),
+/// and in read as [outer, n, inner]. Throws "k K is outside [0, n] for X" or on a bad axis.
+struct topk_geometry {
+  shape out;
+  std::size_t axis = 0;
+  std::int64_t outer = 1;
+  std::int64_t n = 0;
+  std::int64_t inner = 1;
+};
+[[nodiscard]] topk_geometry topk_shape(const shape& in, std::int64_t k, std::int64_t axis,
+                                       const text_fn& what);
 
 }  // namespace loom::array_rules

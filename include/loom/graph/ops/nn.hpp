@@ -149,11 +149,12 @@ output depth_to_space(output x, std::int64_t blocksize, const std::string& mode 
 /// [N, C · b², H / b, W / b]; b must divide H and W.
 output space_to_depth(output x, std::int64_t blocksize, const node_options& o = {});
 
-/// Attributes of resize (ONNX Resize, without tf_crop_and_resize and cubic).
+/// Attributes of resize (ONNX Resize, without tf_crop_and_resize).
 struct resize_options {
   /// The output shape, one size per dimension of x (required).
   std::vector<std::int64_t> sizes;
-  /// "nearest" or "linear" (separable linear interpolation along every resized dimension).
+  /// "nearest", "linear" or "cubic" (separable interpolation along every resized dimension;
+  /// cubic with ONNX's kernel of parameter cubic_coeff_a).
   std::string mode = "nearest";
   /// "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel" or
   /// "tf_half_pixel_for_nearest": how an output index maps to an input coordinate.
@@ -163,12 +164,18 @@ struct resize_options {
   /// Optional: one scale per dimension (each > 0), used by the coordinate transform in place
   /// of sizes[d] / x.shape[d] (ONNX's scales input, when the sizes were derived from it).
   std::vector<double> scales;
+  /// Mode cubic: the kernel's A (ONNX's cubic_coeff_a; PyTorch's bicubic is -0.75).
+  double cubic_coeff_a = -0.75;
+  /// Interpolation taps outside the input get weight 0, the others renormalised (ONNX's
+  /// exclude_outside); by default they read the nearest edge element.
+  bool exclude_outside = false;
 };
 
 /// ONNX Resize (opset 13+ semantics) of x (float types) to `sizes`: along each dimension
 /// whose size or scale changes, output index o maps to an input coordinate by the
-/// coordinate transformation, then takes the nearest element (nearest_mode) or interpolates
-/// the two neighbours linearly (indices clamped to the edges). No gradient. Throws
+/// coordinate transformation, then takes the nearest element (nearest_mode), interpolates
+/// the two neighbours linearly or the four cubically (indices clamped to the edges unless
+/// exclude_outside). No gradient. Throws
 /// loom::invalid_argument naming the node for sizes of another rank than x, an unknown mode,
 /// scales of the wrong length or not positive, or a non-empty output from an empty input
 /// dimension.

@@ -269,8 +269,8 @@ shape conv_transpose2d_output(operand x, operand w, const conv_window& win,
 
 // ---- resize --------------------------------------------------------------------------------
 
-/// resize's interpolation ("nearest", "linear").
-enum class resize_mode { nearest, linear };
+/// resize's interpolation ("nearest", "linear", "cubic").
+enum class resize_mode { nearest, linear, cubic };
 /// resize's coordinate_transformation_mode values.
 enum class resize_coord {
   half_pixel,
@@ -283,7 +283,7 @@ enum class resize_coord {
 enum class resize_rounding { round_prefer_floor, round_prefer_ceil, floor, ceil };
 
 /// The values each string attribute of resize takes, in the order of its enum.
-inline constexpr std::array<std::string_view, 2> resize_mode_names = {"nearest", "linear"};
+inline constexpr std::array<std::string_view, 3> resize_mode_names = {"nearest", "linear", "cubic"};
 inline constexpr std::array<std::string_view, 5> resize_coord_names = {
     "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
     "tf_half_pixel_for_nearest"};
@@ -297,6 +297,11 @@ struct resize_params {
   resize_rounding rounding = resize_rounding::round_prefer_floor;
   std::vector<std::int64_t> sizes;
   std::vector<double> scales;  // empty: sizes[d] / in[d]
+  /// Mode cubic: the kernel's A (ONNX's cubic_coeff_a).
+  double cubic_coeff_a = -0.75;
+  /// Taps outside the input get weight 0 and the rest are renormalised (ONNX's
+  /// exclude_outside); otherwise they read the nearest edge element.
+  bool exclude_outside = false;
 };
 
 /// The attribute values parsed. Throws invalid_argument naming the attribute and the value

@@ -99,13 +99,12 @@ output argmax(output x, std::int64_t axis = -1, dtype output_type = dtype::i64,
               const node_options& o = {});
 /// argmax as ONNX ArgMax: `keepdims` keeps the axis as a dimension of size 1;
 /// `select_last_index` gives the last index on ties (and the last NaN).
-output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims,
-              bool select_last_index, const node_options& o = {});
+output argmax(output x, std::int64_t axis, dtype output_type, bool keepdims, bool select_last_index,
+              const node_options& o = {});
 
 /// The index of the minimum along `axis`, as argmax (ONNX ArgMin): ties give the first index
 /// (the last with `select_last_index`); a NaN wins; `keepdims` keeps the axis as size 1.
 output argmin(output x, std::int64_t axis = -1, dtype output_type = dtype::i64,
-              bool keepdims = false, bool select_last_index = false,
-              const node_options& o = {});
+              bool keepdims = false, bool select_last_index = false, const node_options& o = {});
 
 }  // namespace loom::ops

@@ -1,4 +1,5 @@
-// The CUDA array kernels (array.cuh): strided copy, pad, gather, one_hot and gather_grad.
+// The CUDA array kernels (array.cuh): strided copy, pad, gather, one_hot, gather_grad,
+// gather_elements and gather_nd.
 // Element-moving kernels are instantiated per element size; indices are unravelled in 32-bit
 // arithmetic when the element count allows (64-bit division is several times slower on the
 // GPU), else in 64-bit.
@@ -33,6 +34,19 @@ void visit_bits(std::size_t elem_bytes, F&& f) {
       f(std::uint64_t{});
       break;
   }
+}
+
+/// Calls f(B{}, Ix{}) with B as visit_bits's and Ix the index type (int64 when `index64`,
+/// else int32).
+template <class F>
+void visit_bits_and_index(std::size_t elem_bytes, bool index64, F&& f) {
+  visit_bits(elem_bytes, [&](auto btag) {
+    if (index64) {
+      f(btag, std::int64_t{});
+    } else {
+      f(btag, std::int32_t{});
+    }
+  });
 }
 
 // ---- strided copy ----------------------------------------------------------------------------
@@ -146,14 +160,17 @@ __global__ void pad_kernel(const B* __restrict__ in, B* __restrict__ out, B valu
 
 // ---- gather and one_hot ----------------------------------------------------------------------
 
-// u = (o * k + j) * inner + c  ->  params[(o * n + idx[j]) * inner + c], or zero bits.
+// u = (o * k + j) * inner + c  ->  params[(o * n + idx[j]) * inner + c] (idx[j] + n for a
+// negative index with `wrap`), or zero bits.
 template <class I, class B, class Ix>
-__device__ __forceinline__ B gather_one(const B* params, const Ix* idx, I u, I n, I inner, I k) {
+__device__ __forceinline__ B gather_one(const B* params, const Ix* idx, I u, I n, I inner, I k,
+                                        bool wrap) {
   const I c = u % inner;
   const I row = u / inner;
   const I j = row % k;
   const I o = row / k;
-  const auto v = static_cast<std::int64_t>(idx[j]);
+  auto v = static_cast<std::int64_t>(idx[j]);
+  if (wrap && v < 0) v += static_cast<std::int64_t>(n);
   if (v < 0 || v >= static_cast<std::int64_t>(n)) return B{0};
   return params[(static_cast<std::int64_t>(o) * static_cast<std::int64_t>(n) + v) *
                     static_cast<std::int64_t>(inner) +
@@ -163,15 +180,15 @@ __device__ __forceinline__ B gather_one(const B* params, const Ix* idx, I u, I n
 template <class B, class Ix>
 __global__ void gather_kernel(const B* __restrict__ params, const Ix* __restrict__ idx,
                               B* __restrict__ out, std::int64_t n, std::int64_t inner,
-                              std::int64_t k, std::int64_t total) {
+                              std::int64_t k, std::int64_t total, bool wrap) {
   // Every index below fits 32 bits when the output's element count and the gathered
   // dimension do.
   const bool small = total <= std::int64_t{0xffffffff} && n <= std::int64_t{0xffffffff};
   for (std::int64_t u = first_item(); u < total; u += grid_step()) {
     out[u] = small ? gather_one<std::uint32_t>(
                          params, idx, static_cast<std::uint32_t>(u), static_cast<std::uint32_t>(n),
-                         static_cast<std::uint32_t>(inner), static_cast<std::uint32_t>(k))
-                   : gather_one<std::int64_t>(params, idx, u, n, inner, k);
+                         static_cast<std::uint32_t>(inner), static_cast<std::uint32_t>(k), wrap)
+                   : gather_one<std::int64_t>(params, idx, u, n, inner, k, wrap);
   }
 }
 
@@ -330,6 +347,47 @@ gather_grad_parts carve(void* scratch, std::int64_t count, std::int64_t n) {
   return p;
 }
 
+// ---- gather_elements and gather_nd ----------------------------------------------------------
+
+// The index wrapped into [0, n), or -1 when it lies outside [-n, n).
+__device__ __forceinline__ std::int64_t wrapped(std::int64_t v, std::int64_t n) {
+  if (v < 0) v += n;
+  return v >= 0 && v < n ? v : -1;
+}
+
+template <class B, class Ix>
+__global__ void gather_elements_kernel(const B* __restrict__ data, const Ix* __restrict__ idx,
+                                       B* __restrict__ out, elements_layout l) {
+  for (std::int64_t u = first_item(); u < l.count; u += grid_step()) {
+    std::int64_t rest = u;
+    std::int64_t at = 0;
+    for (int d = l.rank - 1; d >= 0; --d) {
+      const std::int64_t i = rest % l.dims[d];
+      rest /= l.dims[d];
+      if (d != l.axis) at += i * l.data_strides[d];
+    }
+    const std::int64_t v = wrapped(static_cast<std::int64_t>(idx[u]), l.n);
+    out[u] = v < 0 ? B{0} : data[at + v * l.data_strides[l.axis]];
+  }
+}
+
+template <class B, class Ix>
+__global__ void gather_nd_kernel(const B* __restrict__ data, const Ix* __restrict__ idx,
+                                 B* __restrict__ out, nd_layout l) {
+  for (std::int64_t u = first_item(); u < l.count; u += grid_step()) {
+    const std::int64_t t = u / l.slice;
+    const std::int64_t e = u % l.slice;
+    std::int64_t at = (t / l.tuples) * l.batch_stride + e;
+    bool inside = true;
+    for (int k = 0; k < l.q; ++k) {
+      const std::int64_t v = wrapped(static_cast<std::int64_t>(idx[t * l.q + k]), l.dims[k]);
+      inside = inside && v >= 0;
+      at += v * l.dim_strides[k];
+    }
+    out[u] = inside ? data[at] : B{0};
+  }
+}
+
 }  // namespace
 
 bool launch_copy(std::size_t elem_bytes, const void* src, void* dst, const ew_layout& layout,
@@ -367,9 +425,9 @@ bool launch_pad(std::size_t elem_bytes, const void* in, void* out, std::uint64_t
   return true;
 }
 
-bool launch_gather(std::size_t elem_bytes, bool index64, const void* params, const void* indices,
-                   void* out, std::int64_t outer, std::int64_t n, std::int64_t inner,
-                   std::int64_t k, cudaStream_t stream) {
+bool launch_gather(std::size_t elem_bytes, bool index64, bool wrap_negative, const void* params,
+                   const void* indices, void* out, std::int64_t outer, std::int64_t n,
+                   std::int64_t inner, std::int64_t k, cudaStream_t stream) {
   if (!movable(elem_bytes)) return false;
   const std::int64_t total = outer * k * inner;
   if (total <= 0) return true;
@@ -379,10 +437,10 @@ bool launch_gather(std::size_t elem_bytes, bool index64, const void* params, con
     auto* o = static_cast<B*>(out);
     if (index64) {
       gather_kernel<B><<<grid_for(total), block_threads, 0, stream>>>(
-          p, static_cast<const std::int64_t*>(indices), o, n, inner, k, total);
+          p, static_cast<const std::int64_t*>(indices), o, n, inner, k, total, wrap_negative);
     } else {
       gather_kernel<B><<<grid_for(total), block_threads, 0, stream>>>(
-          p, static_cast<const std::int32_t*>(indices), o, n, inner, k, total);
+          p, static_cast<const std::int32_t*>(indices), o, n, inner, k, total, wrap_negative);
     }
   });
   return true;
@@ -456,6 +514,35 @@ cudaError_t launch_gather_grad(elem_type t, bool index64, const void* dy, const 
   });
   if (!known) return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+bool launch_gather_elements(std::size_t elem_bytes, bool index64, const void* data,
+                            const void* indices, void* out, const elements_layout& layout,
+                            cudaStream_t stream) {
+  if (!movable(elem_bytes) || layout.rank > select_max_dims) return false;
+  if (layout.count <= 0) return true;
+  visit_bits_and_index(elem_bytes, index64, [&](auto btag, auto itag) {
+    using B = decltype(btag);
+    using Ix = decltype(itag);
+    gather_elements_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+        static_cast<const B*>(data), static_cast<const Ix*>(indices), static_cast<B*>(out),
+        layout);
+  });
+  return true;
+}
+
+bool launch_gather_nd(std::size_t elem_bytes, bool index64, const void* data, const void* indices,
+                      void* out, const nd_layout& layout, cudaStream_t stream) {
+  if (!movable(elem_bytes) || layout.q > select_max_dims) return false;
+  if (layout.count <= 0) return true;
+  visit_bits_and_index(elem_bytes, index64, [&](auto btag, auto itag) {
+    using B = decltype(btag);
+    using Ix = decltype(itag);
+    gather_nd_kernel<B><<<grid_for(layout.count), block_threads, 0, stream>>>(
+        static_cast<const B*>(data), static_cast<const Ix*>(indices), static_cast<B*>(out),
+        layout);
+  });
+  return true;
 }
 
 }  // namespace loom::cuda::kernels
