@@ -29,7 +29,8 @@ py::dict import_model(const py::object& source, bool initializers_as_variables,
   for (const auto& [name, dims] : input_shapes) o.input_shapes[name] = shape(dims);
   for (const auto& [name, v] : input_values) {
     const auto key = py::str(name).cast<std::string>();
-    const py::object array = py::module_::import("numpy").attr("ascontiguousarray")(v);
+    // numpy.require keeps a 0-d array 0-d (ascontiguousarray makes it 1-d).
+    const py::object array = py::module_::import("numpy").attr("require")(v, py::none(), "C");
     o.input_values[key] = to_tensor(array, "input_values['" + key + "']");
   }
   onnx::imported_model m;

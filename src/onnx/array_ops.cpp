@@ -428,7 +428,10 @@ void one_hot_lowering(node_context& c) {
   const output negative = ops::less(idx, c.scalar(0, dtype::i64, "zero"), c.aux("negative"));
   idx = ops::where(negative, ops::add(idx, c.scalar(static_cast<double>(depth), dtype::i64, "depth"), c.aux("wrapped")),
                    idx, c.aux("index"));
-  c.set(0, ops::one_hot(idx, depth, t, on, off, c.attr_int("axis", -1), c.opts()));
+  // ONNX's axis counts in the output (rank + 1 dimensions); loom's -1 is the last.
+  std::int64_t axis = c.attr_int("axis", -1);
+  if (axis < -1) axis = normalize_axis(c, axis, static_cast<std::int64_t>(c.rank(0)) + 1);
+  c.set(0, ops::one_hot(idx, depth, t, on, off, axis, c.opts()));
 }
 
 void trilu_lowering(node_context& c) {

@@ -11,7 +11,9 @@ generated models are never committed). ONNX's runner, onnx.backend.test.BackendT
 runs the node cases ("node" kind only) through loom.onnx.backend.Backend.
 
 A case is skipped when its model uses an ONNX op outside loom.onnx.supported_ops(), by op
-name: the skip reason lists those ops. Each case counts under the op it tests (the single
+name, or a data type loom has no dtype for, by type name (uint16/32/64, int16, strings,
+complex, sequences, optionals, maps, sparse tensors; and bfloat16, whose values ONNX's cases hand over as uint16 NumPy arrays, NumPy
+having no bfloat16): the skip reason lists them. Each case counts under the op it tests (the single
 node's op type; an "_expanded" case, the op's function body, under the op it expands).
 Prints a table of pass / fail / skip per op and the totals, writes the same as JSON, and
 exits 1 when any case fails whose ops loom claims (every case that is not skipped), 0
@@ -71,19 +73,55 @@ def ensure_data(data_dir, regenerate):
         print(f"conformance: generated in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
+# ONNX data types loom has no dtype for, and bfloat16 (see the module's docstring).
+UNSUPPORTED_TYPES = {"UINT16", "UINT32", "UINT64", "INT16", "STRING", "COMPLEX64", "COMPLEX128",
+                     "BFLOAT16", "SEQUENCE", "OPTIONAL", "MAP", "SPARSE_TENSOR"}
+
+
+def model_types(model):
+    """The ONNX data type names a model's graph inputs, outputs, initializers and Cast targets
+    use."""
+    import onnx
+
+    names = set()
+
+    def add(t):
+        if t:
+            names.add(onnx.TensorProto.DataType.Name(t))
+
+    g = model.graph
+    for v in list(g.input) + list(g.output):
+        kind = v.type.WhichOneof("value")
+        if kind == "tensor_type":
+            add(v.type.tensor_type.elem_type)
+        elif kind is not None:  # sequence_type, optional_type, map_type, sparse_tensor_type
+            names.add(kind.replace("_type", "").upper())
+    for t in g.initializer:
+        add(t.data_type)
+    for node in g.node:
+        for a in node.attribute:
+            if node.op_type == "Cast" and a.name == "to":
+                add(a.i)
+            elif a.type == onnx.AttributeProto.TENSOR:
+                add(a.t.data_type)
+    return names
+
+
 def case_ops(node_dir):
-    """{case name: (op it tests, [ops its model uses, as the backend names them])}."""
+    """{case name: (op it tests, [ops its model uses, as the backend names them], the data
+    types loom lacks that it uses)}."""
     import onnx
 
     from loom.onnx.backend import graph_op_types
 
-    tested, used = {}, {}
+    tested, used, types = {}, {}, {}
     for name in sorted(os.listdir(node_dir)):
         path = os.path.join(node_dir, name, "model.onnx")
         if not os.path.exists(path):
             continue
         model = onnx.load(path)
         used[name] = sorted(graph_op_types(model.graph))
+        types[name] = sorted(model_types(model) & UNSUPPORTED_TYPES)
         if len(model.graph.node) == 1:
             node = model.graph.node[0]
             domain = node.domain if node.domain not in ("", "ai.onnx") else ""
@@ -97,7 +135,7 @@ def case_ops(node_dir):
         if op is None:
             # A multi-node case with no single-node original: count it under its ops.
             op = "+".join(sorted({o for _, o in ops}))
-        result[name] = (op, ops)
+        result[name] = (op, ops, types[name])
     return result
 
 
@@ -180,6 +218,9 @@ def build_runner(backend, data_dir, cases, supported, device, ops_filter):
             del items[test_name]
             continue
         reason = unsupported_reason(cases[case][1], supported)
+        if reason is None and cases[case][2]:
+            lacking = cases[case][2]
+            reason = f"ONNX data type{'s' if len(lacking) > 1 else ''} loom has no dtype for: {', '.join(lacking)}"
         if reason is not None:
             items[test_name].func = unittest.skip(reason)(items[test_name].func)
     for category in list(runner._test_items):

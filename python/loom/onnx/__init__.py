@@ -37,7 +37,7 @@ def _as_feed(name, value):
         value = value.detach()
         if value.device.type != "cpu":
             value = value.cpu()
-        return np.ascontiguousarray(value.numpy())
+        return np.require(value.numpy(), requirements="C")  # 0-d stays 0-d
     return value
 
 
