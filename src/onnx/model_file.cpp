@@ -12,6 +12,7 @@
 #include <set>
 
 #include "loom/core/error.hpp"
+#include "loom/core/input.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
@@ -37,11 +38,10 @@ std::int64_t external_number(const ::onnx::TensorProto& t, std::string_view key)
   const std::string v = external_field(t, key);
   if (v.empty()) return -1;
   try {
-    std::size_t used = 0;
-    const long long n = std::stoll(v, &used);
-    if (used != v.size() || n < 0) throw std::invalid_argument(v);
+    const auto n = parse_number<std::int64_t>(v, key);
+    if (n < 0) throw parse_error(v, 0);
     return n;
-  } catch (const std::exception&) {
+  } catch (const parse_error&) {
     throw invalid_argument(fmt::format("tensor '{}': external data {} '{}' is not a byte count",
                                        t.name(), key, v));
   }

@@ -389,8 +389,9 @@ TEST(NnRules, ResizeCoordinatesAndRounding) {
   EXPECT_EQ(p.coord, resize_coord::align_corners);
   EXPECT_EQ(p.rounding, resize_rounding::floor);
   EXPECT_EQ(rules::resize_output(shape({1, 2, 3}), p), shape({1, 2, 6}));
-  EXPECT_EQ(message_of([&] { (void)rules::resize_params_of("cubic", "half_pixel", "floor", {}, {}); }),
-            "mode must be one of \"nearest\", \"linear\", got \"cubic\"");
+  EXPECT_EQ(rules::resize_params_of("cubic", "half_pixel", "floor", {}, {}).mode, rules::resize_mode::cubic);
+  EXPECT_EQ(message_of([&] { (void)rules::resize_params_of("area", "half_pixel", "floor", {}, {}); }),
+            "mode must be one of \"nearest\", \"linear\", \"cubic\", got \"area\"");
   EXPECT_EQ(message_of([&] { (void)rules::resize_output(shape({1, 2}), p); }),
             "sizes [1, 2, 6] must have one size per dimension of x [1, 2]");
 }
