@@ -57,6 +57,11 @@ bench: build
 	if ./$(BUILD)/loom bench cuda --help >/dev/null 2>&1; then ./$(BUILD)/loom bench cuda; fi
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/train_vs_torch.py --loom $(BUILD)/loom
+	@# ONNX models (resnet18, mobilenet_v2, a transformer stack) against ONNX Runtime, from
+	@# npm's onnxruntime-node (bench/onnx), and PyTorch eager, at batch 1 and 32, 1 and 2 threads.
+	cd bench/onnx && npm ci --ignore-scripts --no-audit --no-fund
+	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/onnx_vs_ort.py --models-dir $(BUILD)/onnx-models \
+	  --json $(BUILD)/onnx-bench.json
 
 # Do the install steps hold on a fresh Debian 12 machine? (scripts/fresh-check.sh; needs root)
 fresh-check:

@@ -10,7 +10,8 @@ For each model x batch x threads it times:
          --ignore-scripts` in bench/onnx first;
   torch  the PyTorch module the file was exported from (same seed, so the same weights),
          torch.set_num_threads(T), eval mode, torch.no_grad();
-  loom   loom.onnx.load(path, threads=T).run(feeds); the column stays empty, marked
+  loom   loom.onnx.load(path, threads=T, input_shapes={input: its shape}).run(feeds) (as
+         `loom bench onnx`: imported for the shape it runs at); the column stays empty, marked
          "unavailable", while this build of loom has no loom.onnx.load.
 Each figure is the median latency of --iters timed runs (--iters-batched for batch > 1) after
 --warmup untimed ones, on a seeded random float32 input; throughput is batch / median.
@@ -77,8 +78,11 @@ def loom_loader():
 
 
 def time_loom(load, path, entry, x, threads, warmup, iters):
-    model = load(path, threads=threads)
-    feeds = {entry["inputs"][0]["name"]: x}
+    # Imported for the input's shape (as ONNX Runtime plans for the shapes it is fed): the
+    # shape computations fold and the fusions that need exact shapes apply.
+    name = entry["inputs"][0]["name"]
+    model = load(path, threads=threads, input_shapes={name: list(x.shape)})
+    feeds = {name: x}
     return median_ms(lambda: model.run(feeds), warmup, iters)
 
 
