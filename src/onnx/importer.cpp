@@ -97,8 +97,10 @@ class importer {
   void add_initializers(const ::onnx::GraphProto& g, imported_model& out);
   void check_supported(const ::onnx::ModelProto& m);
   void lower(const ::onnx::NodeProto& n, std::size_t index, std::int64_t opset);
-  std::vector<value> evaluate(const ::onnx::NodeProto& n, const std::string& name,
-                              std::int64_t opset, const std::vector<const value*>& inputs);
+  // The node's outputs computed now (its inputs all known), as constants; nothing when an
+  // output would be larger than max_evaluated_bytes (it is then computed at run time).
+  std::optional<std::vector<value>> evaluate(const ::onnx::NodeProto& n, const std::string& name,
+                                             std::int64_t opset, const std::vector<const value*>& inputs);
   void add_outputs(const ::onnx::GraphProto& g, imported_model& out);
 
   const import_options& options_;
@@ -111,6 +113,10 @@ class importer {
 };
 
 namespace {
+
+// Outputs up to this size are evaluated at import (as the session's constant folding keeps
+// results up to 1 MiB by default, a little more here: shape computations and masks).
+constexpr std::size_t max_evaluated_bytes = std::size_t{16} << 20;
 
 // Ops whose results differ between runs: never evaluated at import.
 bool is_random(std::string_view op) {
@@ -245,8 +251,9 @@ void importer::check_supported(const ::onnx::ModelProto& m) {
   throw unsupported_error(msg.str());
 }
 
-std::vector<value> importer::evaluate(const ::onnx::NodeProto& n, const std::string& name,
-                                      std::int64_t opset, const std::vector<const value*>& inputs) {
+std::optional<std::vector<value>> importer::evaluate(const ::onnx::NodeProto& n, const std::string& name,
+                                                     std::int64_t opset,
+                                                     const std::vector<const value*>& inputs) {
   graph sg;
   graph_builder sb(sg);
   std::vector<value> scratch(inputs.size());
@@ -261,7 +268,15 @@ std::vector<value> importer::evaluate(const ::onnx::NodeProto& n, const std::str
   find_lowering(n.op_type())->lower(sc);
   std::vector<std::string> fetches;
   for (std::size_t i = 0; i < sc.num_outputs(); ++i) {
-    if (sc.wants(i) && !sc.results()[i].constant) fetches.push_back(sc.results()[i].out.name());
+    if (!sc.wants(i) || sc.results()[i].constant) continue;
+    // A small model may expand to a huge constant (ConstantOfShape, Expand, Range): such
+    // outputs are left to run time, where they are made and freed per run.
+    const auto& t = sc.results()[i].out.type();
+    if (!t.shape || !t.shape->is_fully_defined() ||
+        static_cast<std::size_t>(t.shape->num_elements()) * size_of(t.type) > max_evaluated_bytes) {
+      return std::nullopt;
+    }
+    fetches.push_back(sc.results()[i].out.name());
   }
   // Copied out of the session's pool before the session (and its pool) goes.
   std::vector<tensor> results;
@@ -306,17 +321,21 @@ void importer::lower(const ::onnx::NodeProto& n, std::size_t index, std::int64_t
   }
   std::vector<value> results;
   try {
-    if (all_known && !inputs.empty() && !is_random(n.op_type())) {
-      results = evaluate(n, name, opset, inputs);
+    std::optional<std::vector<value>> known;
+    if (all_known && !inputs.empty() && !is_random(n.op_type())) known = evaluate(n, name, opset, inputs);
+    if (known) {
+      results = std::move(*known);
     } else {
       node_context c(*this, b_, n, name, opset, inputs);
       find_lowering(n.op_type())->lower(c);
       results = c.results();
     }
-  } catch (const out_of_memory&) {
+  } catch (const value_required&) {
     throw;
   } catch (const unsupported_error& e) {
-    throw;
+    const std::string what = e.what();
+    if (what.starts_with("ONNX node")) throw;
+    throw unsupported_error(fmt::format("ONNX node '{}' ({}): {}", name, n.op_type(), what));
   } catch (const error& e) {
     const std::string what = e.what();
     if (what.starts_with("ONNX node")) throw;

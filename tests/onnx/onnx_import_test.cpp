@@ -285,6 +285,26 @@ TEST(OnnxImport, ConstantSubgraphsAreEvaluatedAtImport) {
   EXPECT_EQ(y, (std::vector<float>{22, 66}));
 }
 
+// A small model that expands to a large constant: computed at run time, not held as a
+// constant by the import.
+TEST(OnnxImport, LargeResultsOfKnownInputsAreLeftToRunTime) {
+  model_builder mb;
+  mb.init_ints("small", {4});
+  mb.init_ints("large", {2048, 4096});  // 32 MiB of float32
+  mb.node("ConstantOfShape", {"small"}, {"a"}, "small_fill");
+  mb.node("ConstantOfShape", {"large"}, {"b"}, "large_fill");
+  auto* r = mb.node("ReduceSum", {"b"}, {"y"}, "sum");
+  attr_int(r, "keepdims", 0);
+  mb.output("y");
+  mb.output("a");
+  auto m = onnx::import_bytes(mb.bytes());
+  EXPECT_EQ(m.graph.find("small_fill")->op(), "const");
+  EXPECT_EQ(m.graph.find("large_fill")->op(), "fill");
+  session s(std::move(m.graph));
+  auto out = s.run({}, {m.outputs.at(0).tensor});
+  EXPECT_EQ(out.at(0).span<float>()[0], 0.0F);  // ConstantOfShape's default value is 0
+}
+
 TEST(OnnxImport, NodeNamesAreKeptAndMadeValid) {
   model_builder mb;
   mb.input("in:0", {2});
