@@ -206,6 +206,11 @@ void register_array_gradients(gradient_registry& r) {
   r.add_none("one_hot");
   r.add_none("shape_of");
   r.add_none("constant_of_shape");
+  // dynamic_slice: differentiable in principle, but its bounds are run-time values and no
+  // backward op takes them yet; asking is an error (strided_slice, bounds known, has one).
+  r.add("dynamic_slice", [](const gradient_context& c) -> grads {
+    c.fail("dynamic_slice has no gradient (its bounds are run-time values; strided_slice has one)");
+  });
   r.add("dynamic_reshape", [](const gradient_context& c) -> grads {
     return {with_input_shape(c, ops::dynamic_reshape(c.grad(0), ops::shape_of(c.input(0)))),
             std::nullopt};
