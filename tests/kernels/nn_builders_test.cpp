@@ -155,3 +155,43 @@ TEST(DepthToSpaceTest, BothModesAndTheInverseAgainstOnnxIndexFormulas) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom::testing {
+namespace {
+
+// Inverted dropout: every output is 0 or x / (1 - rate); the kept fraction is near 1 - rate;
+// rate 0 is x; the same seed gives the same mask; bad rates are typed errors.
+TEST(DropoutTest, KeepsAFractionScaledAndIsRepeatable) {
+  const std::int64_t n = 20000;
+  std::vector<float> xs(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) xs[static_cast<std::size_t>(i)] = 1.0F + static_cast<float>(i % 7);
+  const tensor x = memory::host_tensor<float>({n}, xs);
+  for (const double rate : {0.0, 0.25, 0.5}) {
+    SCOPED_TRACE(rate);
+    const auto run = [&] { return run_builder({x}, [&](const std::vector<output>& v) { return ops::dropout(v[0], rate, 7); }); };
+    const tensor y = run();
+    const auto yv = values(y);
+    std::int64_t kept = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double want = static_cast<double>(xs[static_cast<std::size_t>(i)]) / (1.0 - rate);
+      const double got = yv[static_cast<std::size_t>(i)];
+      if (got != 0.0) {
+        ++kept;
+        EXPECT_NEAR(got, want, 1e-5 * want) << i;
+      }
+    }
+    const double frac = static_cast<double>(kept) / static_cast<double>(n);
+    EXPECT_NEAR(frac, 1.0 - rate, 0.02);  // 20000 draws: the standard error is below 0.004
+    EXPECT_EQ(values(run()), yv);
+  }
+  graph g;
+  graph_builder b(g);
+  const auto p = ops::placeholder(b, "x", dtype::f32, {4});
+  EXPECT_THROW((void)ops::dropout(p, 1.0, 1), invalid_argument);
+  EXPECT_THROW((void)ops::dropout(p, -0.1, 1), invalid_argument);
+  const auto unknown = ops::placeholder(b, "u", dtype::f32, {-1});
+  EXPECT_THROW((void)ops::dropout(unknown, 0.5, 1), invalid_argument);
+}
+
+}  // namespace
+}  // namespace loom::testing

@@ -92,6 +92,23 @@ output conv1d(output x, output w, std::int64_t stride, std::vector<std::int64_t>
   return squeeze(y, {2}, o);
 }
 
+output dropout(output x, double rate, std::int64_t seed, const node_options& o) {
+  if (!(rate >= 0.0 && rate < 1.0)) {
+    throw invalid_argument(fmt::format("dropout: rate must be in [0, 1), got {}", rate));
+  }
+  const auto& s = x.type().shape;
+  if (!s || !s->is_fully_defined()) {
+    throw invalid_argument(fmt::format("dropout: the input's shape must be known, got {}", to_string(x.type())));
+  }
+  if (rate == 0.0) return identity(x, o);
+  const dtype t = x.dtype_of();
+  graph_builder& b = x.builder();
+  const output u = random_uniform(b, t, *s, seed);
+  const output keep = greater_equal(u, scalar(b, rate, t));
+  const output scaled = mul(x, scalar(b, 1.0 / (1.0 - rate), t));
+  return where(keep, scaled, zeros(b, t, shape{}), o);
+}
+
 output lp_pool2d(output x, double p, const pool_options& options, const node_options& o) {
   if (!(p >= 1.0)) throw invalid_argument(fmt::format("lp_pool2d: p must be >= 1, got {}", p));
   if (options.kernel.size() != 2) {

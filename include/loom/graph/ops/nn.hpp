@@ -81,6 +81,14 @@ output conv_transpose2d(output x, output w, const conv2d_options& options = {},
                         std::vector<std::int64_t> output_padding = {0, 0},
                         const node_options& o = {});
 
+/// Inverted dropout for training: each element of x kept with probability 1 - rate and
+/// scaled by 1 / (1 - rate), else 0, the mask drawn by random_uniform with `seed` (one draw
+/// per run; float types, x's shape fully known). rate in [0, 1): 0 gives x. Built of
+/// random_uniform, greater_equal, where and mul, so its gradient is dy through the same
+/// mask, scaled. Throws loom::invalid_argument for a rate outside [0, 1) or a shape not
+/// fully known.
+output dropout(output x, double rate, std::int64_t seed, const node_options& o = {});
+
 /// 1-D convolution of x [N, C, L] with filter w [O, C / groups, K]: y [N, O, OL], built as
 /// conv2d over [N, C, 1, L] (expand_dims, conv2d, squeeze), so its gradient is conv2d's.
 /// `stride`, `dilation` >= 1; `padding` is [left, right] (or one value for both).
