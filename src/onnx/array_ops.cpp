@@ -181,33 +181,25 @@ void flatten_lowering(node_context& c) {
 
 void slice_lowering(node_context& c) {
   const auto rank = static_cast<std::int64_t>(c.rank(0));
-  std::vector<std::int64_t> starts;
-  std::vector<std::int64_t> ends;
   std::vector<std::int64_t> axes;
   std::vector<std::int64_t> steps;
-  if (c.opset() >= 10) {
-    if (c.has(3)) axes = c.ints(3, "axes");
-    if (c.has(4)) steps = c.ints(4, "steps");
-    const auto s = c.elements(1);
-    const auto e = c.elements(2);
-    if (!(s && s->all_known() && e && e->all_known()) && !c.elements(0)) {
-      // Bounds computed at run time (a split in half of a dimension inference does not
-      // know): dynamic_slice reads them.
-      auto as_i64 = [&](std::size_t i, std::string_view name) {
-        const output v = c.in(i);
-        return v.dtype_of() == dtype::i64 ? v : ops::cast(v, dtype::i64, c.aux(name));
-      };
-      for (auto& a : axes) a = normalize_axis(c, a, rank);
-      c.set(0, ops::dynamic_slice(c.in(0), as_i64(1, "starts"), as_i64(2, "ends"), axes, steps, c.opts()));
-      return;
-    }
-    starts = c.ints(1, "starts");
-    ends = c.ints(2, "ends");
-  } else {
-    starts = c.required_ints("starts");
-    ends = c.required_ints("ends");
-    axes = c.attr_ints("axes");
+  if (c.has(3)) axes = c.ints(3, "axes");
+  if (c.has(4)) steps = c.ints(4, "steps");
+  const auto known_starts = c.elements(1);
+  const auto known_ends = c.elements(2);
+  if (!(known_starts && known_starts->all_known() && known_ends && known_ends->all_known()) && !c.elements(0)) {
+    // Bounds computed at run time (a split in half of a dimension inference does not
+    // know): dynamic_slice reads them.
+    auto as_i64 = [&](std::size_t i, std::string_view name) {
+      const output v = c.in(i);
+      return v.dtype_of() == dtype::i64 ? v : ops::cast(v, dtype::i64, c.aux(name));
+    };
+    for (auto& a : axes) a = normalize_axis(c, a, rank);
+    c.set(0, ops::dynamic_slice(c.in(0), as_i64(1, "starts"), as_i64(2, "ends"), axes, steps, c.opts()));
+    return;
   }
+  const auto starts = c.ints(1, "starts");
+  const auto ends = c.ints(2, "ends");
   if (axes.empty()) {
     axes.resize(starts.size());
     std::iota(axes.begin(), axes.end(), 0);
@@ -364,12 +356,11 @@ void pad_lowering(node_context& c) {
     c.fail(fmt::format("mode '{}' is not constant, reflect or edge", mode));
   }
   const auto rank = static_cast<std::int64_t>(c.rank(0));
-  const auto pads = c.opset() >= 11 ? c.ints(1, "pads") : c.required_ints("pads");
+  const auto pads = c.ints(1, "pads");
   if (static_cast<std::int64_t>(pads.size()) != 2 * rank) {
     c.fail(fmt::format("{} pads for a rank-{} input (2 per dimension)", pads.size(), rank));
   }
-  double value = c.opset() >= 11 ? 0.0 : c.attr_float("value", 0);
-  if (c.opset() >= 11 && c.has(2)) value = c.number(2, "constant_value");
+  const double value = c.has(2) ? c.number(2, "constant_value") : 0.0;
   std::vector<std::int64_t> paddings;
   for (std::int64_t i = 0; i < rank; ++i) {
     const auto before = pads[static_cast<std::size_t>(i)];

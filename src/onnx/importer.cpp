@@ -516,12 +516,6 @@ std::vector<float> node_context::attr_floats(std::string_view name) const {
   return {a->floats().begin(), a->floats().end()};
 }
 
-std::vector<std::int64_t> node_context::required_ints(std::string_view name) const {
-  const auto* a = attribute(name);
-  if (a == nullptr) fail(fmt::format("attribute '{}' is required", name));
-  return {a->ints().begin(), a->ints().end()};
-}
-
 std::size_t node_context::num_outputs() const noexcept { return outputs_.size(); }
 
 bool node_context::wants(std::size_t i) const noexcept {

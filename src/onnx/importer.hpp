@@ -87,8 +87,6 @@ class node_context {
   [[nodiscard]] std::vector<std::int64_t> attr_ints(std::string_view name,
                                                     std::vector<std::int64_t> fallback = {}) const;
   [[nodiscard]] std::vector<float> attr_floats(std::string_view name) const;
-  /// A required integer-list attribute.
-  [[nodiscard]] std::vector<std::int64_t> required_ints(std::string_view name) const;
 
   // ---- outputs ----
   [[nodiscard]] std::size_t num_outputs() const noexcept;
@@ -103,7 +101,7 @@ class node_context {
   [[nodiscard]] const std::vector<value>& results() const noexcept { return outputs_; }
 
   // ---- building ----
-  /// Options for the node that gives output `i` ... the node's last node: its name.
+  /// Options for the node's last loom node: the ONNX node's name.
   [[nodiscard]] node_options opts() const { return {.name = name_, .device = {}}; }
   /// Options for a helper node: "<name>/<suffix>".
   [[nodiscard]] node_options aux(std::string_view suffix) const;

@@ -315,18 +315,10 @@ void add_math_ops(op_table& t) {
                 {"where"}};
   t["Clip"] = {[](node_context& c) {
                  output x = c.in(0);
-                 const dtype type = x.dtype_of();
-                 const bool attrs = c.opset() < 11;
-                 const bool has_min = attrs ? c.has_attr("min") : c.has(1);
-                 const bool has_max = attrs ? c.has_attr("max") : c.has(2);
-                 if (has_min) {
-                   const output lo = attrs ? c.scalar(c.attr_float("min", 0), type, "min") : c.in(1);
-                   x = ops::maximum(x, lo, has_max ? c.aux("lower") : c.opts());
-                 }
-                 if (has_max) {
-                   const output hi = attrs ? c.scalar(c.attr_float("max", 0), type, "max") : c.in(2);
-                   x = ops::minimum(x, hi, c.opts());
-                 }
+                 const bool has_min = c.has(1);
+                 const bool has_max = c.has(2);
+                 if (has_min) x = ops::maximum(x, c.in(1), has_max ? c.aux("lower") : c.opts());
+                 if (has_max) x = ops::minimum(x, c.in(2), c.opts());
                  if (!has_min && !has_max) x = ops::identity(x, c.opts());
                  c.set(0, x);
                },

@@ -420,8 +420,8 @@ void resize_lowering(node_context& c) {
   const shape& in = *c.type(0).shape;
   std::vector<std::int64_t> sizes;
   std::vector<double> scales;
-  const std::size_t scales_input = c.opset() >= 11 ? 2 : 1;
-  if (c.opset() >= 11 && c.has(3)) {
+  const std::size_t scales_input = 2;
+  if (c.has(3)) {
     sizes = c.ints(3, "sizes");
   } else {
     const tensor* s = c.constant(scales_input);
