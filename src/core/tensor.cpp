@@ -33,10 +33,17 @@ tensor tensor::strided(buffer_ptr buf, dtype t, loom::shape s, loom::shape strid
   // Element range the view touches, to check it against the buffer.
   std::int64_t lo = offset;
   std::int64_t hi = offset;
-  bool empty = s.num_elements() == 0;
-  for (std::size_t i = 0; i < s.rank(); ++i) {
-    const std::int64_t span = (s[i] - 1) * strides[i];
-    (span < 0 ? lo : hi) += span;
+  const bool empty = s.num_elements() == 0;
+  // An empty view touches nothing, whatever its strides; a non-empty one whose reach does not
+  // fit in 64 bits cannot fit in any buffer.
+  for (std::size_t i = 0; i < s.rank() && !empty; ++i) {
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(s[i] - 1, strides[i], &span) ||
+        __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi)) {
+      throw invalid_argument(fmt::format(
+          "strided view (shape {}, strides {}, offset {}) reaches beyond 64-bit element offsets",
+          to_string(s), to_string(strides), offset));
+    }
   }
   const auto capacity = out.buf_ ? static_cast<std::int64_t>(out.buf_->bytes() / size_of(t)) : 0;
   if (!empty && (lo < 0 || hi >= capacity)) {

@@ -112,6 +112,13 @@ TEST(Tensor, StridedViewsOutsideTheBufferAreRejected) {
                loom::invalid_argument);
   // An empty view touches nothing, wherever it points.
   EXPECT_NO_THROW((void)tensor::strided(borrow(storage), dtype::f32, {0, 3}, {3, 1}, 100));
+  // ... whatever its strides, even ones whose reach would not fit in 64 bits.
+  constexpr std::int64_t huge = std::int64_t{1} << 62;
+  EXPECT_NO_THROW(
+      (void)tensor::strided(borrow(storage), dtype::f32, {huge, 0, 0}, {huge, huge, 1}, 0));
+  // A non-empty view whose reach overflows is refused, not wrapped around into the buffer.
+  EXPECT_THROW((void)tensor::strided(borrow(storage), dtype::f32, {3, 2}, {huge, huge}, 0),
+               loom::invalid_argument);
 }
 
 TEST(Tensor, SizeOneDimensionsMayCarryAnyStrideAndStayContiguous) {

@@ -347,6 +347,16 @@ TEST(NpyMalformed, TheHandMadeBaselineParses) {
             (shape{1, 2}));
 }
 
+TEST(NpyRead, EmptyFortranOrderArraysWithHugeDimensionsAreEmpty) {
+  // No data, so any dimension is legal next to a 0; the Fortran-order strides of such a shape
+  // must not overflow on the way to the (empty) C-order copy.
+  const tensor t = parse_npy(as_bytes(make_npy(
+      "{'descr': '<i4', 'fortran_order': True, 'shape': (2223636840222363684, 1, 0, 0, 1, 0), }",
+      "")));
+  EXPECT_EQ(t.shape(), (shape{2223636840222363684, 1, 0, 0, 1, 0}));
+  EXPECT_EQ(t.num_elements(), 0);
+}
+
 TEST(NpyMalformed, Preamble) {
   expect_parse_error("", "not a .npy file");
   expect_parse_error("\x93NUMPZ\x01\x00", "not a .npy file");
