@@ -6,11 +6,12 @@
 // Matches a core, then any of these steps, in this order, at least one:
 //   core  = matmul(a, b) (any transposes, batched too) or conv2d(x, w) (any attributes)
 //   bias: bias_add(core, bias) along the channel (the last dim of a matmul's product:
-//         "NHWC", or "NCHW" on a rank-2 product; dim 1 of a conv2d's NCHW output: "NCHW"),
-//         or add(core, bias) (either order) where the bias broadcasts along every dim but
-//         the channel: [N] or [1, N] for a matmul (leading 1s), [C, 1, 1] or [1, C, 1, 1]
-//         for a conv2d (a [C] bias added to NCHW runs along W, NumPy-style, and is not a
-//         channel bias). A bias of rank > 1 is reshaped to [N] / [C].
+//         "NHWC", or "NCHW" on a rank-2 product; dim 1 of a conv2d's NCHW output: "NCHW";
+//         the last of an NHWC conv2d's: "NHWC"), or add(core, bias) (either order) where
+//         the bias broadcasts along every dim but the channel: [N] or [1, N] for a matmul
+//         (leading 1s), [C, 1, 1] or [1, C, 1, 1] for an NCHW conv2d (a [C] bias added to
+//         NCHW runs along W, NumPy-style, and is not a channel bias), [C] for an NHWC one.
+//         A bias of rank > 1 is reshaped to [N] / [C].
 //   residual: add(., r) (either order), r of exactly the output's (fully known) shape and
 //         dtype and not computed from the core;
 //   activation: relu, gelu (approximate "none" -> "gelu", "tanh" -> "gelu_tanh"), tanh or
@@ -32,6 +33,7 @@
 
 #include <algorithm>
 
+#include "loom/graph/ops/nn_rules.hpp"
 #include "loom/passes/pass_manager.hpp"
 #include "pass_util.hpp"
 
@@ -158,7 +160,8 @@ class epilogue_fusion final : public graph_pass {
     match mt;
     mt.core = id;
     mt.conv = conv;
-    mt.channel = conv ? 1 : out.rank() - 1;
+    mt.channel = nn_rules::channel_axis(
+        out.rank(), conv && nn_rules::is_nchw(core.attr<std::string>("data_format")));
     mt.chain.push_back(id);
     if (!ed.control_inputs(id).empty()) {
       if (auto r = ed.uses({id, 0}); !r.empty() && epilogue_op(ed.at(r.front().node).op())) {

@@ -17,7 +17,8 @@ const std::vector<factory>& standard_factories() {
   static const std::vector<factory> all{
       make_remove_identities,  make_constant_folding,    make_common_subexpressions,
       make_layer_norm_fusion,  make_softmax_xent_fusion, make_epilogue_fusion,
-      make_elementwise_fusion, make_optimizer_fusion,    make_prune_dead,
+      make_conv_layout,        make_elementwise_fusion,  make_optimizer_fusion,
+      make_prune_dead,
   };
   return all;
 }

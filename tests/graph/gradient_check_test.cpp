@@ -410,6 +410,24 @@ TEST(GradientCheck, ConvTranspose2dAndConv1d) {
           c.groups = 2;
           return ops::conv_transpose2d(x[0], x[1], c, {1, 2});
         });
+  check("conv2d NHWC strided, padded, grouped", {in{{2, 5, 4, 4}}, in{{6, 2, 3, 2}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          ops::conv2d_options c;
+          c.strides = {2, 1};
+          c.padding = {1, 0, 1, 1};
+          c.dilations = {1, 2};
+          c.groups = 2;
+          c.data_format = "NHWC";
+          return ops::conv2d(x[0], x[1], c);
+        });
+  check("fused_conv2d NHWC with bias, residual and gelu",
+        {in{{1, 4, 3, 2}}, in{{3, 2, 2, 2}}, in{{3}}, in{{1, 3, 2, 3}}},
+        [](graph_builder&, const std::vector<output>& x) {
+          ops::conv2d_options c;
+          c.data_format = "NHWC";
+          return ops::fused_conv2d(x[0], x[1], {.bias = x[2], .residual = x[3], .activation = "gelu"},
+                                   c);
+        });
   check("conv1d", {in{{2, 2, 7}}, in{{3, 2, 3}}}, [](graph_builder&, const std::vector<output>& x) {
     return ops::conv1d(x[0], x[1], 2, {1, 2});
   });

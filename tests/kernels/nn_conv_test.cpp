@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -94,9 +95,35 @@ double tolerance(dtype t) {
   }
 }
 
+tensor transposed(const tensor& t, std::vector<std::int64_t> perm) {
+  return run_op1("transpose", {t}, {{"perm", std::move(perm)}});
+}
+
+void expect_same_bits(const tensor& a, const tensor& b) {
+  ASSERT_EQ(to_string(a.shape()), to_string(b.shape()));
+  ASSERT_EQ(a.type(), b.type());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+}
+
+// data_format "NHWC": the same numbers as NCHW, channels last. Bit for bit, since oneDNN is
+// asked for the same primitive (format_tag::any) and the reference loop runs on the NCHW
+// copy; here against the NCHW kernel's own answer.
+void check_nhwc(const conv_case& c, const tensor& x, const tensor& w, const tensor& nchw) {
+  attr_map a = attrs_of(c);
+  a.emplace("data_format", std::string("NHWC"));
+  const tensor got = run_op1("conv2d", {transposed(x, {0, 2, 3, 1}), w}, a);
+  const shape& s = nchw.shape();
+  ASSERT_EQ(to_string(got.shape()), to_string(shape{s[0], s[2], s[3], s[1]}));
+  expect_same_bits(transposed(got, {0, 3, 1, 2}), nchw);
+}
+
 void check_with(const conv_case& c, const tensor& x, const tensor& w) {
   SCOPED_TRACE("x " + x.describe() + ", w " + w.describe());
   const tensor got = run_op1("conv2d", {x, w}, attrs_of(c));
+  {
+    SCOPED_TRACE("NHWC");
+    check_nhwc(c, x, w, got);
+  }
   const conv_result want = reference(c, x, w);
   ASSERT_EQ(to_string(got.shape()), to_string(want.s));
   const auto g = values(got);
@@ -189,6 +216,12 @@ TEST(NnConv, Empty) {
     // No input channels: every output is an empty sum.
     expect_close(run_op1("conv2d", {random(t, {1, 0, 4, 4}, 1), random(t, {2, 0, 3, 3}, 2)}),
                  {1, 2, 2, 2}, std::vector<double>(8, 0.0), 0, 0);
+    // The same in NHWC.
+    const attr_map nhwc{{"data_format", std::string("NHWC")}};
+    expect_close(run_op1("conv2d", {random(t, {0, 5, 5, 3}, 1), random(t, {2, 3, 3, 3}, 2)}, nhwc),
+                 {0, 3, 3, 2}, {});
+    expect_close(run_op1("conv2d", {random(t, {1, 4, 4, 0}, 1), random(t, {2, 0, 3, 3}, 2)}, nhwc),
+                 {1, 2, 2, 2}, std::vector<double>(8, 0.0), 0, 0);
   }
 }
 
@@ -219,6 +252,13 @@ TEST(NnConv, BadInput) {
                 {random(dtype::f32, {1, 3, 5, 5}, 1), random(dtype::f64, {2, 3, 3, 3}, 2)});
       },
       {"under_test"});
+  // NHWC: the channels are the last dimension; the messages name the shapes as given.
+  const attr_map nhwc{{"data_format", std::string("NHWC")}};
+  expect_invalid_argument(conv({1, 5, 5, 3}, {2, 4, 3, 3}, nhwc),
+                          {"under_test", "[1, 5, 5, 3]", "4 input channels", "3 channels"});
+  expect_invalid_argument(conv({1, 5, 5}, {2, 3, 3, 3}, nhwc), {"under_test", "NHWC", "rank 4"});
+  expect_invalid_argument(conv({1, 5, 5, 3}, {2, 3, 3, 3}, {{"data_format", std::string("NWHC")}}),
+                          {"under_test", "data_format", "NHWC"});
 }
 
 // Shapes the graph did not know: the kernel checks what arrives.

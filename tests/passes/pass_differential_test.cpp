@@ -759,6 +759,54 @@ TEST(PassDifferential, EpilogueFusionConv2dEveryActivation) {
   }
 }
 
+// ---- conv_layout -----------------------------------------------------------------------------
+
+// A chain of convolutions (a ReLU6 written as maximum / minimum between them, a residual add,
+// a depthwise convolution, a value read by two convolutions) computes in NHWC with one
+// transpose in and one out; the answers are the NCHW graph's, bit for bit, special values
+// included. The batch is unknown to the graph in the second case (the pass needs rank 4 only).
+TEST(PassDifferential, ConvLayoutChainsComputeInNhwc) {
+  for (const dtype t : float_types) {
+    for (const bool dynamic_batch : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} dynamic batch {}", to_string(t), dynamic_batch));
+      std::mt19937 rng(10);
+      const shape xs{2, 4, 7, 6};
+      auto xv = sprinkled(t, rng, xs.num_elements(), 13, 1);
+      graph g;
+      graph_builder b(g);
+      auto x = ops::placeholder(b, "x", t, {dynamic_batch ? -1 : 2, 4, 7, 6});
+      std::vector<feed> feeds{{"x", make(t, xs, xv)}};
+      const auto filter = [&](const std::string& name, const shape& s) {
+        feeds.emplace_back(name, make(t, s, ordinary(rng, s.num_elements())));
+        return ops::placeholder(b, name, t, s);
+      };
+      ops::conv2d_options same;
+      same.padding = {1, 1};
+      ops::conv2d_options depthwise = same;
+      depthwise.groups = 8;
+      auto c1 = ops::bias_add(ops::conv2d(x, filter("w1", {8, 4, 3, 3}), same),
+                              filter("b1", {8}), "NCHW");
+      auto six = ops::constant(b, make(t, {}, {6.0}));
+      auto zero = ops::constant(b, make(t, {}, {0.0}));
+      auto r6 = ops::minimum(ops::maximum(c1, zero), six);
+      auto c2 = ops::conv2d(r6, filter("w2", {8, 1, 3, 3}), depthwise);
+      auto c3 = ops::conv2d(ops::relu(c2), filter("w3", {8, 8, 1, 1}));
+      auto sum = c3 + r6;  // the residual
+      auto c4 = ops::conv2d(sum, filter("w4", {3, 8, 1, 1}));
+      auto c5 = ops::conv2d(sum, filter("w5", {3, 8, 3, 3}), same);
+      ops::identity(ops::reduce_mean(c4 * c5, {2, 3}), {.name = "y"});
+      ops::identity(c5, {.name = "y5"});
+      const auto r = run_off_on(g, feeds, {"y", "y5"});
+      const bool onednn = t == dtype::f32 || t == dtype::bf16;
+      const std::string log = log_text(r.log);
+      EXPECT_EQ(log.find("conv_layout") != std::string::npos, onednn) << log;
+      // In: x; out: c4 * c5 (the product sank below the transposes) and y5.
+      EXPECT_EQ(count_op(r.planned, "transpose"), onednn ? 3u : 0u) << log;
+      expect_all_same(r, {"y", "y5"}, bitwise, "conv_layout");
+    }
+  }
+}
+
 // ---- layer_norm_fusion ---------------------------------------------------------------------
 
 // Rows of one kind of special value each, over n columns: ordinary; one NaN; one +inf; one

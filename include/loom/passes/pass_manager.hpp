@@ -10,9 +10,11 @@
 //   5. softmax_xent_fusion    -sum(one_hot(labels) * log_softmax(logits)) -> softmax_cross_entropy
 //   6. epilogue_fusion        matmul / conv2d + bias + residual + activation -> one oneDNN
 //   primitive
-//   7. elementwise_fusion     maximal groups of element-wise ops -> fused_elementwise
-//   8. optimizer_fusion       per-variable apply_adam / adamw / sgd -> one multi-tensor update
-//   9. prune_dead             nodes nothing reads any more
+//   7. conv_layout            float32 / bfloat16 convolutions in NHWC between transposes,
+//                             transposes that undo each other dropped
+//   8. elementwise_fusion     maximal groups of element-wise ops -> fused_elementwise
+//   9. optimizer_fusion       per-variable apply_adam / adamw / sgd -> one multi-tensor update
+//  10. prune_dead             nodes nothing reads any more
 // The session runs it when it builds a plan (session_options::passes switches passes off);
 // optimize() runs it on a whole graph, for programs that want the rewritten graph itself.
 //
@@ -65,6 +67,7 @@ std::unique_ptr<graph_pass> make_common_subexpressions();
 std::unique_ptr<graph_pass> make_layer_norm_fusion();
 std::unique_ptr<graph_pass> make_softmax_xent_fusion();
 std::unique_ptr<graph_pass> make_epilogue_fusion();
+std::unique_ptr<graph_pass> make_conv_layout();
 std::unique_ptr<graph_pass> make_elementwise_fusion();
 std::unique_ptr<graph_pass> make_optimizer_fusion();
 std::unique_ptr<graph_pass> make_prune_dead();

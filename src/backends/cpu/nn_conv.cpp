@@ -1,6 +1,7 @@
-// conv2d on CPU: oneDNN's convolution_forward for float32 and bfloat16 (NCHW activations,
-// OIHW filters, as the tensors are laid out, so no reorder), a reference loop for float64
-// and for whatever oneDNN cannot do on the machine.
+// conv2d on CPU: oneDNN's convolution_forward for float32 and bfloat16 (NCHW or NHWC
+// activations, OIHW filters; oneDNN picks the layouts it computes in: Note [blocked
+// layouts]), a reference loop for float64 and for whatever oneDNN cannot do on the machine
+// (on the NCHW view of NHWC tensors, through a transposed copy).
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -56,6 +57,20 @@ void reference_conv(kernel_context& ctx, const T* x, const T* w, T* out, const c
   });
 }
 
+// Shape [n, h, w, c] from [n, c, h, w] (to_nhwc) or back.
+shape relayout_shape(const shape& s, bool to_nhwc) {
+  return to_nhwc ? shape{s[0], s[2], s[3], s[1]} : shape{s[0], s[3], s[1], s[2]};
+}
+
+// Writes the dense tensor t of shape [n, c, h, w] (to_nhwc) or [n, h, w, c] to `dst` in the
+// other layout: one strided view of t, copied dense.
+void relayout(const tensor& t, bool to_nhwc, void* dst) {
+  const shape strides = relayout_shape(contiguous_strides(t.shape()), to_nhwc);
+  copy_to_dense(tensor::strided(t.buf(), t.type(), relayout_shape(t.shape(), to_nhwc), strides,
+                                t.offset()),
+                dst);
+}
+
 class conv2d_kernel final : public op_kernel {
  public:
   // oneDNN runs on its own (OpenMP) threads, all of the device's.
@@ -64,16 +79,18 @@ class conv2d_kernel final : public op_kernel {
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
         window_(conv_window_of(c)),
+        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))),
         constant_filter_(onednn::input_is_constant(c, 1)) {}
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);
     const tensor& win = ctx.input(1);
     if (xin.rank() != 4 || win.rank() != 4) {
-      ctx.fail("conv2d needs an NCHW input and an OIHW filter of rank 4, got {} and {}",
-               xin.describe(), win.describe());
+      ctx.fail("conv2d needs an {} input and an OIHW filter of rank 4, got {} and {}",
+               nchw_ ? "NCHW" : "NHWC", xin.describe(), win.describe());
     }
-    const conv_geometry g = nn_rules::conv2d_geometry(xin.shape(), win.shape(), window_);
+    const conv_geometry g = nn_rules::conv2d_geometry(nn_rules::conv_nchw_view(xin.shape(), nchw_),
+                                                      win.shape(), window_);
     if (!g.fits()) {
       ctx.fail("filter {} does not fit input {} in {} groups", win.describe(), xin.describe(),
                g.groups);
@@ -81,7 +98,7 @@ class conv2d_kernel final : public op_kernel {
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the filter {} is larger than the padded input {}", win.describe(), xin.describe());
     }
-    tensor& out = ctx.allocate_output(0, g.output_shape());
+    tensor& out = ctx.allocate_output(0, g.output_shape(nchw_));
     if (out.num_elements() == 0) return;
     if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: zeros
       std::memset(out.raw_data(), 0, out.nbytes());
@@ -92,10 +109,20 @@ class conv2d_kernel final : public op_kernel {
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, w, out, g, *dt)) {
       return;
     }
+    // The reference loop computes NCHW: an NHWC input is transposed to it, and the result
+    // back.
+    tensor xr = x;
+    tensor yr = out;
+    if (!nchw_) {
+      xr = ctx.allocate_temp(type_, relayout_shape(x.shape(), false));
+      relayout(x, false, xr.raw_data());
+      yr = ctx.allocate_temp(type_, g.output_shape());
+    }
     visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
       using T = decltype(tag);
-      reference_conv<T>(ctx, x.data<T>(), w.data<T>(), out.data<T>(), g);
+      reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), yr.data<T>(), g);
     });
+    if (!nchw_) relayout(yr, true, out.raw_data());
   }
 
  private:
@@ -107,12 +134,13 @@ class conv2d_kernel final : public op_kernel {
         static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw};
     const auto plan = cache_.get(key, [&] {
       onednn::use_threads(threads);
-      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, tag::nchw);
+      const tag layout = nchw_ ? tag::nchw : tag::nhwc;  // oneDNN's dims are NCHW either way
+      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, layout);
       const dnnl::memory::desc wei_md =
           g.groups == 1
               ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
               : dnnl::memory::desc({g.groups, g.o / g.groups, g.cg, g.kh, g.kw}, dt, tag::goihw);
-      const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, tag::nchw);
+      const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, layout);
       // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]).
       const auto any = [](const dnnl::memory::desc& md) {
         return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
@@ -137,6 +165,7 @@ class conv2d_kernel final : public op_kernel {
 
   dtype type_;
   nn_rules::conv_window window_;
+  bool nchw_;
   bool constant_filter_;
   onednn::primitive_cache cache_;
   onednn::constant_reorders constants_;

@@ -217,7 +217,9 @@ class fused_matmul_kernel final : public fused_kernel {
 
 class fused_conv2d_kernel final : public fused_kernel {
  public:
-  explicit fused_conv2d_kernel(const kernel_construction& c) : fused_kernel(c, "conv2d", 1) {}
+  // The bias runs along dimension 1 of an NCHW output, the last of an NHWC one.
+  explicit fused_conv2d_kernel(const kernel_construction& c)
+      : fused_kernel(c, "conv2d", nn_rules::is_nchw(c.attr<std::string>("data_format")) ? 1 : -1) {}
 };
 
 }  // namespace

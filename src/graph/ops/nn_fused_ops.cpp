@@ -147,7 +147,8 @@ void register_nn_fused_ops(op_registry& r) {
       attr_map attrs;
       for (const auto& a : conv2d->attrs) attrs.emplace(a.name, c.attr_value_of(a.name));
       const tensor_type out = infer_core(c, *conv2d, attrs);
-      check_epilogue(c, out, 1, "output", "channels");
+      check_epilogue(c, out, nn_rules::is_nchw(c.attr<std::string>("data_format")) ? 1 : 3,
+                     "output", "channels");
       c.set_output(0, out);
     };
     r.add(std::move(d));
@@ -181,7 +182,8 @@ output fused_conv2d(output x, output w, const epilogue& e, const conv2d_options&
   attr_map attrs{{"strides", options.strides},
                  {"padding", options.padding},
                  {"dilations", options.dilations},
-                 {"groups", options.groups}};
+                 {"groups", options.groups},
+                 {"data_format", options.data_format}};
   add_epilogue(e, inputs, attrs);
   return x.builder().add1("fused_conv2d", inputs, std::move(attrs), o);
 }

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "loom/graph/gradients.hpp"
+#include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
@@ -70,15 +71,23 @@ attr_map conv_attrs(const gradient_context& c) {
 }
 
 // The gradients of inputs 0 and 1 (input, filter) of a conv2d (or fused_conv2d) node whose
-// output has the gradient dy.
+// output has the gradient dy. The backward ops take NCHW: an NHWC node's x and dy are
+// transposed to it, and dx back.
 grads conv2d_input_grads(const gradient_context& c, output dy) {
   graph_builder& b = c.builder();
+  const bool nchw = nn_rules::is_nchw(c.attr<std::string>("data_format"));
+  output x = c.input(0);
+  if (!nchw) {
+    x = ops::transpose(x, {0, 3, 1, 2});
+    dy = ops::transpose(dy, {0, 3, 1, 2});
+  }
   attr_map in_attrs = conv_attrs(c);
-  in_attrs.emplace("input_shape", c.input_shape(0));
+  in_attrs.emplace("input_shape", nn_rules::conv_nchw_view(c.input_shape(0), nchw));
   attr_map filter_attrs = conv_attrs(c);
   filter_attrs.emplace("filter_shape", c.input_shape(1));
-  return {b.add1("conv2d_backprop_input", {dy, c.input(1)}, std::move(in_attrs)),
-          b.add1("conv2d_backprop_filter", {c.input(0), dy}, std::move(filter_attrs))};
+  output dx = b.add1("conv2d_backprop_input", {dy, c.input(1)}, std::move(in_attrs));
+  if (!nchw) dx = ops::transpose(dx, {0, 2, 3, 1});
+  return {dx, b.add1("conv2d_backprop_filter", {x, dy}, std::move(filter_attrs))};
 }
 
 grads conv2d_grad(const gradient_context& c) {
@@ -137,7 +146,9 @@ gradient_fn fused_grad(bool conv) {
     grads g = conv ? conv2d_input_grads(c, dz) : matmul_input_grads(c, dz);
     if (c.attr<bool>("has_bias")) {
       const std::size_t rank = c.output_shape(0).rank();
-      const std::size_t channel = nn_rules::channel_axis(rank, conv);  // NCHW for conv2d
+      // NCHW for conv2d unless its data_format says NHWC; a product's last dimension.
+      const std::size_t channel = nn_rules::channel_axis(
+          rank, conv && nn_rules::is_nchw(c.attr<std::string>("data_format")));
       ints axes;
       for (std::size_t d = 0; d < rank; ++d) {
         if (d != channel) axes.push_back(static_cast<std::int64_t>(d));

@@ -85,6 +85,16 @@ void infer_bias_add(inference_context& c) {
 
 using nn_rules::conv_window;
 
+// A "data_format" attribute, "NHWC" or "NCHW", defaulting to `default_format`.
+attr_def data_format_attr(const char* default_format) {
+  auto format = attr("data_format", attr_type::string, std::string(default_format));
+  format.validate = [](const attr_value& v) {
+    const auto s = v.as<std::string>();
+    if (s != "NHWC" && s != "NCHW") throw invalid_argument("must be \"NHWC\" or \"NCHW\"");
+  };
+  return format;
+}
+
 // The window attributes conv2d and its gradients share.
 conv_window read_conv_attrs(const inference_context& c) {
   return nn_rules::conv_window_of(
@@ -127,19 +137,25 @@ shape conv_forward_shape(const inference_context& c, const shape& sx, const shap
 void infer_conv2d(inference_context& c) {
   const tensor_type& x = c.input(0);
   const tensor_type& w = c.input(1);
+  const std::string format = c.attr<std::string>("data_format");
+  const bool nchw = nn_rules::is_nchw(format);
   if (x.shape && x.shape->rank() != 4) {
-    c.fail(fmt::format("conv2d needs an NCHW input of rank 4, got {}", to_string(*x.shape)));
+    c.fail(fmt::format("conv2d needs an {} input of rank 4, got {}", format, to_string(*x.shape)));
   }
   if (w.shape && w.shape->rank() != 4) {
     c.fail(fmt::format("conv2d needs an OIHW filter of rank 4, got {}", to_string(*w.shape)));
   }
   if (!x.shape || !w.shape) {
-    // The output is NCHW whatever the ranks not known yet: N from x, channels from w.
-    c.set_output(0, x.type,
-                 shape{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1});
+    // Rank 4 whatever the ranks not known yet: N from x, channels from w.
+    const shape out{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1};
+    c.set_output(0, x.type, nchw ? out : shape{out[0], -1, -1, out[1]});
     return;
   }
-  c.set_output(0, x.type, conv_forward_shape(c, *x.shape, *w.shape, read_conv_attrs(c), "input"));
+  const std::string x_name =
+      nchw ? "input" : fmt::format("input (the NCHW view of the NHWC {})", to_string(*x.shape));
+  const shape out = conv_forward_shape(c, nn_rules::conv_nchw_view(*x.shape, nchw), *w.shape,
+                                       read_conv_attrs(c), x_name);
+  c.set_output(0, x.type, nchw ? out : shape{out[0], out[2], out[3], out[1]});
 }
 
 // conv_transpose2d(input, filter): the rule's shape (nn_rules::conv_transpose2d_output).
@@ -333,12 +349,7 @@ void register_nn_ops(op_registry& r) {
     d.summary = "adds a bias along the channel dimension";
     d.inputs = {typed("input"), typed("bias")};
     d.outputs = {typed("output")};
-    auto format = attr("data_format", attr_type::string, "NHWC");
-    format.validate = [](const attr_value& v) {
-      const auto s = v.as<std::string>();
-      if (s != "NHWC" && s != "NCHW") throw invalid_argument("must be \"NHWC\" or \"NCHW\"");
-    };
-    d.attrs = {type_attr("T", numeric_types()), std::move(format)};
+    d.attrs = {type_attr("T", numeric_types()), data_format_attr("NHWC")};
     d.infer = infer_bias_add;
     r.add(std::move(d));
   }
@@ -358,10 +369,11 @@ void register_nn_ops(op_registry& r) {
   {
     op_def d;
     d.name = "conv2d";
-    d.summary = "2-D convolution, NCHW input, OIHW filter";
+    d.summary = "2-D convolution, NCHW (or NHWC) input, OIHW filter";
     d.inputs = {typed("input"), typed("filter")};
     d.outputs = {typed("output")};
     d.attrs = conv_attr_defs();
+    d.attrs.push_back(data_format_attr("NCHW"));
     d.infer = infer_conv2d;
     r.add(std::move(d));
   }
@@ -469,7 +481,8 @@ output conv2d(output x, output w, const conv2d_options& options, const node_opti
                           {{"strides", options.strides},
                            {"padding", options.padding},
                            {"dilations", options.dilations},
-                           {"groups", options.groups}},
+                           {"groups", options.groups},
+                           {"data_format", options.data_format}},
                           o);
 }
 

@@ -42,11 +42,16 @@ struct conv2d_options {
   /// Channel groups: input channels and filters both divide by it (groups == channels is
   /// a depthwise convolution).
   std::int64_t groups = 1;
+  /// conv2d and fused_conv2d: "NCHW" activations, or "NHWC" (x [N, H, W, C], y [N, OH, OW,
+  /// O]; the filter stays OIHW). The gradient ops take NCHW only.
+  std::string data_format = "NCHW";
 };
 
 /// 2-D convolution (cross-correlation, as every framework computes it) of x [N, C, H, W]
 /// with filter w [O, C / groups, KH, KW]: y [N, O, OH, OW],
 /// OH = (H + top + bottom - dilation_h * (KH - 1) - 1) / stride_h + 1 (likewise OW).
+/// With options.data_format "NHWC", x is [N, H, W, C] and y [N, OH, OW, O] (the same
+/// numbers, channels last: what oneDNN computes in without reordering).
 /// Throws loom::invalid_argument for channel counts that do not fit the groups or the
 /// filter, and for a filter larger than the padded input.
 output conv2d(output x, output w, const conv2d_options& options = {}, const node_options& o = {});
@@ -193,8 +198,8 @@ output resize(output x, const resize_options& options, const node_options& o = {
 /// bias and the residual optional.
 struct epilogue {
   /// Rank 1: [N] (the last dimension of a matmul's product, broadcast over its rows, as
-  /// bias_add "NHWC") or [C_out] (the channels of a conv2d's NCHW output, as bias_add
-  /// "NCHW").
+  /// bias_add "NHWC") or [C_out] (the channels of a conv2d's output: dimension 1 of NCHW,
+  /// as bias_add "NCHW", the last of NHWC).
   std::optional<output> bias;
   /// Exactly the core's output shape, added element-wise.
   std::optional<output> residual;
@@ -214,7 +219,8 @@ output fused_matmul(output a, output b, const epilogue& e, bool transpose_a = fa
                     bool transpose_b = false, const node_options& o = {});
 
 /// activation(conv2d(x, w, options) + bias + residual) as one node (`fused_conv2d`). Shapes
-/// and dtypes as conv2d; the bias is [C_out], the residual the output's shape. The node:
+/// and dtypes as conv2d (NCHW or NHWC); the bias is [C_out], the residual the output's
+/// shape. The node:
 /// inputs input, filter, then `args` as fused_matmul's; conv2d's attributes and the
 /// epilogue's. Errors as conv2d's, and as fused_matmul's for the epilogue.
 output fused_conv2d(output x, output w, const epilogue& e, const conv2d_options& options = {},

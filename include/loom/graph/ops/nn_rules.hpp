@@ -136,8 +136,10 @@ struct conv_geometry {
   std::array<std::int64_t, 2> stride, dilation;
   std::array<std::int64_t, 4> pad;  // top, bottom, left, right
 
-  /// [n, o, oh, ow].
-  [[nodiscard]] shape output_shape() const { return shape{n, o, oh, ow}; }
+  /// [n, o, oh, ow], or [n, oh, ow, o] for an NHWC conv2d (nchw false).
+  [[nodiscard]] shape output_shape(bool nchw = true) const {
+    return nchw ? shape{n, o, oh, ow} : shape{n, oh, ow, o};
+  }
   /// The channels fit the groups (c = cg * groups, o a multiple of groups) and the window
   /// is not empty: the kernels' check, every dimension known.
   [[nodiscard]] bool fits() const noexcept {
@@ -146,6 +148,13 @@ struct conv_geometry {
   /// The filter (dilated) fits the padded input: oh and ow are not -2.
   [[nodiscard]] bool window_fits() const noexcept { return oh != -2 && ow != -2; }
 };
+
+/// conv2d's activations are NCHW, or NHWC (channels last) under data_format "NHWC"; the
+/// filter is OIHW either way, and the geometry is that of the NCHW view. The NCHW view of a
+/// rank-4 activation shape `s` (`s` itself when nchw).
+inline shape conv_nchw_view(const shape& s, bool nchw) {
+  return nchw ? s : shape{s[0], s[3], s[1], s[2]};
+}
 
 /// The geometry of input shape `x` and filter shape `w` (rank 4; dimensions may be -1 at
 /// inference) under `win`. Checks nothing: callers check fits() and window_fits() with

@@ -1,0 +1,222 @@
+// conv_layout: convolutions keep their activations channels-last (NHWC) between them.
+//
+// oneDNN's fastest float32 / bfloat16 convolutions compute in NHWC; a conv2d on NCHW
+// tensors reorders its input into that layout and its output back on every run (Note
+// [blocked layouts]), which on a network of small convolutions (depthwise-separable ones
+// above all) costs more than the convolutions. This pass makes every NCHW conv2d and
+// fused_conv2d of float32 or bfloat16 with a rank-4 input its NHWC form between transposes,
+//     y = conv(x, w, [bias], [r])
+//  -> y = transpose(conv_nhwc(transpose(x, [0, 2, 3, 1]), w, [bias], [transpose(r, ...)]),
+//                   [0, 3, 1, 2])
+// and then drops every transpose of a transpose that undoes it (the reader takes the value
+// itself): a chain of convolutions whose epilogues took their bias, residual and activation
+// transposes its activations once where the chain starts and once where a value leaves it.
+// A value read by several convolutions is transposed once.
+//
+// Answers do not change: the NHWC node asks oneDNN for the same primitive as the NCHW one
+// (format_tag::any for the activations, so the implementation, and with it every sum, does
+// not depend on the layout the tensors arrive in), the NHWC epilogue applies the same steps
+// to the same values, and a transpose moves values unchanged. Convolutions of other dtypes
+// (the reference loops) are left alone, as are nodes waiting for control inputs.
+#include <fmt/format.h>
+
+#include <map>
+#include <optional>
+
+#include "loom/graph/fused_expr.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
+#include "loom/passes/pass_manager.hpp"
+#include "pass_util.hpp"
+
+namespace loom::passes {
+namespace {
+
+using ints = std::vector<std::int64_t>;
+
+const ints to_nhwc{0, 2, 3, 1};
+const ints to_nchw{0, 3, 1, 2};
+
+struct endpoint_less {
+  bool operator()(endpoint a, endpoint b) const noexcept {
+    return a.node != b.node ? a.node < b.node : a.index < b.index;
+  }
+};
+using transposes = std::map<endpoint, endpoint, endpoint_less>;
+
+class conv_layout final : public graph_pass {
+ public:
+  conv_layout() : graph_pass("conv_layout") {}
+
+ private:
+  static bool candidate(const graph_editor& ed, node_id id) {
+    const node& n = ed.at(id);
+    if (n.op() != "conv2d" && n.op() != "fused_conv2d") return false;
+    if (!nn_rules::is_nchw(n.attr<std::string>("data_format"))) return false;
+    const dtype t = n.outputs[0].type;
+    if (t != dtype::f32 && t != dtype::bf16) return false;
+    const auto& xs = ed.type_of(ed.inputs(id)[0]).shape;
+    return xs && xs->rank() == 4 && ed.control_inputs(id).empty();
+  }
+
+  // `e` transposed by `perm`, one node per (value, perm) made by this pass.
+  static endpoint transposed(graph_editor& ed, transposes& made, endpoint e,
+                             const std::string& name, const std::string& device) {
+    if (auto it = made.find(e); it != made.end()) return it->second;
+    const endpoint t{ed.add({.name = ed.g().unique_name(name),
+                             .op = "transpose",
+                             .inputs = {e},
+                             .attrs = {{"perm", to_nhwc}},
+                             .device = device,
+                             .control_inputs = {}}),
+                     0};
+    made.emplace(e, t);
+    return t;
+  }
+
+  static void rewrite(graph_editor& ed, pass_context& ctx, node_id id,
+                      transposes& made) {
+    const node& conv = ed.at(id);
+    const std::string name = conv.name;
+    const std::string device = conv.requested_device;
+    std::vector<endpoint> inputs = ed.inputs(id);
+    inputs[0] = transposed(ed, made, inputs[0], name + "/nhwc_input", device);
+    const bool residual = conv.op() == "fused_conv2d" && conv.attr<bool>("has_residual");
+    if (residual) {
+      inputs.back() = transposed(ed, made, inputs.back(), name + "/nhwc_residual", device);
+    }
+    attr_map attrs = conv.attrs;
+    attrs.erase("T");
+    attrs.erase("num_args");
+    attrs["data_format"] = std::string("NHWC");
+    const std::string op = conv.op();
+    const node_id nhwc = ed.add({.name = ed.g().unique_name(name + "/nhwc"),
+                                 .op = op,
+                                 .inputs = std::move(inputs),
+                                 .attrs = std::move(attrs),
+                                 .device = device,
+                                 .control_inputs = {}});
+    const node_id back = ed.add({.name = ed.g().unique_name(name + "/nchw"),
+                                 .op = "transpose",
+                                 .inputs = {{nhwc, 0}},
+                                 .attrs = {{"perm", to_nchw}},
+                                 .device = device,
+                                 .control_inputs = {}});
+    ed.replace_uses({id, 0}, {back, 0});
+    ed.replace_node(id, back);
+    ed.erase(id);
+    ctx.rewrote({name}, fmt::format("{} '{}' computes in NHWC between transposes", op,
+                                    ed.at(nhwc).name));
+  }
+
+  // perm `outer` applied after `inner` is the identity.
+  static bool undoes(const ints& outer, const ints& inner) {
+    if (outer.size() != inner.size()) return false;
+    for (std::size_t i = 0; i < outer.size(); ++i) {
+      const auto k = static_cast<std::size_t>(outer[i]);
+      if (k >= inner.size() || inner[k] != static_cast<std::int64_t>(i)) return false;
+    }
+    return true;
+  }
+
+  // A transpose whose input is a transpose it undoes: its readers (and a fetch) read the
+  // inner transpose's input instead.
+  static bool cancel(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& outer = ed.at(id);
+    if (outer.op() != "transpose") return false;
+    const endpoint in = ed.inputs(id)[0];
+    const node& inner = ed.at(in.node);
+    if (inner.op() != "transpose" || !same_request(outer, inner) ||
+        !undoes(outer.attr<ints>("perm"), inner.attr<ints>("perm"))) {
+      return false;
+    }
+    if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
+    ed.replace_uses({id, 0}, ed.inputs(in.node)[0]);
+    ctx.rewrote({outer.name, inner.name},
+                fmt::format("'{}' undoes '{}': its readers read '{}'", outer.name, inner.name,
+                            ed.g().endpoint_name(ed.inputs(in.node)[0])));
+    return true;
+  }
+
+  // The input of `e` when e is the output of an NHWC -> NCHW transpose.
+  static std::optional<endpoint> from_nhwc(const graph_editor& ed, endpoint e) {
+    const node& n = ed.at(e.node);
+    if (n.op() != "transpose" || n.attr<ints>("perm") != to_nchw) return std::nullopt;
+    return ed.inputs(e.node)[0];
+  }
+
+  // A shape of 1s only: it broadcasts alike against either layout.
+  static bool all_ones(const std::optional<shape>& s) {
+    if (!s || s->rank() > 4) return false;
+    for (std::size_t d = 0; d < s->rank(); ++d) {
+      if ((*s)[d] != 1) return false;
+    }
+    return true;
+  }
+
+  // An element-wise node whose inputs are NHWC -> NCHW transposes (at least one) and
+  // values of 1s (scalars) computes on the transposes' inputs, and its result is transposed
+  // instead: the transpose moves below it, towards the next convolution's, which undoes it.
+  static bool sink(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& n = ed.at(id);
+    if (!fusable_op(n) || n.outputs.size() != 1 || !ed.control_inputs(id).empty() ||
+        ed.has_control_users(id) || ed.is_pinned(id)) {
+      return false;
+    }
+    // Broadcasting commutes with a permutation applied to every operand of the same rank,
+    // and values of 1s broadcast alike either way: shapes need not be known.
+    std::vector<endpoint> inputs = ed.inputs(id);
+    bool any = false;
+    for (endpoint& in : inputs) {
+      if (all_ones(ed.type_of(in).shape)) continue;
+      const auto inner = from_nhwc(ed, in);
+      if (!inner || !same_request(ed.at(in.node), n)) return false;
+      in = *inner;
+      any = true;
+    }
+    if (!any) return false;
+    const std::string name = n.name;
+    const std::string device = n.requested_device;
+    const node_id moved = ed.add({.name = ed.g().unique_name(name + "/nhwc"),
+                                  .op = n.op(),
+                                  .inputs = std::move(inputs),
+                                  .attrs = n.attrs,
+                                  .device = device,
+                                  .control_inputs = {}});
+    const node_id back = ed.add({.name = ed.g().unique_name(name + "/nchw"),
+                                 .op = "transpose",
+                                 .inputs = {{moved, 0}},
+                                 .attrs = {{"perm", to_nchw}},
+                                 .device = device,
+                                 .control_inputs = {}});
+    ed.replace_uses({id, 0}, {back, 0});
+    ed.erase(id);
+    ctx.rewrote({name}, fmt::format("'{}' computes in NHWC: the transpose moved below it",
+                                    ed.at(moved).name));
+    return true;
+  }
+
+  bool do_run(pass_context& ctx) override {
+    graph_editor& ed = ctx.editor();
+    bool changed = false;
+    transposes made;
+    for (node_id id : ed.topological_order()) {
+      if (!ed.alive(id) || !candidate(ed, id)) continue;
+      rewrite(ed, ctx, id, made);
+      changed = true;
+    }
+    if (!changed) return false;
+    // In topological order a moved transpose is met again below its new reader.
+    for (node_id id : ed.topological_order()) {
+      if (ed.alive(id) && !sink(ed, ctx, id)) cancel(ed, ctx, id);
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<graph_pass> make_conv_layout() {
+  return std::make_unique<conv_layout>();
+}
+
+}  // namespace loom::passes
