@@ -382,9 +382,19 @@ void pad_lowering(node_context& c) {
   c.set(0, ops::identity(x, c.opts()));
 }
 
+// Bounds known at import: a range of known length; else dynamic_range reads them on each run.
 void range_lowering(node_context& c) {
   const dtype t = c.type(0).type;
-  c.set(0, ops::range(c.b(), c.number(0, "start"), c.number(1, "limit"), c.number(2, "delta"), t, c.opts()));
+  const auto known = [&](std::size_t i) {
+    const tensor* v = c.constant(i);
+    return v != nullptr && v->num_elements() == 1 && v->type() != dtype::f16 && v->type() != dtype::bf16;
+  };
+  if (known(0) && known(1) && known(2)) {
+    c.set(0, ops::range(c.b(), c.number(0, "start"), c.number(1, "limit"), c.number(2, "delta"), t,
+                        c.opts()));
+    return;
+  }
+  c.set(0, ops::dynamic_range(c.in(0), c.in(1), c.in(2), c.opts()));
 }
 
 // A constant [rows, cols] bool mask: true where keep(i, j).
@@ -485,7 +495,7 @@ void add_array_ops(op_table& t) {
   t["Expand"] = {expand_lowering, {"broadcast_to"}};
   t["ConstantOfShape"] = {constant_of_shape_lowering, {"fill"}};
   t["Pad"] = {pad_lowering, {"pad"}};
-  t["Range"] = {range_lowering, {"range"}};
+  t["Range"] = {range_lowering, {"range", "dynamic_range"}};
   t["Tile"] = {[](node_context& c) {
                  c.set(0, c.b().add1("tile", {c.in(0)}, {{"multiples", c.ints(1, "repeats")}}, c.opts()));
                },

@@ -321,12 +321,41 @@ TEST(ElementwiseRange, MatchesNumPyArange) {
     std::vector<double> expected;
     for (double v : c.expected) expected.push_back(cast_ref(dtype::f64, c.t, v));
     expect_close(y, {static_cast<std::int64_t>(c.expected.size())}, expected, 0, 0);
+    // dynamic_range: the same bounds as tensors of the output's dtype (where they are
+    // representable in it), read at run time.
+    if (cast_ref(dtype::f64, c.t, c.start) == c.start && cast_ref(dtype::f64, c.t, c.limit) == c.limit &&
+        cast_ref(dtype::f64, c.t, c.delta) == c.delta) {
+      const tensor d = run_op1("dynamic_range", {make(c.t, {}, {c.start}), make(c.t, {1}, {c.limit}),
+                                                 make(c.t, {}, {c.delta})});
+      expect_close(d, {static_cast<std::int64_t>(c.expected.size())}, expected, 0, 0);
+    }
   }
   // Long enough to be split across threads.
   const tensor big = run_op1("range", {}, {{"start", 3.0}, {"limit", 200003.0}, {"delta", 2.0}});
   std::vector<double> expected;
   for (int i = 0; i < 100000; ++i) expected.push_back(3.0 + 2.0 * i);
   expect_close(big, {100000}, expected, 0, 0);
+}
+
+TEST(ElementwiseRange, DynamicRangeErrorsNameTheNode) {
+  const auto dyn = [](std::vector<double> start, double limit, double delta) {
+    return [=] {
+      (void)run_op1("dynamic_range",
+                    {make(dtype::f32, {static_cast<std::int64_t>(start.size())}, start),
+                     make(dtype::f32, {}, {limit}), make(dtype::f32, {}, {delta})});
+    };
+  };
+  // Bounds are known at run time only: node errors.
+  expect_throw_naming<node_error>(dyn({0.0}, 5.0, 0.0), {"under_test", "delta"});
+  expect_throw_naming<node_error>(dyn({0.0}, inf, 1.0), {"under_test", "finite"});
+  // Shapes and dtypes are known when the node is made.
+  expect_throw_naming<invalid_argument>(dyn({0.0, 1.0}, 5.0, 1.0), {"under_test", "start", "one number"});
+  expect_throw_naming<invalid_argument>(
+      [] {
+        (void)run_op1("dynamic_range", {make(dtype::f32, {}, {0}), make(dtype::f64, {}, {3}),
+                                        make(dtype::f32, {}, {1})});
+      },
+      {"under_test"});
 }
 
 TEST(ElementwiseRange, Errors) {

@@ -17,6 +17,8 @@
 #include <optional>
 
 #include "cpu_kernels.hpp"
+#include "kernel/common/apply_rule.hpp"
+#include "loom/graph/ops/math_rules.hpp"
 #include "elementwise_kernels.hpp"
 #include "elementwise_loop.hpp"
 #include "elementwise_math.hpp"
@@ -86,6 +88,47 @@ class range_kernel final : public op_kernel {
   shape shape_;
   double start_;
   double delta_;
+};
+
+// dynamic_range: range's elements, the bounds read from the inputs on each run.
+class dynamic_range_kernel final : public op_kernel {
+ public:
+  explicit dynamic_range_kernel(const kernel_construction& c)
+      : op_kernel(c), type_(c.attr<dtype>("T")) {}
+
+  void compute(kernel_context& ctx) override {
+    double bound[3];
+    static constexpr const char* names[] = {"start", "limit", "delta"};
+    for (std::size_t i = 0; i < 3; ++i) {
+      const tensor& t = ctx.input(i);
+      if (t.num_elements() != 1) {
+        ctx.fail("{} must be one number, got {}", names[i], t.describe());
+      }
+      const tensor d = ctx.input_contiguous(i);
+      visit_dtype(type_, [&](auto tag) {
+        using T = decltype(tag);
+        const T v = d.template data<T>()[0];
+        if constexpr (is_half_like<T>) {
+          bound[i] = static_cast<double>(static_cast<float>(v));
+        } else {
+          bound[i] = static_cast<double>(v);
+        }
+      });
+    }
+    const std::int64_t n = common::apply_rule(
+        ctx, [&] { return math_rules::range_length(bound[0], bound[1], bound[2]); });
+    tensor& out = ctx.allocate_output(0, type_, shape{n});
+    visit_dtype(type_, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = out.template data<T>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        p[i] = from_double<T>(bound[0] + static_cast<double>(i) * bound[2]);
+      }
+    });
+  }
+
+ private:
+  dtype type_;
 };
 
 // ---- random ----------------------------------------------------------------------------------
@@ -214,6 +257,8 @@ void register_generator_kernels(kernel_registry& r) {
   r.add(make_kernel_def_with<fill_kernel>("ones", any, std::optional<double>(1.0)));
   r.add(make_kernel_def<range_kernel>("range", device_type::cpu,
                                       type_constraint(numeric_types(), "dtype")));
+  r.add(make_kernel_def<dynamic_range_kernel>("dynamic_range", device_type::cpu,
+                                              type_constraint(numeric_types())));
   r.add(make_kernel_def<random_kernel<false>>("random_uniform", device_type::cpu,
                                               type_constraint(float_types(), "dtype")));
   r.add(make_kernel_def<random_kernel<true>>("random_normal", device_type::cpu,

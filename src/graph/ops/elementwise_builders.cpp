@@ -231,6 +231,9 @@ output range(graph_builder& b, double start, double limit, double delta, dtype t
   return b.add1("range", {}, {{"start", start}, {"limit", limit}, {"delta", delta}, {"dtype", t}},
                 o);
 }
+output dynamic_range(output start, output limit, output delta, const node_options& o) {
+  return start.builder().add1("dynamic_range", {start, limit, delta}, {}, o);
+}
 output random_uniform(graph_builder& b, dtype t, shape s, std::int64_t seed, double minval,
                       double maxval, const node_options& o) {
   return b.add1("random_uniform", {},

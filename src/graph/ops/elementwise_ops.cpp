@@ -266,6 +266,25 @@ void register_elementwise_ops(op_registry& r) {
   }
   {
     op_def d;
+    d.name = "dynamic_range";
+    d.summary = "range with start, limit and delta from tensors: a length known at run time";
+    d.inputs = {typed("start"), typed("limit"), typed("delta")};
+    d.outputs = {typed("output")};
+    d.attrs = {type_attr("T", num)};
+    d.infer = [](inference_context& c) {
+      for (std::size_t i = 0; i < 3; ++i) {
+        const auto& s = c.input(i).shape;
+        if (s && s->num_elements() != 1 && s->is_fully_defined()) {
+          c.fail(fmt::format("{} must be one number, got shape {}", c.def().inputs[i].name,
+                             to_string(*s)));
+        }
+      }
+      c.set_output(0, c.attr<dtype>("T"), shape{-1});
+    };
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
     d.name = "random_uniform";
     d.summary = "uniform random values in [minval, maxval), reproducible from the seed";
     d.outputs = {typed("output", "dtype")};

@@ -169,6 +169,11 @@ output ones(graph_builder& b, dtype t, shape s, const node_options& o = {});
 /// double and converted to `t` (numeric types). delta = 0 is an error.
 output range(graph_builder& b, double start, double limit, double delta = 1.0, dtype t = dtype::f32,
              const node_options& o = {});
+/// range with start, limit and delta from tensors of one numeric dtype (each one number):
+/// the length is known at run time only (the output's shape is [-1]). Each element is
+/// computed in double and converted, as range's; delta = 0, a non-finite bound and a length
+/// past 2^48 fail at run time naming the node.
+output dynamic_range(output start, output limit, output delta, const node_options& o = {});
 /// Uniform random values in [minval, maxval) (float types). The values depend only on
 /// `seed` and each element's index: the same in every run and with any number of threads.
 output random_uniform(graph_builder& b, dtype t, shape s, std::int64_t seed, double minval = 0.0,
