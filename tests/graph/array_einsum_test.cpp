@@ -1,6 +1,7 @@
 // ops::einsum against numpy.einsum's definition written as a float64 loop over every
 // assignment of the labels: matmuls, batches, transposes, sums, outer products, three
-// operands, ellipses, implicit outputs, float32 as well as float64, and the equation errors.
+// operands, ellipses, implicit outputs, diagonals, float32 as well as float64, and the
+// equation errors.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -133,6 +134,15 @@ TEST(Einsum, AgainstTheDefinition) {
       {"b...,b...->b", {{2, 3, 4}, {2, 3, 4}}, {"bxy", "bxy"}, "b"},
       {"ij,jk->ik", {{0, 4}, {4, 5}}, {"ij", "jk"}, "ik"},
       {"ij,jk->ik", {{3, 0}, {0, 5}}, {"ij", "jk"}, "ik"},
+      // Diagonals: a letter repeated within a term.
+      {"ii->i", {{3, 3}}, {"ii"}, "i"},
+      {"ii", {{4, 4}}, {"ii"}, ""},
+      {"...ii->...i", {{2, 3, 3}}, {"xii"}, "xi"},
+      {"iji->j", {{3, 2, 3}}, {"iji"}, "j"},
+      {"iii->i", {{2, 2, 2}}, {"iii"}, "i"},
+      {"ijij->ij", {{2, 3, 2, 3}}, {"ijij"}, "ij"},
+      {"ij,jj->i", {{3, 4}, {4, 4}}, {"ij", "jj"}, "i"},
+      {"bii,bij->bj", {{2, 3, 3}, {2, 3, 4}}, {"bii", "bij"}, "bj"},
   };
   for (const auto& c : cases) {
     check(c, dtype::f64);
@@ -153,8 +163,7 @@ TEST(Einsum, EquationErrorsNameTheEquation) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("ii->i", {x}),
-            "einsum 'ii->i': label 'i' repeats within term 'ii' (diagonals are not supported)");
+  EXPECT_EQ(message("ij->ii", {x}), "einsum 'ij->ii': output label 'i' repeats");
   EXPECT_EQ(message("ij,jk->ik", {x, y}),
             "einsum 'ij,jk->ik': label 'j' is 4 in operand 1 but 3 before");
   EXPECT_EQ(message("ijk->i", {x}), "einsum 'ijk->i': term 'ijk' does not fit operand 0 of rank 2");

@@ -492,6 +492,8 @@ TEST(GradientCheck, IndexOps) {
         [](graph_builder&, const xs_t& x) { return ops::einsum("bij,bjk->bik", x); });
   check("einsum ijk,jl->kil", {in{{2, 3, 2}}, in{{3, 2}}},
         [](graph_builder&, const xs_t& x) { return ops::einsum("ijk,jl->kil", x); });
+  check("einsum bii,bij->bj (a diagonal)", {in{{2, 3, 3}}, in{{2, 3, 2}}},
+        [](graph_builder&, const xs_t& x) { return ops::einsum("bii,bij->bj", x); });
   check("stack", {in{{2, 3}}, in{{2, 3}}},
         [](graph_builder&, const xs_t& x) { return ops::stack(x, -1); });
   check("gather wrap_negative", {in{{4, 3}}}, [&](graph_builder& b, const xs_t& x) {

@@ -1,5 +1,5 @@
 // ops::einsum (loom/graph/ops/array.hpp): an Einstein-summation equation lowered, when the
-// graph is built, onto reduce_sum, transpose, reshape and matmul. Operands are contracted
+// graph is built, onto reduce_sum, transpose, reshape, strided_slice (diagonals) and matmul. Operands are contracted
 // left to right; each pair becomes one batched matmul over [batch, left, contracted] x
 // [batch, contracted, right], after the labels only one side has and nothing later needs are
 // summed away. No new op: gradients, placement and both devices come from those ops.
@@ -91,6 +91,35 @@ std::int64_t product(const std::string& labels, const std::map<char, std::int64_
   return n;
 }
 
+// t with every label that repeats within it taken once: the diagonal over its dimensions
+// (numpy.einsum's 'ii->i'). The two dimensions move last, merge into one of n * n, and a
+// slice with step n + 1 keeps the entries (k, k).
+labelled diagonals(labelled t, const std::map<char, std::int64_t>& size) {
+  for (std::size_t d = 0; d < t.labels.size(); ++d) {
+    const char c = t.labels[d];
+    const auto again = t.labels.find(c, d + 1);
+    if (again == std::string::npos) continue;
+    std::string rest;
+    ints perm;
+    ints dims;
+    for (std::size_t k = 0; k < t.labels.size(); ++k) {
+      if (k == d || k == again) continue;
+      rest.push_back(t.labels[k]);
+      perm.push_back(static_cast<std::int64_t>(k));
+      dims.push_back(size.at(t.labels[k]));
+    }
+    perm.push_back(static_cast<std::int64_t>(d));
+    perm.push_back(static_cast<std::int64_t>(again));
+    const std::int64_t n = size.at(c);
+    dims.push_back(n * n);
+    const output merged = reshape(transpose(t.x, perm), dims);
+    const auto last = static_cast<std::int64_t>(dims.size() - 1);
+    t = {strided_slice(merged, {0}, {n * n}, {last}, {n + 1}), rest + c};
+    d = static_cast<std::size_t>(-1);  // look again from the start: labels moved
+  }
+  return t;
+}
+
 // a and b contracted, keeping the labels in `keep` (the output's and later operands').
 labelled contract(labelled a, labelled b, const std::string& keep,
                   const std::map<char, std::int64_t>& size) {
@@ -167,11 +196,6 @@ output einsum(const std::string& equation, const std::vector<output>& operands,
           !(c >= ellipsis_first && c < ellipsis_first + static_cast<char>(max_ellipsis))) {
         bad(equation, fmt::format("'{}' is not a label (a-z, A-Z) or '...'", c));
       }
-      if (labels.find(c) != d) {
-        bad(equation,
-            fmt::format("label '{}' repeats within term '{}' (diagonals are not supported)", c,
-                        terms[i]));
-      }
       const auto [it, fresh] = size.emplace(c, s[d]);
       if (!fresh && it->second != s[d]) {
         bad(equation,
@@ -181,6 +205,9 @@ output einsum(const std::string& equation, const std::vector<output>& operands,
     }
     ts.push_back({operands[i], labels});
   }
+  // A label repeated within a term is that term's diagonal (its dimensions are equal: the
+  // sizes were checked above).
+  for (auto& t : ts) t = diagonals(t, size);
   // The output: as given, or NumPy's implicit one (ellipsis, then the labels used once, in
   // alphabetical order).
   std::string out;

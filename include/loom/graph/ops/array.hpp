@@ -215,11 +215,12 @@ output stack(const std::vector<output>& values, std::int64_t axis = 0, const nod
 /// numpy.einsum over float operands of fully known shapes: `equation` names each operand's
 /// dimensions with letters ("ij,jk->ik", "bhqd,bhkd->bhqk"); "..." stands for the dimensions
 /// not named (the same sizes in every operand that has them, right-aligned); without "->" the
-/// output is the ellipsis, then the letters used once, in alphabetical order. Lowered when the
-/// graph is built onto reduce_sum, transpose, reshape and batched matmul (operands contracted
-/// left to right), so it has their gradients and devices. Throws loom::invalid_argument
-/// naming the equation for a term that does not fit its operand, a letter of two sizes, an
-/// output letter in no operand, or a letter repeated within one term (diagonals).
+/// output is the ellipsis, then the letters used once, in alphabetical order. A letter
+/// repeated within a term takes that operand's diagonal ("ii->i"; "ii" alone is the trace).
+/// Lowered when the graph is built onto reduce_sum, transpose, reshape, strided_slice and
+/// batched matmul (operands contracted left to right), so it has their gradients and
+/// devices. Throws loom::invalid_argument naming the equation for a term that does not fit
+/// its operand, a letter of two sizes, an output letter in no operand or repeated in it.
 output einsum(const std::string& equation, const std::vector<output>& operands,
               const node_options& o = {});
 
