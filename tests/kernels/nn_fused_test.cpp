@@ -14,8 +14,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -255,9 +255,9 @@ void expect_matches(const tensor& got, const expected& want, dtype t) {
   for (std::size_t i = 0; i < g.size(); ++i) {
     const double tol = tolerance(t) * (1.2 * want.scale[i] + std::fabs(want.v[i]) + 0.01);
     // NaN and infinities (clip's inputs) exactly.
-    const bool ok = std::isfinite(want.v[i]) ? std::fabs(g[i] - want.v[i]) <= tol
-                                             : (std::isnan(want.v[i]) ? std::isnan(g[i])
-                                                                      : g[i] == want.v[i]);
+    const bool ok = std::isfinite(want.v[i])
+                        ? std::fabs(g[i] - want.v[i]) <= tol
+                        : (std::isnan(want.v[i]) ? std::isnan(g[i]) : g[i] == want.v[i]);
     if (!ok && reported++ < 8) {
       ADD_FAILURE() << "element " << i << ": got " << g[i] << ", expected " << want.v[i]
                     << " (tolerance " << tol << ", " << got.describe() << ")";
@@ -465,15 +465,15 @@ std::vector<epilogue_case> every_epilogue() {
 // Activation inputs with NaN, infinities, signed zeros, the bounds' values (bound_cases'),
 // and values between and past them: a column of these times a row of clip_scales with
 // K = 1 (every product exact), or their 1x1 convolution.
-const std::vector<double> clip_specials{nan, inf,  -inf, -0.0, 0.0, 6.0,  -6.0, 0.1,
+const std::vector<double> clip_specials{nan, inf, -inf, -0.0, 0.0, 6.0,  -6.0, 0.1,
                                         0.3, 3.0, -3.0, 7.0,  1e4, -1e4, 1e-3, 0.5};
 const std::vector<double> clip_scales{1.0, -1.0, 0.5, 2.0};
 
 // Bounds: ReLU6's, signed zeros (a tie gives the bound), one or both infinite (the lone
 // maximum / minimum), NaN, lo > hi, and values no 16-bit float holds (rounded to it).
 std::vector<std::pair<double, double>> clip_bound_cases() {
-  return {{0.0, 6.0},  {-0.0, 6.0},  {0.0, inf},  {-0.0, inf}, {-inf, 6.0},  {-inf, -0.0},
-          {nan, 6.0},  {0.0, nan},   {6.0, 0.0},  {0.1, 0.3},  {-inf, inf}};
+  return {{0.0, 6.0}, {-0.0, 6.0}, {0.0, inf}, {-0.0, inf}, {-inf, 6.0}, {-inf, -0.0},
+          {nan, 6.0}, {0.0, nan},  {6.0, 0.0}, {0.1, 0.3},  {-inf, inf}};
 }
 
 // ---- fused_matmul ------------------------------------------------------------------------
@@ -694,8 +694,8 @@ TEST(NnFusedClip, MatmulSpecialValuesAgainstUnfused) {
         for (const bool residual : {false, true}) {
           check_against_unfused(
               [](graph_builder&, output x, output y) { return ops::matmul(x, y); },
-              [](output x, output y, const epilogue& ep) { return ops::fused_matmul(x, y, ep); },
-              a, w, core, {bias, residual, "clip", lo, hi}, false, 21);
+              [](output x, output y, const epilogue& ep) { return ops::fused_matmul(x, y, ep); }, a,
+              w, core, {bias, residual, "clip", lo, hi}, false, 21);
         }
       }
     }
@@ -731,14 +731,12 @@ TEST(NnFusedClip, Conv2dSpecialValuesAgainstUnfused) {
     for (const auto& [lo, hi] : clip_bound_cases()) {
       for (const bool bias : {false, true}) {
         for (const bool residual : {false, true}) {
-          check_against_unfused(
-              [&c](graph_builder&, output xi, output wi) {
-                return ops::conv2d(xi, wi, c.options());
-              },
-              [&c](output xi, output wi, const epilogue& ep) {
-                return ops::fused_conv2d(xi, wi, ep, c.options());
-              },
-              x, w, core, {bias, residual, "clip", lo, hi}, true, 23);
+          check_against_unfused([&c](graph_builder&, output xi,
+                                     output wi) { return ops::conv2d(xi, wi, c.options()); },
+                                [&c](output xi, output wi, const epilogue& ep) {
+                                  return ops::fused_conv2d(xi, wi, ep, c.options());
+                                },
+                                x, w, core, {bias, residual, "clip", lo, hi}, true, 23);
         }
       }
     }
@@ -770,11 +768,10 @@ TEST(NnFusedConv2d, BlockedLayoutsAgainstUnfused) {
     const tensor x = random(t, c.x, 1);
     const tensor w = random(t, c.w, 2);
     const expected core = conv_ref(c, x, w);
-    for (const epilogue_case& e : std::vector<epilogue_case>{
-             {true, true, "relu"},
-             {true, false, "gelu"},
-             {false, true, "none"},
-             {true, true, "clip", 0.0, 6.0}}) {
+    for (const epilogue_case& e : std::vector<epilogue_case>{{true, true, "relu"},
+                                                             {true, false, "gelu"},
+                                                             {false, true, "none"},
+                                                             {true, true, "clip", 0.0, 6.0}}) {
       check_against_unfused(
           [&c](graph_builder&, output xi, output wi) { return ops::conv2d(xi, wi, c.options()); },
           [&c](output xi, output wi, const epilogue& ep) {
@@ -960,8 +957,8 @@ TEST(NnFusedGradients, Conv2d) {
 }
 
 TEST(NnFusedGradients, Clip) {
-  for (const auto& [lo, hi] : std::vector<std::pair<double, double>>{
-           {-0.6, 0.8}, {-inf, 0.5}, {0.2, inf}, {-inf, inf}}) {
+  for (const auto& [lo, hi] :
+       std::vector<std::pair<double, double>>{{-0.6, 0.8}, {-inf, 0.5}, {0.2, inf}, {-inf, inf}}) {
     check_gradients(fmt::format("matmul clip [{}, {}]", lo, hi), {{5, 7}, {7, 4}, {4}, {5, 4}},
                     [lo, hi](const std::vector<output>& x) {
                       return ops::fused_matmul(x[0], x[1],
@@ -1007,7 +1004,8 @@ TEST(NnFusedGradients, ClipAgainstUnfusedAtTies) {
           {.bias = pb, .residual = pr, .activation = "clip", .clip_min = lo, .clip_max = hi});
       const output unfused = clip_nodes(ops::bias_add(ops::matmul(pa, pw), pb) + pr, lo, hi, false);
       std::vector<std::string> fetches{fused.name(), unfused.name()};
-      for (const output& loss : {ops::reduce_sum(fused * weights), ops::reduce_sum(unfused * weights)}) {
+      for (const output& loss :
+           {ops::reduce_sum(fused * weights), ops::reduce_sum(unfused * weights)}) {
         for (const output& d : gradients(loss, xs)) fetches.push_back(d.name());
       }
       session s(std::move(g), no_passes());
@@ -1119,12 +1117,11 @@ TEST(NnFusedOps, BadInputAtConstruction) {
       {"under_test", "fused_matmul", "clip_min = 0", "\"relu\"", "only \"clip\""});
   expect_invalid_argument(
       [&] {
-        run_op1("fused_conv2d", {f32({1, 2, 5, 5}), f32({3, 2, 3, 3})},
-                [] {
-                  attr_map a = conv_case{.x = {}, .w = {}}.attrs();
-                  a.emplace("clip_max", 6.0);
-                  return a;
-                }());
+        run_op1("fused_conv2d", {f32({1, 2, 5, 5}), f32({3, 2, 3, 3})}, [] {
+          attr_map a = conv_case{.x = {}, .w = {}}.attrs();
+          a.emplace("clip_max", 6.0);
+          return a;
+        }());
       },
       {"under_test", "fused_conv2d", "clip_max = 6", "\"none\""});
   expect_invalid_argument(

@@ -59,9 +59,7 @@ struct clip_op {
   using C = ew::compute_t<T>;
   C lo;
   C hi;
-  C operator()(C x) const noexcept {
-    return ew::minimum_op{}(ew::maximum_op{}(x, lo), hi);
-  }
+  C operator()(C x) const noexcept { return ew::minimum_op{}(ew::maximum_op{}(x, lo), hi); }
 };
 
 // A clip bound as a scalar constant of T holds it, in T's compute type.

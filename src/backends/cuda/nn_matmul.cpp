@@ -340,8 +340,7 @@ class lt_matmul_kernel : public op_kernel {
       clip_max_ = c.attr<double>("clip_max");
       common::apply_rule(c, [&] {
         nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
-        nn_rules::check_clip_bounds(static_cast<nn_rules::activation>(act_), clip_min_,
-                                    clip_max_);
+        nn_rules::check_clip_bounds(static_cast<nn_rules::activation>(act_), clip_min_, clip_max_);
       });
     }
   }
@@ -415,10 +414,9 @@ class lt_matmul_kernel : public op_kernel {
                        const void* residual, std::int64_t rows, std::int64_t n,
                        epilogue_activation act) const {
     if (!bias.defined() && residual == nullptr && act == epilogue_activation::none) return;
-    const cudaError_t e =
-        kernels::matmul_epilogue(out.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
-                                 residual, rows, n, epilogue_type_of(type_), act, clip_min_,
-                                 clip_max_, stream);
+    const cudaError_t e = kernels::matmul_epilogue(
+        out.raw_data(), bias.defined() ? bias.raw_data() : nullptr, residual, rows, n,
+        epilogue_type_of(type_), act, clip_min_, clip_max_, stream);
     if (e != cudaSuccess) ctx.fail("matmul epilogue kernel failed to launch: {}", describe(e));
     check_launch(ctx, "matmul_epilogue");
   }

@@ -70,9 +70,9 @@ tensor_type infer_core(const inference_context& c, const op_def& core, const att
 }
 
 // Checks the epilogue inputs (from input 2 on) against the core's output `out`: num_args
-// is has_bias + has_residual; clip bounds only with activation "clip"; the bias has rank 1 and the size of dimension `channel` of
-// the output; the residual has the output's shape. `what` names the core's output and
-// `channel_name` the bias's dimension in messages.
+// is has_bias + has_residual; clip bounds only with activation "clip"; the bias has rank 1
+// and the size of dimension `channel` of the output; the residual has the output's shape.
+// `what` names the core's output and `channel_name` the bias's dimension in messages.
 void check_epilogue(const inference_context& c, const tensor_type& out, std::size_t channel,
                     std::string_view what, std::string_view channel_name) {
   const bool has_bias = c.attr<bool>("has_bias");

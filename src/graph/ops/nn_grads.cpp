@@ -5,8 +5,8 @@
 // ops (nn_fused_ops.cpp) through the activation's gradient and then their core's.
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <numbers>
+#include <optional>
 
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/math.hpp"
