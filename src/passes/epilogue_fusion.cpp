@@ -22,20 +22,19 @@
 //         bound, which differ for -0 against +0 (Note [NaN rules]), so it is not fused.
 // The match becomes fused_matmul(a, b, [bias], [residual]) or fused_conv2d(x, w, [bias],
 // [residual]) with the core's attributes, has_bias, has_residual and activation (and
-// clip_min, clip_max for clip); its output
-// replaces the last matched value (its readers, fetches, control readers and target). This
-// pass runs before element-wise fusion, which would otherwise take the bias and the
-// activation into a fused_elementwise node.
+// clip_min, clip_max for clip); its output replaces the last matched value (its readers,
+// fetches, control readers and target). This pass runs before element-wise fusion, which
+// would otherwise take the bias and the activation into a fused_elementwise node.
 //
 // A step joins only when the value before it is read by that step alone (not fetched, no
 // control readers, not a target), asks for the core's device, and waits for no other node
 // (control inputs); otherwise the match stops before it (a clip's minimum too: then the
 // maximum alone is fused), and when it was an epilogue op it is logged as refused with the
-// reason (typically: the value is also read by a gradient,
-// because gradients() ran before the passes; relu's own gradient reads relu's output, which
-// the fused node provides, so training graphs fuse). Also logged: bias shapes that are not
-// channel biases, maximum / minimum whose operands are no clip, and dtypes no fused kernel
-// takes on the requested device type.
+// reason (typically: the value is also read by a gradient, because gradients() ran before
+// the passes; relu's own gradient reads relu's output, which the fused node provides, so
+// training graphs fuse; maximum's and minimum's read their inputs, so a clip does not).
+// Also logged: bias shapes that are not channel biases, maximum / minimum whose operands
+// are no clip, and dtypes no fused kernel takes on the requested device type.
 #include <fmt/format.h>
 
 #include <algorithm>
