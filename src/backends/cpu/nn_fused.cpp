@@ -18,7 +18,8 @@
 // `eltwise` post-ops), saving that one pass, but not with the same answers, so loom does
 // not use it:
 // - its eltwise relu is max(x, 0) on vmaxps, which gives 0 for NaN (and +0 for -0), where
-//   relu keeps NaN (as NumPy and PyTorch do); its clip drops NaN the same way; its logistic,
+//   relu keeps NaN (as NumPy and PyTorch do); its clip is min/max instructions too, not the
+//   NaN and tie rules of the maximum and minimum nodes (Note [NaN rules]); its logistic,
 //   tanh and gelu clamp the input with min/max first, which turns NaN into a number too;
 // - bias and sum are added in float and rounded once for bfloat16, where the unfused graph
 //   rounds after every op: other roundings, and values past bfloat16's largest finite are
