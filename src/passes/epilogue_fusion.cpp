@@ -15,23 +15,31 @@
 //   residual: add(., r) (either order), r of exactly the output's (fully known) shape and
 //         dtype and not computed from the core;
 //   activation: relu, gelu (approximate "none" -> "gelu", "tanh" -> "gelu_tanh"), tanh or
-//         sigmoid.
+//         sigmoid; or clip (Note [clip activation] in nn_rules.hpp), the form ONNX's Clip
+//         lowers to: maximum(., lo) optionally followed by minimum(., hi), or minimum(., hi)
+//         alone (the missing bound infinite), lo and hi scalar consts (rank 0 or all dims 1,
+//         no higher rank than the output) of the core's dtype. The value must be the first
+//         operand: maximum(lo, .) gives the value where the two tie and maximum(., lo) the
+//         bound, which differ for -0 against +0 (Note [NaN rules]), so it is not fused.
 // The match becomes fused_matmul(a, b, [bias], [residual]) or fused_conv2d(x, w, [bias],
-// [residual]) with the core's attributes, has_bias, has_residual and activation; its output
-// replaces the last matched value (its readers, fetches, control readers and target). This
-// pass runs before element-wise fusion, which would otherwise take the bias and the
-// activation into a fused_elementwise node.
+// [residual]) with the core's attributes, has_bias, has_residual and activation (and
+// clip_min, clip_max for clip); its output replaces the last matched value (its readers,
+// fetches, control readers and target). This pass runs before element-wise fusion, which
+// would otherwise take the bias and the activation into a fused_elementwise node.
 //
 // A step joins only when the value before it is read by that step alone (not fetched, no
 // control readers, not a target), asks for the core's device, and waits for no other node
-// (control inputs); otherwise the match stops before it, and when it was an epilogue op it
-// is logged as refused with the reason (typically: the value is also read by a gradient,
-// because gradients() ran before the passes; relu's own gradient reads relu's output, which
-// the fused node provides, so training graphs fuse). Also logged: bias shapes that are not
-// channel biases, and dtypes no fused kernel takes on the requested device type.
+// (control inputs); otherwise the match stops before it (a clip's minimum too: then the
+// maximum alone is fused), and when it was an epilogue op it is logged as refused with the
+// reason (typically: the value is also read by a gradient, because gradients() ran before
+// the passes; relu's own gradient reads relu's output, which the fused node provides, so
+// training graphs fuse; maximum's and minimum's read their inputs, so a clip does not).
+// Also logged: bias shapes that are not channel biases, maximum / minimum whose operands
+// are no clip, and dtypes no fused kernel takes on the requested device type.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "loom/graph/ops/nn_rules.hpp"
 #include "loom/passes/pass_manager.hpp"
@@ -42,7 +50,7 @@ namespace {
 
 bool epilogue_op(const std::string& op) {
   return op == "bias_add" || op == "add" || op == "relu" || op == "gelu" || op == "tanh" ||
-         op == "sigmoid";
+         op == "sigmoid" || op == "maximum" || op == "minimum";
 }
 
 struct match {
@@ -53,6 +61,10 @@ struct match {
   std::optional<endpoint> bias;
   std::optional<endpoint> residual;
   std::string activation = "none";
+  // Activation "clip": its bounds, and whether a maximum was taken that a minimum may end.
+  double clip_min = -std::numeric_limits<double>::infinity();
+  double clip_max = std::numeric_limits<double>::infinity();
+  bool clip_open = false;
 };
 
 class epilogue_fusion final : public graph_pass {
@@ -73,8 +85,39 @@ class epilogue_fusion final : public graph_pass {
     return true;
   }
 
+  // Why maximum or minimum `r` of `cur` is no clip step: its first operand must be `cur`,
+  // its second a scalar const of dtype `t`, a rank no higher than the output's `out`;
+  // nullopt when it is one.
+  static std::optional<std::string> why_not_clip(const graph_editor& ed, node_id r, endpoint cur,
+                                                 dtype t, const shape& out) {
+    const auto& in = ed.inputs(r);
+    const std::string& op = ed.at(r).op();
+    if (in.size() != 2) return fmt::format("it has {} inputs", in.size());
+    if (in[0] == cur && in[1] == cur) return "it takes the value twice";
+    if (in[0] != cur) {
+      return fmt::format(
+          "the value is its second operand: only {0}(value, bound) is a clip ({0}(bound, "
+          "value) gives the value where the two tie, -0 against +0, not the bound)",
+          op);
+    }
+    const endpoint b = in[1];
+    const std::string name = ed.g().endpoint_name(b);
+    const tensor_type& bt = ed.type_of(b);
+    if (bt.type != t) {
+      return fmt::format("its bound '{}' is {}, not the output's {}", name, to_string(bt.type),
+                         to_string(t));
+    }
+    const bool scalar = bt.shape && bt.shape->rank() <= out.rank() &&
+                        std::all_of(bt.shape->dims().begin(), bt.shape->dims().end(),
+                                    [](std::int64_t d) { return d == 1; });
+    if (!scalar) return fmt::format("its bound '{}' ({}) is not a scalar", name, to_string(bt));
+    if (!uniform_constant(ed, b, 1)) return fmt::format("its bound '{}' is no const", name);
+    return std::nullopt;
+  }
+
   // Extends the match by one step at reader `r` of `cur`; false when `r` is no step of
-  // the kind `kind` ("bias", "residual", "activation").
+  // the kind `kind` ("bias", "residual", "activation", and "clip_max": the minimum that
+  // may follow a clip's maximum).
   static bool take(const graph_editor& ed, match& mt, node_id r, endpoint cur,
                    const std::string& kind, const shape& out) {
     const node& rn = ed.at(r);
@@ -107,10 +150,17 @@ class epilogue_fusion final : public graph_pass {
       mt.residual = *res;
     } else {
       const std::string& op = rn.op();
-      if (op == "relu" || op == "tanh" || op == "sigmoid") {
+      const bool clip_end = kind == "clip_max";
+      if (!clip_end && (op == "relu" || op == "tanh" || op == "sigmoid")) {
         mt.activation = op;
-      } else if (op == "gelu") {
+      } else if (!clip_end && op == "gelu") {
         mt.activation = rn.attr<std::string>("approximate") == "tanh" ? "gelu_tanh" : "gelu";
+      } else if ((op == "maximum" && !clip_end) || op == "minimum") {
+        if (why_not_clip(ed, r, cur, t, out)) return false;
+        const double bound = *uniform_constant(ed, ed.inputs(r)[1], 1);
+        mt.activation = "clip";
+        mt.clip_open = op == "maximum";
+        (op == "maximum" ? mt.clip_min : mt.clip_max) = bound;
       } else {
         return false;
       }
@@ -171,7 +221,8 @@ class epilogue_fusion final : public graph_pass {
       }
       return std::nullopt;
     }
-    for (const char* kind : {"bias", "residual", "activation"}) {
+    for (const char* kind : {"bias", "residual", "activation", "clip_max"}) {
+      if (std::string(kind) == "clip_max" && !mt.clip_open) break;
       const endpoint cur{mt.chain.back(), 0};
       const auto& uses = ed.uses(cur);
       auto refuse = [&](node_id r, const std::string& why) {
@@ -207,8 +258,13 @@ class epilogue_fusion final : public graph_pass {
       }
       if (take(ed, mt, r, cur, kind, out)) continue;
       // Not this step: maybe a later one (an add without bias is a residual, say).
-      if (std::string(kind) == "activation") {
-        if (rn.op() == "add" || rn.op() == "bias_add") refuse(r, why_not_added(ed, r, cur, out));
+      if (std::string(kind) == "activation" || std::string(kind) == "clip_max") {
+        if (std::string(kind) == "activation" && (rn.op() == "add" || rn.op() == "bias_add")) {
+          refuse(r, why_not_added(ed, r, cur, out));
+        }
+        if (rn.op() == "maximum" || rn.op() == "minimum") {
+          if (auto why = why_not_clip(ed, r, cur, ed.at(id).outputs[0].type, out)) refuse(r, *why);
+        }
         break;
       }
     }
@@ -248,6 +304,10 @@ class epilogue_fusion final : public graph_pass {
     attrs.emplace("has_bias", mt.bias.has_value());
     attrs.emplace("has_residual", mt.residual.has_value());
     attrs.emplace("activation", mt.activation);
+    if (mt.activation == "clip") {
+      attrs.emplace("clip_min", mt.clip_min);
+      attrs.emplace("clip_max", mt.clip_max);
+    }
     const std::string op = mt.conv ? "fused_conv2d" : "fused_matmul";
     const node_id fused = ed.add({.name = ed.g().unique_name("fused/" + last_name),
                                   .op = op,
@@ -263,7 +323,11 @@ class epilogue_fusion final : public graph_pass {
     if (mt.bias) parts.push_back(fmt::format("bias '{}'", ed.g().endpoint_name(*mt.bias)));
     if (mt.residual)
       parts.push_back(fmt::format("residual '{}'", ed.g().endpoint_name(*mt.residual)));
-    if (mt.activation != "none") parts.push_back(mt.activation);
+    if (mt.activation == "clip") {
+      parts.push_back(fmt::format("clip [{}, {}]", mt.clip_min, mt.clip_max));
+    } else if (mt.activation != "none") {
+      parts.push_back(mt.activation);
+    }
     std::string what;
     for (const auto& p : parts) what += fmt::format("{}{}", what.empty() ? "" : ", ", p);
     ctx.rewrote(names, fmt::format("{} '{}' ({})", op, ed.at(fused).name, what));

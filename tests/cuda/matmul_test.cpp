@@ -466,7 +466,10 @@ TEST(CudaFusedMatmul, SpecialValuesAsTheUnfusedGraphBitForBit) {
     for (std::int64_t i = 0; i < m * n; i += 5) {
       put(r, i, specials[static_cast<std::size_t>(i / 5 % ns)]);
     }
-    for (const char* act : {"none", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid"}) {
+    // clip: maximum(., 0) and minimum(., 1.5) (ReLU6's form, the bound a special value);
+    // clip_lo: maximum(., -0) alone (the pass fuses both as activation clip).
+    for (const char* act :
+         {"none", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "clip", "clip_lo"}) {
       SCOPED_TRACE(std::string(to_string(t)) + " " + act);
       graph g;
       graph_builder gb(g);
@@ -484,6 +487,11 @@ TEST(CudaFusedMatmul, SpecialValuesAsTheUnfusedGraphBitForBit) {
       if (a_name == "gelu_tanh") y = ops::gelu(y, "tanh", on_gpu);
       if (a_name == "tanh") y = ops::tanh(y, on_gpu);
       if (a_name == "sigmoid") y = ops::sigmoid(y, on_gpu);
+      if (a_name == "clip") {
+        y = ops::minimum(ops::maximum(y, ops::scalar(gb, 0.0, t), on_gpu), ops::scalar(gb, 1.5, t),
+                         on_gpu);
+      }
+      if (a_name == "clip_lo") y = ops::maximum(y, ops::scalar(gb, -0.0, t), on_gpu);
       ops::identity(y, {.name = "y", .device = "cpu:0"});
       const std::vector<feed> feeds{{"a", a}, {"b", b}, {"bias", bias}, {"r", r}};
       session fused(g);

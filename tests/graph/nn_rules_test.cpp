@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -260,8 +261,30 @@ TEST(NnRules, Activations) {
   EXPECT_EQ(rules::activation_of("gelu_tanh"), rules::activation::gelu_tanh);
   EXPECT_EQ(rules::activation_of("tanh"), rules::activation::tanh);
   EXPECT_EQ(rules::activation_of("sigmoid"), rules::activation::sigmoid);
+  EXPECT_EQ(rules::activation_of("clip"), rules::activation::clip);
   EXPECT_EQ(message_of([] { return rules::activation_of("Relu"); }), "unknown activation \"Relu\"");
   EXPECT_EQ(message_of([] { return rules::activation_of(""); }), "unknown activation \"\"");
+}
+
+// Clip takes any bounds (NaN, lo > hi, infinite: Note [clip activation]); the others only
+// the defaults -inf and +inf.
+TEST(NnRules, ClipBounds) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_NO_THROW(rules::check_clip_bounds(rules::activation::clip, 0.0, 6.0));
+  EXPECT_NO_THROW(rules::check_clip_bounds(rules::activation::clip, 6.0, 0.0));
+  EXPECT_NO_THROW(rules::check_clip_bounds(rules::activation::clip, nan, nan));
+  EXPECT_NO_THROW(rules::check_clip_bounds(rules::activation::clip, -inf, inf));
+  EXPECT_NO_THROW(rules::check_clip_bounds(rules::activation::none, -inf, inf));
+  EXPECT_NO_THROW(rules::check_clip_bounds(rules::activation::relu, -inf, inf));
+  EXPECT_EQ(message_of([] { rules::check_clip_bounds(rules::activation::relu, 0.0, inf); }),
+            "clip_min = 0 is given, but activation \"relu\" takes no bounds (only \"clip\" does)");
+  EXPECT_EQ(message_of([&] { rules::check_clip_bounds(rules::activation::gelu, -inf, nan); }),
+            "clip_max = nan is given, but activation \"gelu\" takes no bounds (only \"clip\" "
+            "does)");
+  EXPECT_EQ(message_of([] { rules::check_clip_bounds(rules::activation::none, inf, inf); }),
+            "clip_min = inf is given, but activation \"none\" takes no bounds (only \"clip\" "
+            "does)");
 }
 
 TEST(NnRules, EpilogueInputs) {

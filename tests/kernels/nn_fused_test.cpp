@@ -7,11 +7,15 @@
 // sizes, non-contiguous inputs, residuals no one else may write; gradients against central
 // differences; bad input at construction and at run time.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <numbers>
 #include <optional>
 #include <string>
@@ -41,7 +45,20 @@ const std::vector<std::string> activations{"none", "relu", "gelu", "gelu_tanh", 
 
 // ---- the float64 reference ----------------------------------------------------------------
 
-double act_ref(const std::string& act, double x) {
+constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+// NumPy's maximum / minimum: NaN on either side gives NaN, a tie the second operand.
+double max_ref(double a, double b) {
+  return (a > b || std::isnan(a)) ? a : b;
+}
+double min_ref(double a, double b) {
+  return (a < b || std::isnan(a)) ? a : b;
+}
+
+// `lo`, `hi`: activation clip's bounds, already rounded to the dtype.
+double act_ref(const std::string& act, double x, double lo = -inf, double hi = inf) {
+  if (act == "clip") return min_ref(max_ref(x, lo), hi);
   if (act == "relu") return x > 0 ? x : 0.0;
   if (act == "gelu") return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2));
   if (act == "gelu_tanh") {
@@ -183,10 +200,11 @@ expected conv_ref(const conv_case& c, const tensor& x, const tensor& w) {
   return e;
 }
 
-// act(core + bias + residual) in place; the bias runs along dimension `channel`.
+// act(core + bias + residual) in place; the bias runs along dimension `channel`; `lo`,
+// `hi`: clip's bounds (rounded to the dtype).
 void apply_epilogue(expected& e, const std::optional<tensor>& bias,
                     const std::optional<tensor>& residual, const std::string& act,
-                    std::size_t channel) {
+                    std::size_t channel, double lo = -inf, double hi = inf) {
   std::int64_t inner = 1;
   for (std::size_t d = channel + 1; d < e.s.rank(); ++d) inner *= e.s[d];
   const std::int64_t channels = e.s.rank() > 0 ? e.s[channel] : 1;
@@ -204,7 +222,9 @@ void apply_epilogue(expected& e, const std::optional<tensor>& bias,
       z += rv[i];
       e.scale[i] += std::fabs(rv[i]);
     }
-    e.v[i] = act_ref(act, z);
+    e.v[i] = act_ref(act, z, lo, hi);
+    // An infinite input clipped to a finite bound: exactly the bound.
+    if (!std::isfinite(e.scale[i]) && std::isfinite(e.v[i])) e.scale[i] = 0;
   }
 }
 
@@ -234,7 +254,11 @@ void expect_matches(const tensor& got, const expected& want, dtype t) {
   int reported = 0;
   for (std::size_t i = 0; i < g.size(); ++i) {
     const double tol = tolerance(t) * (1.2 * want.scale[i] + std::fabs(want.v[i]) + 0.01);
-    if (!(std::fabs(g[i] - want.v[i]) <= tol) && reported++ < 8) {
+    // NaN and infinities (clip's inputs) exactly.
+    const bool ok = std::isfinite(want.v[i])
+                        ? std::fabs(g[i] - want.v[i]) <= tol
+                        : (std::isnan(want.v[i]) ? std::isnan(g[i]) : g[i] == want.v[i]);
+    if (!ok && reported++ < 8) {
       ADD_FAILURE() << "element " << i << ": got " << g[i] << ", expected " << want.v[i]
                     << " (tolerance " << tol << ", " << got.describe() << ")";
     }
@@ -247,13 +271,28 @@ struct epilogue_case {
   bool bias = false;
   bool residual = false;
   std::string act = "none";
+  double lo = -inf;  // clip's bounds
+  double hi = inf;
   [[nodiscard]] std::string describe() const {
+    if (act == "clip") {
+      return fmt::format("bias {} residual {} act clip [{}, {}]", bias, residual, lo, hi);
+    }
     return fmt::format("bias {} residual {} act {}", bias, residual, act);
   }
 };
 
 attr_map epilogue_attrs(const epilogue_case& e) {
-  return {{"has_bias", e.bias}, {"has_residual", e.residual}, {"activation", e.act}};
+  attr_map a{{"has_bias", e.bias}, {"has_residual", e.residual}, {"activation", e.act}};
+  if (e.act == "clip") {
+    a.emplace("clip_min", e.lo);
+    a.emplace("clip_max", e.hi);
+  }
+  return a;
+}
+
+// `v` as a scalar constant of `t` holds it (ops::scalar's conversion).
+double in_dtype(dtype t, double v) {
+  return values(make(t, {}, {v}))[0];
 }
 
 std::vector<tensor> with_args(std::vector<tensor> in, const std::optional<tensor>& bias,
@@ -278,7 +317,8 @@ void check_matmul(const tensor& a, const tensor& b, bool ta, bool tb, const epil
   attrs.emplace("transpose_a", ta);
   attrs.emplace("transpose_b", tb);
   const tensor got = run_op1("fused_matmul", with_args({a, b}, bias, residual), attrs);
-  apply_epilogue(want, bias, residual, e.act, want.s.rank() - 1);
+  apply_epilogue(want, bias, residual, e.act, want.s.rank() - 1, in_dtype(t, e.lo),
+                 in_dtype(t, e.hi));
   expect_matches(got, want, t);
 }
 
@@ -297,7 +337,7 @@ void check_conv(const conv_case& c, dtype t, const epilogue_case& e, std::uint64
   attr_map attrs = epilogue_attrs(e);
   attrs.merge(c.attrs());
   const tensor got = run_op1("fused_conv2d", with_args({x, w}, bias, residual), attrs);
-  apply_epilogue(want, bias, residual, e.act, 1);
+  apply_epilogue(want, bias, residual, e.act, 1, in_dtype(t, e.lo), in_dtype(t, e.hi));
   expect_matches(got, want, t);
 }
 
@@ -305,6 +345,15 @@ session_options no_passes() {
   session_options o;
   o.passes.enabled = false;  // the graphs run as written: the unfused chain stays unfused
   return o;
+}
+
+// Activation clip as ONNX's Clip lowers it: maximum(z, lo) then minimum(., hi) with scalar
+// constants of z's dtype; with `all_nodes` false, no node for an infinite bound.
+output clip_nodes(output z, double lo, double hi, bool all_nodes) {
+  const dtype t = z.dtype_of();
+  if (all_nodes || lo != -inf) z = ops::maximum(z, ops::scalar(z.builder(), lo, t));
+  if (all_nodes || hi != inf) z = ops::minimum(z, ops::scalar(z.builder(), hi, t));
+  return z;
 }
 
 output activate(output z, const std::string& act) {
@@ -336,6 +385,10 @@ void check_against_unfused(const std::function<output(graph_builder&, output, ou
   std::vector<feed> feeds{{"x", x}, {"w", w}};
   epilogue ep;
   ep.activation = e.act;
+  if (e.act == "clip") {
+    ep.clip_min = e.lo;
+    ep.clip_max = e.hi;
+  }
   output z = core(b, px, pw);
   if (bias) {
     ep.bias = ops::placeholder(b, "bias", t, bias->shape());
@@ -347,14 +400,21 @@ void check_against_unfused(const std::function<output(graph_builder&, output, ou
     feeds.emplace_back("residual", *residual);
     z = z + *ep.residual;
   }
-  const output unfused = ops::identity(activate(z, e.act), {.name = "unfused"});
+  const bool clip = e.act == "clip";
+  const output unfused = ops::identity(clip ? clip_nodes(z, e.lo, e.hi, true) : activate(z, e.act),
+                                       {.name = "unfused"});
   const output f = fused(px, pw, ep);
   EXPECT_EQ(to_string(f.type()), to_string(unfused.type()));
-  const std::vector<std::string> fetches{f.name(), unfused.name()};
+  std::vector<std::string> fetches{f.name(), unfused.name()};
+  // Clip: also the chain without the nodes of infinite bounds (an infinite bound is no node).
+  if (clip) {
+    fetches.push_back(
+        ops::identity(clip_nodes(z, e.lo, e.hi, false), {.name = "unfused_finite"}).name());
+  }
   session s(std::move(g), no_passes());
   const auto out = s.run(feeds, fetches);
   expected want = core_ref;
-  apply_epilogue(want, bias, residual, e.act, channel);
+  apply_epilogue(want, bias, residual, e.act, channel, in_dtype(t, e.lo), in_dtype(t, e.hi));
   {
     SCOPED_TRACE("fused");
     expect_matches(out[0], want, t);
@@ -376,6 +436,13 @@ void check_against_unfused(const std::function<output(graph_builder&, output, ou
       ADD_FAILURE() << "element " << i << ": fused " << fv[i] << ", unfused " << uv[i];
     }
   }
+  // Clip: the very bits, NaN payloads and signed zeros included, against both chains.
+  for (std::size_t k = 1; clip && k < out.size(); ++k) {
+    ASSERT_EQ(out[0].nbytes(), out[k].nbytes());
+    ASSERT_TRUE(out[0].is_contiguous() && out[k].is_contiguous());
+    EXPECT_EQ(std::memcmp(out[0].raw_data(), out[k].raw_data(), out[0].nbytes()), 0)
+        << "the bits differ from " << fetches[k];
+  }
   // The residual fed by the caller is the caller's: never written.
   if (residual) expect_close(*residual, residual->shape(), values(*residual), 0, 0);
 }
@@ -387,7 +454,26 @@ std::vector<epilogue_case> every_epilogue() {
       for (const bool residual : {false, true}) cases.push_back({bias, residual, act});
     }
   }
+  for (const bool bias : {false, true}) {
+    for (const bool residual : {false, true}) cases.push_back({bias, residual, "clip", -0.5, 0.5});
+  }
   return cases;
+}
+
+// ---- activation clip: the inputs ---------------------------------------------------------
+
+// Activation inputs with NaN, infinities, signed zeros, the bounds' values (bound_cases'),
+// and values between and past them: a column of these times a row of clip_scales with
+// K = 1 (every product exact), or their 1x1 convolution.
+const std::vector<double> clip_specials{nan, inf, -inf, -0.0, 0.0, 6.0,  -6.0, 0.1,
+                                        0.3, 3.0, -3.0, 7.0,  1e4, -1e4, 1e-3, 0.5};
+const std::vector<double> clip_scales{1.0, -1.0, 0.5, 2.0};
+
+// Bounds: ReLU6's, signed zeros (a tie gives the bound), one or both infinite (the lone
+// maximum / minimum), NaN, lo > hi, and values no 16-bit float holds (rounded to it).
+std::vector<std::pair<double, double>> clip_bound_cases() {
+  return {{0.0, 6.0}, {-0.0, 6.0}, {0.0, inf}, {-0.0, inf}, {-inf, 6.0}, {-inf, -0.0},
+          {nan, 6.0}, {0.0, nan},  {6.0, 0.0}, {0.1, 0.3},  {-inf, inf}};
 }
 
 // ---- fused_matmul ------------------------------------------------------------------------
@@ -597,7 +683,65 @@ TEST(NnFusedMatmul, KernelReusedAcrossShapesAndThreads) {
   }
 }
 
+TEST(NnFusedClip, MatmulSpecialValuesAgainstUnfused) {
+  for (const dtype t : float_types) {
+    const auto m = static_cast<std::int64_t>(clip_specials.size());
+    const tensor a = make(t, {m, 1}, clip_specials);
+    const tensor w = make(t, {1, 4}, clip_scales);
+    const expected core = matmul_ref(a, w, false, false);
+    for (const auto& [lo, hi] : clip_bound_cases()) {
+      for (const bool bias : {false, true}) {
+        for (const bool residual : {false, true}) {
+          check_against_unfused(
+              [](graph_builder&, output x, output y) { return ops::matmul(x, y); },
+              [](output x, output y, const epilogue& ep) { return ops::fused_matmul(x, y, ep); }, a,
+              w, core, {bias, residual, "clip", lo, hi}, false, 21);
+        }
+      }
+    }
+  }
+}
+
+TEST(NnFusedClip, KernelOnItsOwn) {
+  for (const dtype t : float_types) {
+    check_matmul(random(t, {9, 17}, 1), random(t, {6, 17}, 2), false, true,
+                 {true, true, "clip", -1.0, 0.75});
+    check_matmul(random(t, {2, 9, 17}, 1), random(t, {17, 6}, 2), false, false,
+                 {false, true, "clip", 0.0, inf});
+    check_conv({.x = {2, 3, 7, 5}, .w = {4, 3, 3, 3}, .strides = {2, 1}, .padding = {1, 1}}, t,
+               {true, false, "clip", -inf, 0.25});
+    check_conv({.x = {1, 4, 6, 6}, .w = {4, 1, 3, 3}, .padding = {1, 1}, .groups = 4}, t,
+               {true, true, "clip", 0.0, 6.0});
+  }
+}
+
 // ---- fused_conv2d ------------------------------------------------------------------------
+
+TEST(NnFusedClip, Conv2dSpecialValuesAgainstUnfused) {
+  const conv_case c{.x = {1, 1, 4, 4}, .w = {4, 1, 1, 1}};
+  for (const dtype t : float_types) {
+    // conv2d's bfloat16 kernel (oneDNN's) makes an infinite input NaN (the matmul test has
+    // bfloat16 infinities): here finite values instead.
+    std::vector<double> specials = clip_specials;
+    if (t == dtype::bf16) std::replace(specials.begin(), specials.end(), inf, 60.0);
+    if (t == dtype::bf16) std::replace(specials.begin(), specials.end(), -inf, -60.0);
+    const tensor x = make(t, c.x, specials);
+    const tensor w = make(t, c.w, clip_scales);
+    const expected core = conv_ref(c, x, w);
+    for (const auto& [lo, hi] : clip_bound_cases()) {
+      for (const bool bias : {false, true}) {
+        for (const bool residual : {false, true}) {
+          check_against_unfused([&c](graph_builder&, output xi,
+                                     output wi) { return ops::conv2d(xi, wi, c.options()); },
+                                [&c](output xi, output wi, const epilogue& ep) {
+                                  return ops::fused_conv2d(xi, wi, ep, c.options());
+                                },
+                                x, w, core, {bias, residual, "clip", lo, hi}, true, 23);
+        }
+      }
+    }
+  }
+}
 
 TEST(NnFusedConv2d, EveryEpilogueAgainstUnfused) {
   const conv_case c{.x = {2, 3, 7, 9}, .w = {4, 3, 3, 3}, .padding = {1, 1}};
@@ -624,8 +768,10 @@ TEST(NnFusedConv2d, BlockedLayoutsAgainstUnfused) {
     const tensor x = random(t, c.x, 1);
     const tensor w = random(t, c.w, 2);
     const expected core = conv_ref(c, x, w);
-    for (const epilogue_case& e : std::vector<epilogue_case>{
-             {true, true, "relu"}, {true, false, "gelu"}, {false, true, "none"}}) {
+    for (const epilogue_case& e : std::vector<epilogue_case>{{true, true, "relu"},
+                                                             {true, false, "gelu"},
+                                                             {false, true, "none"},
+                                                             {true, true, "clip", 0.0, 6.0}}) {
       check_against_unfused(
           [&c](graph_builder&, output xi, output wi) { return ops::conv2d(xi, wi, c.options()); },
           [&c](output xi, output wi, const epilogue& ep) {
@@ -810,6 +956,74 @@ TEST(NnFusedGradients, Conv2d) {
   });
 }
 
+TEST(NnFusedGradients, Clip) {
+  for (const auto& [lo, hi] :
+       std::vector<std::pair<double, double>>{{-0.6, 0.8}, {-inf, 0.5}, {0.2, inf}, {-inf, inf}}) {
+    check_gradients(fmt::format("matmul clip [{}, {}]", lo, hi), {{5, 7}, {7, 4}, {4}, {5, 4}},
+                    [lo, hi](const std::vector<output>& x) {
+                      return ops::fused_matmul(x[0], x[1],
+                                               {.bias = x[2],
+                                                .residual = x[3],
+                                                .activation = "clip",
+                                                .clip_min = lo,
+                                                .clip_max = hi});
+                    });
+  }
+  const conv_case c{.x = {2, 4, 6, 5}, .w = {6, 2, 3, 3}, .padding = {1, 1}, .groups = 2};
+  check_gradients("conv clip", {c.x, c.w, {6}, c.y()}, [&](const std::vector<output>& x) {
+    return ops::fused_conv2d(
+        x[0], x[1],
+        {.bias = x[2], .residual = x[3], .activation = "clip", .clip_min = -0.5, .clip_max = 0.4},
+        c.options());
+  });
+}
+
+// At the kinks, central differences say nothing: there the gradient is what the unfused
+// maximum and minimum nodes' gradients give (the first operand takes dy on a tie), NaN
+// and infinities included. Bit for bit, for every input.
+TEST(NnFusedGradients, ClipAgainstUnfusedAtTies) {
+  const auto m = static_cast<std::int64_t>(clip_specials.size());
+  for (const dtype t : float_types) {
+    for (const auto& [lo, hi] : clip_bound_cases()) {
+      SCOPED_TRACE(fmt::format("{} clip [{}, {}]", to_string(t), lo, hi));
+      graph g;
+      graph_builder b(g);
+      const output pa = ops::placeholder(b, "a", t, {m, 1});
+      const output pw = ops::placeholder(b, "w", t, {1, 4});
+      const output pb = ops::placeholder(b, "bias", t, {4});
+      const output pr = ops::placeholder(b, "r", t, {m, 4});
+      const std::vector<output> xs{pa, pw, pb, pr};
+      // Zeros for the bias and the residual: the products reach the bounds as they are.
+      const std::vector<feed> feeds{{"a", make(t, {m, 1}, clip_specials)},
+                                    {"w", make(t, {1, 4}, clip_scales)},
+                                    {"bias", make(t, {4}, std::vector<double>(4, 0.0))},
+                                    {"r", make(t, {m, 4}, std::vector<double>(m * 4, 0.0))}};
+      const output weights = ops::constant(b, random(t, {m, 4}, 5, 0.5, 1.0));
+      const output fused = ops::fused_matmul(
+          pa, pw,
+          {.bias = pb, .residual = pr, .activation = "clip", .clip_min = lo, .clip_max = hi});
+      const output unfused = clip_nodes(ops::bias_add(ops::matmul(pa, pw), pb) + pr, lo, hi, false);
+      std::vector<std::string> fetches{fused.name(), unfused.name()};
+      for (const output& loss :
+           {ops::reduce_sum(fused * weights), ops::reduce_sum(unfused * weights)}) {
+        for (const output& d : gradients(loss, xs)) fetches.push_back(d.name());
+      }
+      session s(std::move(g), no_passes());
+      const auto out = s.run(feeds, fetches);
+      for (std::size_t k = 0; k < 5; ++k) {
+        const tensor& f = out[k == 0 ? 0 : 1 + k];
+        const tensor& u = out[k == 0 ? 1 : 5 + k];
+        SCOPED_TRACE(k == 0 ? std::string("forward") : fmt::format("gradient of input {}", k - 1));
+        ASSERT_EQ(f.nbytes(), u.nbytes());
+        ASSERT_TRUE(f.is_contiguous() && u.is_contiguous());
+        EXPECT_EQ(std::memcmp(f.raw_data(), u.raw_data(), f.nbytes()), 0)
+            << "fused " << fmt::format("{}", values(f)) << "\nunfused "
+            << fmt::format("{}", values(u));
+      }
+    }
+  }
+}
+
 // ---- inference and bad input -------------------------------------------------------------
 
 TEST(NnFusedOps, InferredTypes) {
@@ -893,7 +1107,40 @@ TEST(NnFusedOps, BadInputAtConstruction) {
       [&] {
         run_op1("fused_matmul", {f32({3, 4}), f32({4, 5})}, {{"activation", std::string("swish")}});
       },
-      {"under_test", "activation", "swish", "gelu_tanh"});
+      {"under_test", "activation", "swish", "gelu_tanh", "clip"});
+  // Clip bounds belong to activation clip alone (any values there: see the clip tests).
+  expect_invalid_argument(
+      [&] {
+        run_op1("fused_matmul", {f32({3, 4}), f32({4, 5})},
+                {{"activation", std::string("relu")}, {"clip_min", 0.0}});
+      },
+      {"under_test", "fused_matmul", "clip_min = 0", "\"relu\"", "only \"clip\""});
+  expect_invalid_argument(
+      [&] {
+        run_op1("fused_conv2d", {f32({1, 2, 5, 5}), f32({3, 2, 3, 3})}, [] {
+          attr_map a = conv_case{.x = {}, .w = {}}.attrs();
+          a.emplace("clip_max", 6.0);
+          return a;
+        }());
+      },
+      {"under_test", "fused_conv2d", "clip_max = 6", "\"none\""});
+  expect_invalid_argument(
+      [&] {
+        run_op1("fused_matmul", {f32({3, 4}), f32({4, 5})}, {{"clip_min", nan}});
+      },
+      {"under_test", "clip_min = nan"});
+  {
+    graph g;
+    graph_builder b(g);
+    const auto x = ops::placeholder(b, "x", dtype::f32, {3, 4});
+    const auto w = ops::placeholder(b, "w", dtype::f32, {4, 5});
+    expect_invalid_argument(
+        [&] {
+          ops::fused_matmul(x, w, {.activation = "tanh", .clip_max = 6.0}, false, false,
+                            {.name = "built"});
+        },
+        {"built", "clip_max = 6", "\"tanh\""});
+  }
   // What matmul and conv2d reject, with their messages; dtypes.
   expect_invalid_argument(
       [&] {

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <limits>
 #include <numbers>
 
 #include "loom/graph/gradients.hpp"
@@ -29,6 +32,7 @@ double activate(const std::string& a, double x) {
   }
   if (a == "tanh") return std::tanh(x);
   if (a == "sigmoid") return 1.0 / (1.0 + std::exp(-x));
+  if (a == "clip") return std::min(std::max(x, -0.5), 0.5);
   return x;
 }
 
@@ -38,6 +42,11 @@ output apply_activation(const std::string& a, output x) {
   if (a == "gelu_tanh") return ops::gelu(x, "tanh", {.name = "act"});
   if (a == "tanh") return ops::tanh(x, {.name = "act"});
   if (a == "sigmoid") return ops::sigmoid(x, {.name = "act"});
+  if (a == "clip") {  // as ONNX's Clip lowers: maximum(x, lo), minimum(., hi)
+    const output lo = ops::scalar(x.builder(), -0.5, x.dtype_of());
+    const output hi = ops::scalar(x.builder(), 0.5, x.dtype_of());
+    return ops::minimum(ops::maximum(x, lo, {.name = "act"}), hi, {.name = "act_hi"});
+  }
   return x;
 }
 
@@ -259,30 +268,6 @@ TEST(EpilogueFusion, Conv2dEpiloguesOverRandomShapes) {
   }
 }
 
-TEST(EpilogueFusion, AFetchedCoreKeepsItsEpilogueOutside) {
-  std::mt19937 rng(33);
-  const auto av = rounded(dtype::f32, uniform(rng, 6));
-  const auto bv = rounded(dtype::f32, uniform(rng, 6));
-  graph g;
-  graph_builder b(g);
-  auto a = ops::placeholder(b, "a", dtype::f32, {2, 3});
-  auto w = ops::placeholder(b, "b", dtype::f32, {3, 2});
-  auto mm = ops::matmul(a, w, false, false, {.name = "mm"});
-  ops::identity(ops::relu(mm), {.name = "y"});
-  const auto c = run_both(
-      g, pass,
-      {{"a", make_tensor(dtype::f32, {2, 3}, av)}, {"b", make_tensor(dtype::f32, {3, 2}, bv)}},
-      {"y", "mm"});
-  EXPECT_TRUE(refused_with(c.log, pass,
-                           {"not fused into the epilogue of 'mm'", "'mm' is also read by a fetch"}))
-      << log_text(c.log);
-  EXPECT_EQ(count_op(c.planned, "fused_matmul"), 0u);
-  auto want = matmul_reference(av, bv, 1, 2, 3, 2, false, false);
-  expect_near_all(values(c.on[1]), want, 1e-5, 1e-5);
-  for (auto& v : want) v = std::max(v, 0.0);
-  expect_near_all(values(c.on[0]), want, 1e-5, 1e-5);
-}
-
 TEST(EpilogueFusion, ConvBiasesThatAreNotAlongTheChannelsAreRefused) {
   std::mt19937 rng(34);
   const conv_case cc{1, 2, 4, 3, 3, 2, 2, 1, 0, 1};  // output [1, 3, 3, 2]
@@ -403,13 +388,14 @@ TEST(EpilogueFusion, AResidualOfAnUnknownShapeIsRefused) {
 }
 
 // After gradients(): tanh's gradient reads tanh's output, which the fused node provides, so
-// the epilogue still fuses; gelu's reads its input, the bias_add's value, so it is refused.
+// the epilogue still fuses; gelu's reads its input, the bias_add's value, so it is refused,
+// and so are clip's maximum and minimum, whose gradients read theirs.
 TEST(EpilogueFusion, GradientsBuiltFirstFuseWhereTheyReadOnlyTheResult) {
   std::mt19937 rng(38);
   const auto av = rounded(dtype::f32, uniform(rng, 12));
   const auto wv = rounded(dtype::f32, uniform(rng, 6));
   const auto biasv = rounded(dtype::f32, uniform(rng, 2));
-  for (const char* act : {"tanh", "gelu"}) {
+  for (const char* act : {"tanh", "gelu", "clip"}) {
     SCOPED_TRACE(act);
     graph g;
     graph_builder b(g);
@@ -427,7 +413,11 @@ TEST(EpilogueFusion, GradientsBuiltFirstFuseWhereTheyReadOnlyTheResult) {
       EXPECT_TRUE(
           refused_with(c.log, pass, {"is also read by", "gradients() ran before the passes"}))
           << log_text(c.log);
-      EXPECT_EQ(count_op(c.planned, "gelu"), 1u);
+      if (std::string(act) == "gelu") {
+        EXPECT_EQ(count_op(c.planned, "gelu"), 1u);
+      }
+      EXPECT_EQ(count_op(c.planned, "fused_matmul"), 1u) << "the bias still fuses";
+      EXPECT_EQ(records(c.log, pass, kind::rewrite, {act}).size(), 0u) << log_text(c.log);
     }
     auto h = matmul_reference(av, wv, 1, 4, 3, 2, false, false);
     double want = 0.0;
@@ -435,6 +425,271 @@ TEST(EpilogueFusion, GradientsBuiltFirstFuseWhereTheyReadOnlyTheResult) {
     EXPECT_NEAR(values(c.on[0])[0], want, 1e-4);
     for (std::size_t k = 1; k < 3; ++k)
       expect_near_all(values(c.on[k]), values(c.off[k]), 1e-5, 1e-6);
+  }
+}
+
+// ---- activation clip: maximum / minimum with scalar const bounds ---------------------------
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
+// Every byte of every fetch the same with the pass and without it.
+void expect_same_bits(const compared& c) {
+  ASSERT_EQ(c.on.size(), c.off.size());
+  for (std::size_t k = 0; k < c.on.size(); ++k) {
+    ASSERT_EQ(c.on[k].nbytes(), c.off[k].nbytes()) << "fetch " << k;
+    ASSERT_TRUE(c.on[k].is_contiguous() && c.off[k].is_contiguous());
+    EXPECT_EQ(std::memcmp(c.on[k].raw_data(), c.off[k].raw_data(), c.on[k].nbytes()), 0)
+        << "fetch " << k << " differs from the unfused graph's";
+  }
+}
+
+// A bound as ONNX's Clip lowering gives it: a const of rank 0, or of `ones` dims of 1.
+output bound_const(graph_builder& b, double v, dtype t, std::size_t ones = 0) {
+  if (ones == 0) return ops::scalar(b, v, t);
+  return ops::constant(b, make_tensor(t, shape(std::vector<std::int64_t>(ones, 1)), {v}));
+}
+
+// Residual values that put NaN, infinities, signed zeros and the bounds' values into the
+// activation's input (where the core and the bias are zero) and values between and past
+// them.
+const std::vector<double> specials{nan, inf,  -inf, -0.0, 0.0,  6.0, -6.0, 0.25,
+                                   3.0, -3.0, 7.0,  1e3,  -1e3, 0.5, 6.0,  0.0};
+
+// How the clip is written after the core (and its bias and residual): both nodes, a lone
+// maximum, a lone minimum; bounds of rank 0 or all dims 1.
+struct clip_form {
+  bool max = true;
+  bool min = true;
+  std::size_t ones = 0;  // the bounds' rank (dims of 1); 0: scalars
+  double lo = 0.0;
+  double hi = 6.0;
+};
+
+output apply_clip(graph_builder& b, output y, dtype t, const clip_form& f) {
+  if (f.max) y = ops::maximum(y, bound_const(b, f.lo, t, f.ones), {.name = "clip_lo"});
+  if (f.min) y = ops::minimum(y, bound_const(b, f.hi, t, f.ones), {.name = "clip_hi"});
+  return y;
+}
+
+std::string clip_text(const clip_form& f) {
+  return fmt::format("clip [{}, {}]", f.max ? f.lo : -inf, f.min ? f.hi : inf);
+}
+
+const clip_form clip_forms[] = {
+    {},                                                // ReLU6: maximum(., 0), minimum(., 6)
+    {.max = true, .min = false},                       // relu-like: maximum(., 0)
+    {.max = false, .min = true},                       // minimum(., 6)
+    {.ones = 2},                                       // [1, 1] bounds
+    {.lo = -0.0, .hi = 0.25},                          // a -0 bound
+    {.max = true, .min = true, .lo = nan},             // a NaN bound
+    {.max = true, .min = true, .lo = 6.0, .hi = 0.0},  // lo > hi
+};
+
+TEST(EpilogueFusion, MatmulClipChainsFuseBitForBit) {
+  std::mt19937 rng(41);
+  for (const dtype t : {dtype::f32, dtype::f64, dtype::bf16, dtype::f16}) {
+    for (const clip_form& f : clip_forms) {
+      for (int extra = 0; extra < 3; ++extra) {  // none; bias_add and residual; add-bias
+        SCOPED_TRACE(fmt::format("{} {} extra {}", to_string(t), clip_text(f), extra));
+        // Rows 0 and 1 of a are zeros: there the activation's input is bias + residual,
+        // and bias columns 0-3 are zeros: the residual's specials themselves.
+        std::vector<double> av = uniform(rng, 12);
+        std::fill(av.begin(), av.begin() + 6, 0.0);
+        std::vector<double> biasv = uniform(rng, 8);
+        std::fill(biasv.begin(), biasv.begin() + 4, 0.0);
+        std::vector<double> rv = specials;
+        rv.insert(rv.end(), specials.rbegin(), specials.rend());
+        graph g;
+        graph_builder b(g);
+        auto a = ops::placeholder(b, "a", t, {4, 3});
+        auto w = ops::placeholder(b, "b", t, {3, 8});
+        std::vector<feed> feeds{{"a", make_tensor(t, {4, 3}, av)},
+                                {"b", make_tensor(t, {3, 8}, uniform(rng, 24))}};
+        output y = ops::matmul(a, w, false, false, {.name = "mm"});
+        if (extra == 0) {
+          // The specials come through a: a K = 1 product with b's ones.
+          a = ops::placeholder(b, "a1", t, {8, 1});
+          auto ones = ops::placeholder(b, "ones", t, {1, 4});
+          feeds = {{"a1", make_tensor(t, {8, 1},
+                                      std::vector<double>(specials.begin(), specials.begin() + 8))},
+                   {"ones", make_tensor(t, {1, 4}, {1.0, -1.0, 1.0, 0.5})}};
+          y = ops::matmul(a, ones, false, false, {.name = "mm1"});
+        } else {
+          auto bias = ops::placeholder(b, "bias", t, extra == 1 ? shape{8} : shape{1, 8});
+          feeds.emplace_back("bias", make_tensor(t, extra == 1 ? shape{8} : shape{1, 8}, biasv));
+          y = extra == 1 ? ops::bias_add(y, bias) : y + bias;
+          if (extra == 1) {
+            auto r = ops::placeholder(b, "r", t, {4, 8});
+            feeds.emplace_back("r", make_tensor(t, {4, 8}, rv));
+            y = y + r;
+          }
+        }
+        y = apply_clip(b, y, t, f);
+        ops::identity(y, {.name = "y"});
+        const auto c = run_both(g, pass, feeds, {"y"});
+        EXPECT_EQ(count_op(c.planned, "fused_matmul"), 1u) << log_text(c.log);
+        EXPECT_EQ(count_op(c.planned, "maximum"), 0u) << log_text(c.log);
+        EXPECT_EQ(count_op(c.planned, "minimum"), 0u) << log_text(c.log);
+        EXPECT_EQ(count_op(c.planned, "fused_elementwise"), 0u) << log_text(c.log);
+        EXPECT_EQ(records(c.log, pass, kind::rewrite, {"fused_matmul", clip_text(f)}).size(), 1u)
+            << log_text(c.log);
+        expect_same_bits(c);
+      }
+    }
+  }
+}
+
+TEST(EpilogueFusion, Conv2dClipChainsFuseBitForBit) {
+  std::mt19937 rng(42);
+  for (const dtype t : {dtype::f32, dtype::f64, dtype::bf16, dtype::f16}) {
+    for (const clip_form& f : clip_forms) {
+      for (const bool residual : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} residual {}", to_string(t), clip_text(f), residual));
+        clip_form cf = f;
+        if (cf.ones != 0) cf.ones = 4;  // [1, 1, 1, 1] against the rank-4 output
+        // Image 0 is zeros: there the input is bias + residual, and bias 0 is zero.
+        std::vector<double> xv = uniform(rng, 2 * 2 * 4 * 4);
+        std::fill(xv.begin(), xv.begin() + 32, 0.0);
+        std::vector<double> biasv = uniform(rng, 2);
+        biasv[0] = 0.0;
+        std::vector<double> rv;
+        for (int k = 0; k < 4; ++k) rv.insert(rv.end(), specials.begin(), specials.end());
+        graph g;
+        graph_builder b(g);
+        auto x = ops::placeholder(b, "x", t, {2, 2, 4, 4});
+        auto w = ops::placeholder(b, "w", t, {2, 2, 3, 3});
+        auto bias = ops::placeholder(b, "bias", t, {2, 1, 1});
+        std::vector<feed> feeds{{"x", make_tensor(t, {2, 2, 4, 4}, xv)},
+                                {"w", make_tensor(t, {2, 2, 3, 3}, uniform(rng, 36))},
+                                {"bias", make_tensor(t, {2, 1, 1}, biasv)}};
+        ops::conv2d_options co;
+        co.padding = {1, 1};
+        output y = ops::conv2d(x, w, co, {.name = "conv"}) + bias;
+        if (residual) {
+          auto r = ops::placeholder(b, "r", t, {2, 2, 4, 4});
+          feeds.emplace_back("r", make_tensor(t, {2, 2, 4, 4}, rv));
+          y = y + r;
+        }
+        y = apply_clip(b, y, t, cf);
+        ops::identity(y, {.name = "y"});
+        const auto c = run_both(g, pass, feeds, {"y"});
+        EXPECT_EQ(count_op(c.planned, "fused_conv2d"), 1u) << log_text(c.log);
+        EXPECT_EQ(count_op(c.planned, "maximum") + count_op(c.planned, "minimum"), 0u)
+            << log_text(c.log);
+        EXPECT_EQ(records(c.log, pass, kind::rewrite, {"fused_conv2d", clip_text(cf)}).size(), 1u)
+            << log_text(c.log);
+        expect_same_bits(c);
+      }
+    }
+  }
+}
+
+// What is no clip stays outside, logged with the reason: the value as the second operand
+// (maximum(0, v) gives v for v = -0 where maximum(v, 0) gives +0), a bound that is not a
+// scalar (a [N] const, or all dims 1 but of a higher rank than the output, which would
+// broadcast it), a bound that is not a const. The bias before it still fuses.
+TEST(EpilogueFusion, WhatIsNoClipIsRefused) {
+  std::mt19937 rng(44);
+  const auto av = rounded(dtype::f32, uniform(rng, 6));
+  const auto bv = rounded(dtype::f32, uniform(rng, 9));
+  const auto biasv = rounded(dtype::f32, uniform(rng, 3));
+  enum class bad { swapped, vector_bound, higher_rank, placeholder_bound, swapped_min };
+  for (const bad k : {bad::swapped, bad::vector_bound, bad::higher_rank, bad::placeholder_bound,
+                      bad::swapped_min}) {
+    SCOPED_TRACE(static_cast<int>(k));
+    graph g;
+    graph_builder b(g);
+    auto a = ops::placeholder(b, "a", dtype::f32, {2, 3});
+    auto w = ops::placeholder(b, "b", dtype::f32, {3, 3});
+    auto bias = ops::placeholder(b, "bias", dtype::f32, {3});
+    std::vector<feed> feeds{{"a", make_tensor(dtype::f32, {2, 3}, av)},
+                            {"b", make_tensor(dtype::f32, {3, 3}, bv)},
+                            {"bias", make_tensor(dtype::f32, {3}, biasv)}};
+    auto h = ops::bias_add(ops::matmul(a, w, false, false, {.name = "mm"}), bias);
+    auto zero = ops::scalar(b, 0.0, dtype::f32);
+    output y;
+    std::string why;
+    switch (k) {
+      case bad::swapped:
+        y = ops::maximum(zero, h, {.name = "lo"});
+        why = "the value is its second operand";
+        break;
+      case bad::swapped_min:
+        y = ops::minimum(ops::scalar(b, 6.0, dtype::f32), h, {.name = "lo"});
+        why = "only minimum(value, bound) is a clip";
+        break;
+      case bad::vector_bound:
+        y = ops::maximum(h, ops::constant(b, make_tensor(dtype::f32, {3}, {0.0, 0.0, 0.0})),
+                         {.name = "lo"});
+        why = "float32[3]) is not a scalar";
+        break;
+      case bad::higher_rank:
+        y = ops::maximum(h, ops::constant(b, make_tensor(dtype::f32, {1, 1, 1}, {0.0})),
+                         {.name = "lo"});
+        why = "float32[1, 1, 1]) is not a scalar";
+        break;
+      case bad::placeholder_bound: {
+        auto p = ops::placeholder(b, "p", dtype::f32, shape{});
+        feeds.emplace_back("p", make_tensor(dtype::f32, shape{}, {0.0}));
+        y = ops::maximum(h, p, {.name = "lo"});
+        why = "its bound 'p' is no const";
+        break;
+      }
+    }
+    ops::identity(ops::minimum(y, ops::scalar(b, 6.0, dtype::f32)), {.name = "y"});
+    const auto c = run_both(g, pass, feeds, {"y"});
+    const auto refusals =
+        records(c.log, pass, kind::refused, {"not fused into the epilogue of 'mm'", why});
+    ASSERT_EQ(refusals.size(), 1u) << log_text(c.log);
+    EXPECT_EQ(refusals[0].nodes, std::vector<std::string>{"lo"});
+    EXPECT_EQ(count_op(c.planned, "fused_matmul"), 1u) << "the bias still fuses";
+    EXPECT_EQ(records(c.log, pass, kind::rewrite, {"clip"}).size(), 0u) << log_text(c.log);
+    expect_same_bits(c);
+  }
+}
+
+// A value also fetched ends the match before the step that reads it: a fetched core keeps
+// its whole epilogue outside; a clip's maximum also fetched fuses alone (clip [0, inf]) and
+// its minimum stays outside.
+TEST(EpilogueFusion, AFetchedValueEndsTheMatch) {
+  std::mt19937 rng(33);
+  const auto av = rounded(dtype::f32, uniform(rng, 6));
+  const auto bv = rounded(dtype::f32, uniform(rng, 6));
+  for (const bool clip : {false, true}) {
+    SCOPED_TRACE(clip ? "clip" : "relu");
+    graph g;
+    graph_builder b(g);
+    auto a = ops::placeholder(b, "a", dtype::f32, {2, 3});
+    auto w = ops::placeholder(b, "b", dtype::f32, {3, 2});
+    auto mid = ops::matmul(a, w, false, false, {.name = "mm"});  // also fetched
+    if (clip) {
+      mid = ops::maximum(mid, ops::scalar(b, 0.0, dtype::f32), {.name = "lo"});
+      ops::identity(ops::minimum(mid, ops::scalar(b, 1.0, dtype::f32), {.name = "hi"}),
+                    {.name = "y"});
+    } else {
+      ops::identity(ops::relu(mid), {.name = "y"});
+    }
+    const auto c = run_both(
+        g, pass,
+        {{"a", make_tensor(dtype::f32, {2, 3}, av)}, {"b", make_tensor(dtype::f32, {3, 2}, bv)}},
+        {"y", mid.name()});
+    const auto refusals =
+        records(c.log, pass, kind::refused,
+                {"not fused into the epilogue of 'mm'",
+                 clip ? "'lo' is also read by a fetch" : "'mm' is also read by a fetch"});
+    ASSERT_EQ(refusals.size(), 1u) << log_text(c.log);
+    EXPECT_EQ(refusals[0].nodes, std::vector<std::string>{clip ? "hi" : "relu"});
+    EXPECT_EQ(count_op(c.planned, "fused_matmul"), clip ? 1u : 0u);
+    EXPECT_EQ(records(c.log, pass, kind::rewrite, {"fused_matmul", "clip [0, inf]"}).size(),
+              clip ? 1u : 0u)
+        << log_text(c.log);
+    expect_same_bits(c);
+    auto want = matmul_reference(av, bv, 1, 2, 3, 2, false, false);
+    for (auto& v : want) v = clip ? std::max(v, 0.0) : v;
+    expect_near_all(values(c.on[1]), want, 1e-5, 1e-5);
+    for (auto& v : want) v = clip ? std::min(v, 1.0) : std::max(v, 0.0);
+    expect_near_all(values(c.on[0]), want, 1e-5, 1e-5);
   }
 }
 

@@ -18,8 +18,9 @@
 // `eltwise` post-ops), saving that one pass, but not with the same answers, so loom does
 // not use it:
 // - its eltwise relu is max(x, 0) on vmaxps, which gives 0 for NaN (and +0 for -0), where
-//   relu keeps NaN (as NumPy and PyTorch do); its logistic, tanh and gelu clamp the input
-//   with min/max first, which turns NaN into a number too;
+//   relu keeps NaN (as NumPy and PyTorch do); its clip is min/max instructions too, not the
+//   NaN and tie rules of the maximum and minimum nodes (Note [NaN rules]); its logistic,
+//   tanh and gelu clamp the input with min/max first, which turns NaN into a number too;
 // - bias and sum are added in float and rounded once for bfloat16, where the unfused graph
 //   rounds after every op: other roundings, and values past bfloat16's largest finite are
 //   inf in one and finite in the other (then inf - inf is NaN in one only);
@@ -50,10 +51,31 @@ struct no_activation {
   }
 };
 
-// Calls f with the functor of activation a: the unary kernels' own (Note [fused epilogue]).
-template <class F>
-void visit_activation(activation a, F&& f) {
+// Activation "clip" for elements of T (Note [clip activation] in nn_rules.hpp): the
+// unfused maximum(x, lo) then minimum(., hi), x first, in T's compute type. Their results
+// are one of their operands, values of T already, so rounding each to T as the unfused
+// kernels do changes nothing.
+template <class T>
+struct clip_op {
+  using C = ew::compute_t<T>;
+  C lo;
+  C hi;
+  C operator()(C x) const noexcept { return ew::minimum_op{}(ew::maximum_op{}(x, lo), hi); }
+};
+
+// A clip bound as a scalar constant of T holds it, in T's compute type.
+template <class T>
+ew::compute_t<T> clip_bound(double v) noexcept {
+  return ew::load(ew::store<T>(static_cast<ew::compute_t<T>>(v)));
+}
+
+// Calls f with the functor of activation a for elements of T: the unary kernels' own, or
+// for clip the binary ones' with the bounds lo and hi (Note [fused epilogue]).
+template <class T, class F>
+void visit_activation(activation a, double lo, double hi, F&& f) {
   switch (a) {
+    case activation::clip:
+      return f(clip_op<T>{clip_bound<T>(lo), clip_bound<T>(hi)});
     case activation::none:
       return f(no_activation{});
     case activation::relu:
@@ -150,10 +172,13 @@ class fused_kernel : public op_kernel {
         has_residual_(c.attr<bool>("has_residual")),
         act_(common::apply_rule(
             c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); })),
+        clip_min_(c.attr<double>("clip_min")),
+        clip_max_(c.attr<double>("clip_max")),
         channel_axis_(channel_axis),
         plain_(plain_kernel(c, plain_op)) {
     common::apply_rule(c, [&] {
       nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
+      nn_rules::check_clip_bounds(act_, clip_min_, clip_max_);
     });
   }
 
@@ -178,7 +203,7 @@ class fused_kernel : public op_kernel {
     const tensor residual = has_residual_ ? ctx.input_contiguous(residual_input()) : tensor();
     const auto run = [&](auto tag) {
       using T = decltype(tag);
-      visit_activation(act_, [&](auto act) {
+      visit_activation<T>(act_, clip_min_, clip_max_, [&](auto act) {
         epilogue_loop<T>(ctx, out.data<T>(), has_bias_ ? bias.data<T>() : nullptr,
                          has_residual_ ? residual.data<T>() : nullptr, out.num_elements(), s[axis],
                          inner, act);
@@ -206,6 +231,8 @@ class fused_kernel : public op_kernel {
   bool has_bias_;
   bool has_residual_;
   activation act_;
+  double clip_min_;  // activation clip's bounds
+  double clip_max_;
   int channel_axis_;
   std::unique_ptr<op_kernel> plain_;
 };

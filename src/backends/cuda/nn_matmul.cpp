@@ -316,7 +316,9 @@ namespace {
 
 epilogue_activation activation_of(const kernel_construction& c) {
   static_assert(static_cast<int>(epilogue_activation::sigmoid) ==
-                static_cast<int>(nn_rules::activation::sigmoid));
+                    static_cast<int>(nn_rules::activation::sigmoid) &&
+                static_cast<int>(epilogue_activation::clip) ==
+                    static_cast<int>(nn_rules::activation::clip));
   const nn_rules::activation a =
       common::apply_rule(c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); });
   return static_cast<epilogue_activation>(static_cast<int>(a));
@@ -334,8 +336,11 @@ class lt_matmul_kernel : public op_kernel {
       has_bias_ = c.attr<bool>("has_bias");
       has_residual_ = c.attr<bool>("has_residual");
       act_ = activation_of(c);
+      clip_min_ = c.attr<double>("clip_min");
+      clip_max_ = c.attr<double>("clip_max");
       common::apply_rule(c, [&] {
         nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
+        nn_rules::check_clip_bounds(static_cast<nn_rules::activation>(act_), clip_min_, clip_max_);
       });
     }
   }
@@ -409,9 +414,9 @@ class lt_matmul_kernel : public op_kernel {
                        const void* residual, std::int64_t rows, std::int64_t n,
                        epilogue_activation act) const {
     if (!bias.defined() && residual == nullptr && act == epilogue_activation::none) return;
-    const cudaError_t e =
-        kernels::matmul_epilogue(out.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
-                                 residual, rows, n, epilogue_type_of(type_), act, stream);
+    const cudaError_t e = kernels::matmul_epilogue(
+        out.raw_data(), bias.defined() ? bias.raw_data() : nullptr, residual, rows, n,
+        epilogue_type_of(type_), act, clip_min_, clip_max_, stream);
     if (e != cudaSuccess) ctx.fail("matmul epilogue kernel failed to launch: {}", describe(e));
     check_launch(ctx, "matmul_epilogue");
   }
@@ -433,6 +438,8 @@ class lt_matmul_kernel : public op_kernel {
   bool has_bias_ = false;
   bool has_residual_ = false;
   epilogue_activation act_ = epilogue_activation::none;
+  double clip_min_ = 0;  // activation clip's bounds
+  double clip_max_ = 0;
   std::mutex mutex_;
   std::map<std::vector<std::int64_t>, std::shared_ptr<const gemm_plan>> plans_;  // null: none
 };

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <string_view>
 
 #include "loom/graph/op_registry.hpp"
@@ -45,10 +46,16 @@ attr_def num_args_attr() {
   return a;
 }
 
-// The attributes of the epilogue, shared by both ops.
+// The attributes of the epilogue, shared by both ops. clip_min and clip_max: activation
+// "clip"'s bounds (Note [clip activation] in nn_rules.hpp).
 std::vector<attr_def> epilogue_attr_defs() {
-  return {num_args_attr(), attr("has_bias", attr_type::boolean, false),
-          attr("has_residual", attr_type::boolean, false), activation_attr()};
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  return {num_args_attr(),
+          attr("has_bias", attr_type::boolean, false),
+          attr("has_residual", attr_type::boolean, false),
+          activation_attr(),
+          attr("clip_min", attr_type::real, -inf),
+          attr("clip_max", attr_type::real, inf)};
 }
 
 // Runs `core`'s inference on the node's first two inputs with `attrs` (the core op's
@@ -63,9 +70,9 @@ tensor_type infer_core(const inference_context& c, const op_def& core, const att
 }
 
 // Checks the epilogue inputs (from input 2 on) against the core's output `out`: num_args
-// is has_bias + has_residual; the bias has rank 1 and the size of dimension `channel` of
-// the output; the residual has the output's shape. `what` names the core's output and
-// `channel_name` the bias's dimension in messages.
+// is has_bias + has_residual; clip bounds only with activation "clip"; the bias has rank 1
+// and the size of dimension `channel` of the output; the residual has the output's shape.
+// `what` names the core's output and `channel_name` the bias's dimension in messages.
 void check_epilogue(const inference_context& c, const tensor_type& out, std::size_t channel,
                     std::string_view what, std::string_view channel_name) {
   const bool has_bias = c.attr<bool>("has_bias");
@@ -77,6 +84,12 @@ void check_epilogue(const inference_context& c, const tensor_type& out, std::siz
         "got {} epilogue input{} (num_args = {}), but has_bias = {} and has_residual = {} "
         "need {}",
         num_args, num_args == 1 ? "" : "s", num_args, has_bias, has_residual, wanted));
+  }
+  try {
+    nn_rules::check_clip_bounds(nn_rules::activation_of(c.attr<std::string>("activation")),
+                                c.attr<double>("clip_min"), c.attr<double>("clip_max"));
+  } catch (const invalid_argument& e) {
+    c.fail(e.what());
   }
   std::size_t next = 2;
   if (has_bias) {
@@ -165,6 +178,8 @@ void add_epilogue(const epilogue& e, std::vector<output>& inputs, attr_map& attr
   attrs.emplace("has_bias", e.bias.has_value());
   attrs.emplace("has_residual", e.residual.has_value());
   attrs.emplace("activation", e.activation);
+  attrs.emplace("clip_min", e.clip_min);
+  attrs.emplace("clip_max", e.clip_max);
 }
 }  // namespace
 

@@ -4,7 +4,9 @@
 // conv_transpose2d by conv2d and conv2d_backprop_filter; the fused
 // ops (nn_fused_ops.cpp) through the activation's gradient and then their core's.
 #include <cmath>
+#include <limits>
 #include <numbers>
+#include <optional>
 
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/array.hpp"
@@ -106,10 +108,33 @@ grads conv_transpose2d_grad(const gradient_context& c) {
           b.add1("conv2d_backprop_filter", {dy, c.input(0)}, std::move(filter_attrs))};
 }
 
+// Activation clip's dz for y = minimum(maximum(z, lo), hi): what the unfused maximum's and
+// minimum's gradients give z (elementwise_grads.cpp: the first operand gets dy where it
+// wins, ties included): dy where z >= lo and z <= hi, else 0 (a NaN z, or a NaN bound, gives
+// 0). An infinite bound stands for no node at all (Note [clip activation] in nn_rules.hpp:
+// the pass makes a lone maximum or minimum a clip with the other bound infinite), so it
+// adds no condition.
+output clip_dz(const gradient_context& c, output dy, output z) {
+  const double lo = c.attr<double>("clip_min");
+  const double hi = c.attr<double>("clip_max");
+  const dtype t = c.forward().outputs[0].type;
+  std::optional<output> keep;
+  if (!(lo == -std::numeric_limits<double>::infinity())) {
+    keep = ops::greater_equal(z, c.scalar(lo, t));
+  }
+  if (!(hi == std::numeric_limits<double>::infinity())) {
+    const output below = ops::less_equal(z, c.scalar(hi, t));
+    keep = keep ? ops::logical_and(*keep, below) : below;
+  }
+  if (!keep) return dy;
+  return ops::where(*keep, dy, c.scalar(0.0, t));
+}
+
 // fused_matmul / fused_conv2d: y = act(z), z = core + bias + residual. dz = dy * act'(z),
 // from y where act' is a function of y (relu, tanh, sigmoid), else from z recomputed by the
-// same fused op without its activation; then the core's gradients of dz, the bias's sum of
-// dz over every dimension but its own, and dz itself for the residual.
+// same fused op without its activation (gelu, and clip, whose ties y cannot tell apart);
+// then the core's gradients of dz, the bias's sum of dz over every dimension but its own,
+// and dz itself for the residual.
 output fused_dz(const gradient_context& c, bool conv) {
   const output dy = c.grad(0);
   const output y = c.output_of(0);
@@ -118,12 +143,15 @@ output fused_dz(const gradient_context& c, bool conv) {
   if (act == "relu") return c.builder().add1("relu_grad", {dy, y});
   if (act == "tanh") return dy * (1.0 - y * y);
   if (act == "sigmoid") return dy * (y * (1.0 - y));
-  // gelu: z again, with the node's inputs and attributes but no activation.
+  // gelu, clip: z again, with the node's inputs and attributes but no activation.
   std::vector<output> inputs;
   for (std::size_t i = 0; i < c.num_inputs(); ++i) inputs.push_back(c.input(i));
   attr_map attrs = c.forward().attrs;
   attrs["activation"] = std::string("none");
+  attrs["clip_min"] = -std::numeric_limits<double>::infinity();
+  attrs["clip_max"] = std::numeric_limits<double>::infinity();
   const output z = c.builder().add1(conv ? "fused_conv2d" : "fused_matmul", inputs, attrs);
+  if (act == "clip") return clip_dz(c, dy, z);
   if (act == "gelu_tanh") {
     // As gelu's gradient (elementwise_grads.cpp): y = z s, s = sigmoid(2u),
     // u = k (z + 0.044715 z^3): dy/dz = s + z s (1 - s) 2 k (1 + 3 * 0.044715 z^2).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "loom/core/error.hpp"
 
@@ -228,6 +229,22 @@ activation activation_of(std::string_view name) {
     throw invalid_argument("unknown activation \"" + std::string(name) + "\"");
   }
   return static_cast<activation>(it - activation_names.begin());
+}
+
+void check_clip_bounds(activation a, double lo, double hi) {
+  if (a == activation::clip) return;
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const auto name = activation_names[static_cast<std::size_t>(a)];
+  if (!(lo == -inf)) {
+    throw invalid_argument(fmt::format(
+        "clip_min = {} is given, but activation \"{}\" takes no bounds (only \"clip\" does)", lo,
+        name));
+  }
+  if (!(hi == inf)) {
+    throw invalid_argument(fmt::format(
+        "clip_max = {} is given, but activation \"{}\" takes no bounds (only \"clip\" does)", hi,
+        name));
+  }
 }
 
 void check_epilogue_inputs(std::size_t inputs, bool has_bias, bool has_residual) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -203,18 +204,26 @@ struct epilogue {
   std::optional<output> bias;
   /// Exactly the core's output shape, added element-wise.
   std::optional<output> residual;
-  /// "none", "relu", "gelu" (erf form), "gelu_tanh" (the tanh approximation), "tanh" or
-  /// "sigmoid"; the same functions as ops::relu, ops::gelu, ops::tanh and ops::sigmoid.
+  /// "none", "relu", "gelu" (erf form), "gelu_tanh" (the tanh approximation), "tanh",
+  /// "sigmoid" or "clip"; the same functions as ops::relu, ops::gelu, ops::tanh,
+  /// ops::sigmoid, and for "clip" ops::minimum(ops::maximum(v, clip_min), clip_max) with
+  /// scalar constants of the dtype (NaN propagates, a tie gives the bound; any bounds: a
+  /// NaN one gives NaN, clip_min > clip_max gives clip_max).
   std::string activation = "none";
+  /// The bounds of "clip" (an infinite one clips nothing); the other activations take
+  /// only these defaults.
+  double clip_min = -std::numeric_limits<double>::infinity();
+  double clip_max = std::numeric_limits<double>::infinity();
 };
 
 /// activation(matmul(a, b, transpose_a, transpose_b) + bias + residual) as one node
 /// (`fused_matmul`), which the CPU runs as one oneDNN primitive with post-ops where it can.
 /// Shapes and dtypes as matmul (float types). The node: inputs a, b, then the list `args`
 /// (the bias, then the residual, those given); attributes T, transpose_a, transpose_b,
-/// has_bias, has_residual, activation, and num_args = has_bias + has_residual. Throws
-/// loom::invalid_argument naming the shapes for what matmul rejects, a bias that is not [N], a
-/// residual that is not the product's shape, and an unknown activation.
+/// has_bias, has_residual, activation, clip_min, clip_max, and num_args = has_bias +
+/// has_residual. Throws loom::invalid_argument naming the shapes for what matmul rejects, a
+/// bias that is not [N], a residual that is not the product's shape, an unknown activation,
+/// and clip bounds with an activation other than "clip".
 output fused_matmul(output a, output b, const epilogue& e, bool transpose_a = false,
                     bool transpose_b = false, const node_options& o = {});
 

@@ -339,14 +339,32 @@ std::int64_t resize_nearest_index(resize_rounding r, double x, std::int64_t in);
 // ---- fused epilogue (fused_matmul, fused_conv2d) ----------------------------------------
 
 /// The activations of a fused epilogue, in the order of activation_names.
-enum class activation { none, relu, gelu, gelu_tanh, tanh, sigmoid };
+enum class activation { none, relu, gelu, gelu_tanh, tanh, sigmoid, clip };
 
 /// The values of the "activation" attribute, in the order of `activation`.
-inline constexpr std::array<std::string_view, 6> activation_names = {
-    "none", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
+inline constexpr std::array<std::string_view, 7> activation_names = {
+    "none", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "clip"};
 
 /// The activation named `name`. Throws invalid_argument for another name.
 activation activation_of(std::string_view name);
+
+// Note [clip activation]
+// Activation "clip" with the attributes clip_min = lo and clip_max = hi is
+// minimum(maximum(v, lo), hi) with the element-wise rules (Note [NaN rules] in
+// src/kernel/common/elementwise_rules.hpp), v first in both: exactly the unfused
+// maximum(v, lo) then minimum(., hi) nodes that ONNX's Clip lowers to, ties and signed zeros
+// included (a tie returns the bound: maximum(-0, +0) = +0). Any bounds are accepted and
+// mean just that: a NaN bound gives NaN everywhere, lo > hi gives hi everywhere (np.clip's
+// answer), an infinite bound leaves v as it is (maximum(v, -inf) = v, NaN included), so a
+// lone maximum(v, lo) is clip with hi = +inf and a lone minimum(v, hi) clip with lo = -inf.
+// The bounds are values of the node's dtype T: a kernel converts each to T (as a scalar
+// constant of T holding it) and compares in T's compute type. The other activations take
+// no bounds (both attributes at their defaults, -inf and +inf).
+
+/// Checks clip_min (`lo`) and clip_max (`hi`) against activation `a` (Note [clip
+/// activation]): any values for clip; for another activation, lo must be -inf and hi +inf.
+/// Throws invalid_argument naming the attribute.
+void check_clip_bounds(activation a, double lo, double hi);
 
 /// A fused node's input count against its attributes: 2 (the core's) + has_bias +
 /// has_residual. Throws invalid_argument.
