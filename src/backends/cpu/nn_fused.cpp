@@ -63,6 +63,21 @@ struct clip_op {
   C operator()(C x) const noexcept { return ew::minimum_op{}(ew::maximum_op{}(x, lo), hi); }
 };
 
+// clip_op for bounds that are not NaN, in a form that vectorises (one compare and a select
+// per bound, where the rules' NaN test makes the compiler branch, per element, on data):
+// maximum(x, lo) = x unless x > lo fails for a number x, i.e. x <= lo gives lo; NaN x
+// compares false and stays; a tie gives lo, the rules' b. Likewise minimum(m, hi).
+template <class T>
+struct clip_number_bounds_op {
+  using C = ew::compute_t<T>;
+  C lo;
+  C hi;
+  C operator()(C x) const noexcept {
+    const C m = x <= lo ? lo : x;
+    return m >= hi ? hi : m;
+  }
+};
+
 // A clip bound as a scalar constant of T holds it, in T's compute type.
 template <class T>
 ew::compute_t<T> clip_bound(double v) noexcept {
@@ -75,7 +90,8 @@ template <class T, class F>
 void visit_activation(activation a, double lo, double hi, F&& f) {
   switch (a) {
     case activation::clip:
-      return f(clip_op<T>{clip_bound<T>(lo), clip_bound<T>(hi)});
+      if (std::isnan(lo) || std::isnan(hi)) return f(clip_op<T>{clip_bound<T>(lo), clip_bound<T>(hi)});
+      return f(clip_number_bounds_op<T>{clip_bound<T>(lo), clip_bound<T>(hi)});
     case activation::none:
       return f(no_activation{});
     case activation::relu:
