@@ -58,17 +58,23 @@ class conv_layout final : public graph_pass {
     return xs && xs->rank() == 4 && ed.control_inputs(id).empty();
   }
 
-  // `e` transposed by `perm`, one node per (value, perm) made by this pass.
+  // A new transpose of `e` by `perm`.
+  static endpoint transpose(graph_editor& ed, endpoint e, const ints& perm, const std::string& name,
+                            const std::string& device) {
+    return {ed.add({.name = ed.g().unique_name(name),
+                    .op = "transpose",
+                    .inputs = {e},
+                    .attrs = {{"perm", perm}},
+                    .device = device,
+                    .control_inputs = {}}),
+            0};
+  }
+
+  // `e` in NHWC, one transpose per value made by this pass.
   static endpoint transposed(graph_editor& ed, transposes& made, endpoint e,
                              const std::string& name, const std::string& device) {
     if (auto it = made.find(e); it != made.end()) return it->second;
-    const endpoint t{ed.add({.name = ed.g().unique_name(name),
-                             .op = "transpose",
-                             .inputs = {e},
-                             .attrs = {{"perm", to_nhwc}},
-                             .device = device,
-                             .control_inputs = {}}),
-                     0};
+    const endpoint t = transpose(ed, e, to_nhwc, name, device);
     made.emplace(e, t);
     return t;
   }
@@ -95,14 +101,9 @@ class conv_layout final : public graph_pass {
                                  .attrs = std::move(attrs),
                                  .device = device,
                                  .control_inputs = {}});
-    const node_id back = ed.add({.name = ed.g().unique_name(name + "/nchw"),
-                                 .op = "transpose",
-                                 .inputs = {{nhwc, 0}},
-                                 .attrs = {{"perm", to_nchw}},
-                                 .device = device,
-                                 .control_inputs = {}});
-    ed.replace_uses({id, 0}, {back, 0});
-    ed.replace_node(id, back);
+    const endpoint back = transpose(ed, {nhwc, 0}, to_nchw, name + "/nchw", device);
+    ed.replace_uses({id, 0}, back);
+    ed.replace_node(id, back.node);
     ed.erase(id);
     ctx.rewrote({name}, fmt::format("{} '{}' computes in NHWC between transposes", op,
                                     ed.at(nhwc).name));
@@ -182,13 +183,7 @@ class conv_layout final : public graph_pass {
                                   .attrs = n.attrs,
                                   .device = device,
                                   .control_inputs = {}});
-    const node_id back = ed.add({.name = ed.g().unique_name(name + "/nchw"),
-                                 .op = "transpose",
-                                 .inputs = {{moved, 0}},
-                                 .attrs = {{"perm", to_nchw}},
-                                 .device = device,
-                                 .control_inputs = {}});
-    ed.replace_uses({id, 0}, {back, 0});
+    ed.replace_uses({id, 0}, transpose(ed, {moved, 0}, to_nchw, name + "/nchw", device));
     ed.erase(id);
     ctx.rewrote({name}, fmt::format("'{}' computes in NHWC: the transpose moved below it",
                                     ed.at(moved).name));
