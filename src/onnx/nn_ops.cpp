@@ -415,9 +415,22 @@ void conv_transpose_lowering(node_context& c) {
 void resize_lowering(node_context& c) {
   const std::string mode = c.attr_string("mode", "nearest");
   const std::string transform = c.attr_string("coordinate_transformation_mode", "half_pixel");
-  if (transform == "tf_crop_and_resize") c.unsupported("coordinate_transformation_mode 'tf_crop_and_resize'");
   const auto rank = c.rank(0);
   const shape& in = *c.type(0).shape;
+  // tf_crop_and_resize: the region (input 1), starts then ends, known at import.
+  std::vector<double> roi;
+  const bool crop = transform == "tf_crop_and_resize";
+  if (crop) {
+    const tensor* r = c.has(1) ? c.constant(1) : nullptr;
+    if (r == nullptr && c.has(1)) c.require_value(1, "roi");
+    if (r == nullptr || (r->type() != dtype::f32 && r->type() != dtype::f64)) {
+      c.unsupported("tf_crop_and_resize needs its roi as float values known at import");
+    }
+    for (std::int64_t i = 0; i < r->num_elements(); ++i) {
+      roi.push_back(r->type() == dtype::f32 ? r->data<float>()[i] : r->data<double>()[i]);
+    }
+    if (roi.size() != 2 * rank) c.fail(fmt::format("a roi of {} values for a rank-{} input", roi.size(), rank));
+  }
   std::vector<std::int64_t> sizes;
   std::vector<double> scales;
   const std::size_t scales_input = 2;
@@ -431,7 +444,9 @@ void resize_lowering(node_context& c) {
     if (scales.size() != rank) c.fail(fmt::format("{} scales for a rank-{} input", scales.size(), rank));
     for (std::size_t i = 0; i < rank; ++i) {
       if (in[i] < 0) c.unsupported("scales need the input's shape known at import");
-      sizes.push_back(static_cast<std::int64_t>(std::floor(static_cast<double>(in[i]) * scales[i])));
+      // tf_crop_and_resize scales the region, not the whole dimension.
+      const double extent = crop ? roi[rank + i] - roi[i] : 1.0;
+      sizes.push_back(static_cast<std::int64_t>(std::floor(static_cast<double>(in[i]) * extent * scales[i])));
     }
   }
   if (sizes.size() != rank) c.fail(fmt::format("{} sizes for a rank-{} input", sizes.size(), rank));
@@ -441,7 +456,9 @@ void resize_lowering(node_context& c) {
                         .nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor"),
                         .scales = scales,
                         .cubic_coeff_a = c.attr_float("cubic_coeff_a", -0.75F),
-                        .exclude_outside = c.attr_int("exclude_outside", 0) != 0};
+                        .exclude_outside = c.attr_int("exclude_outside", 0) != 0,
+                        .roi = roi,
+                        .extrapolation_value = c.attr_float("extrapolation_value", 0.0F)};
   c.set(0, ops::resize(c.in(0), o, c.opts()));
 }
 

@@ -395,6 +395,11 @@ TEST(NnRules, ResizeCoordinatesAndRounding) {
   EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::align_corners, 3, 4, 2.0), 3.0 * 3 / 7);
   EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::pytorch_half_pixel, 3, 4, 2.0), 1.25);
   EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::tf_half_pixel_for_nearest, 3, 4, 2.0), 1.75);
+  // tf_crop_and_resize: the region [0.25, 0.75] of 5 elements (coordinates 1 to 3) onto 3,
+  // and onto 1 (its middle).
+  EXPECT_DOUBLE_EQ(rules::resize_crop_source(0, 5, 3, 0.25, 0.75), 1.0);
+  EXPECT_DOUBLE_EQ(rules::resize_crop_source(2, 5, 3, 0.25, 0.75), 3.0);
+  EXPECT_DOUBLE_EQ(rules::resize_crop_source(0, 5, 1, 0.25, 0.75), 2.0);
   // An output of length 1.
   EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::align_corners, 0, 4, 0.25), 0.0);
   EXPECT_DOUBLE_EQ(rules::resize_source(resize_coord::pytorch_half_pixel, 0, 4, 0.25), -0.5);

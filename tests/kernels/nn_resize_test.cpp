@@ -25,10 +25,12 @@ struct spec {
   std::string coord = "half_pixel";
   std::string rounding = "round_prefer_floor";
   std::vector<double> scales;  // empty: out / in
+  std::vector<double> roi;     // tf_crop_and_resize: starts, then ends
+  double extrapolation = 0.0;  // tf_crop_and_resize: outside x
 };
 
 // ONNX's interpolate_1d_with_x for one dimension: the (index, coefficient) pairs that
-// output index x reads.
+// output index x reads; none when it reads extrapolation_value (tf_crop_and_resize outside x).
 std::vector<std::pair<std::int64_t, double>> taps_1d(const spec& s, std::int64_t in,
                                                      std::int64_t out, std::size_t d,
                                                      std::int64_t x) {
@@ -45,6 +47,13 @@ std::vector<std::pair<std::int64_t, double>> taps_1d(const spec& s, std::int64_t
     x_ori = output_width == 1 ? -0.5 : (xd + 0.5) / scale - 0.5;
   } else if (s.coord == "tf_half_pixel_for_nearest") {
     x_ori = (xd + 0.5) / scale;
+  } else if (s.coord == "tf_crop_and_resize") {
+    const double start = s.roi[d];
+    const double end = s.roi[s.roi.size() / 2 + d];
+    const auto last = static_cast<double>(in - 1);
+    x_ori = out > 1 ? start * last + xd * (end - start) * last / static_cast<double>(out - 1)
+                    : 0.5 * (start + end) * last;
+    if (x_ori < 0 || x_ori > last) return {};
   } else {
     x_ori = (xd + 0.5) / scale - 0.5;
   }
@@ -95,7 +104,15 @@ std::vector<double> reference(const spec& s, const tensor& x, const shape& out) 
     const auto oi = unravel(o, out);
     // Sum over every combination of one tap per dimension.
     std::vector<std::vector<std::pair<std::int64_t, double>>> per_dim;
-    for (std::size_t d = 0; d < in.rank(); ++d) per_dim.push_back(taps_1d(s, in[d], out[d], d, oi[d]));
+    bool outside = false;
+    for (std::size_t d = 0; d < in.rank(); ++d) {
+      per_dim.push_back(taps_1d(s, in[d], out[d], d, oi[d]));
+      outside = outside || per_dim.back().empty();
+    }
+    if (outside) {
+      y[static_cast<std::size_t>(o)] = s.extrapolation;
+      continue;
+    }
     double acc = 0.0;
     const std::size_t combos = std::size_t{1} << in.rank();
     for (std::size_t m = 0; m < combos; ++m) {
@@ -119,6 +136,10 @@ attr_map attrs_of(const spec& s, const shape& out) {
              {"coordinate_transformation_mode", s.coord},
              {"nearest_mode", s.rounding}};
   if (!s.scales.empty()) a.emplace("scales", s.scales);
+  if (!s.roi.empty()) {
+    a.emplace("roi", s.roi);
+    a.emplace("extrapolation_value", s.extrapolation);
+  }
   return a;
 }
 
@@ -201,6 +222,31 @@ TEST(ResizeTest, OnnxDocumentedExamples) {
                {1, 1, 1, 2}, {1, 3}, 0, 0);
 }
 
+TEST(ResizeTest, TfCropAndResizeAgainstOnnxFormulas) {
+  // Regions inside x, reaching past its edges (extrapolation), reversed, and of one output.
+  const tensor x = random(dtype::f64, {2, 5, 6}, 3);
+  const std::vector<std::pair<std::vector<double>, shape>> cases = {
+      {{0, 0.2, 0.1, 1, 0.8, 0.9}, {2, 4, 7}},
+      {{0, -0.3, 0.4, 1, 0.6, 1.7}, {2, 3, 3}},
+      {{0, 0.9, 0.7, 1, 0.1, 0.2}, {2, 6, 4}},
+      {{0, 0.25, 0.5, 1, 0.75, 0.5}, {2, 1, 1}},
+  };
+  for (const char* mode : {"linear", "nearest"}) {
+    for (const auto& [roi, out] : cases) {
+      spec s{.mode = mode, .coord = "tf_crop_and_resize", .roi = roi, .extrapolation = -7.5};
+      SCOPED_TRACE(std::string(mode) + " roi " + ::testing::PrintToString(roi));
+      expect_close(run_op1("resize", {x}, attrs_of(s, out)), out, reference(s, x, out), 1e-12,
+                   1e-12);
+    }
+  }
+  // ONNX's resize_tf_crop_and_resize case.
+  const tensor a = make(dtype::f32, {1, 1, 4, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  spec s{.mode = "linear", .coord = "tf_crop_and_resize", .roi = {0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7},
+         .extrapolation = 10};
+  expect_close(run_op1("resize", {a}, attrs_of(s, {1, 1, 3, 3})), {1, 1, 3, 3},
+               {7.6, 10, 10, 12.4, 10, 10, 10, 10, 10}, 1e-6, 1e-6);
+}
+
 TEST(ResizeTest, EveryFloatDtypeNonContiguousAndEmpty) {
   const spec s{"linear", "half_pixel", "round_prefer_floor", {}};
   const shape out{2, 3, 5, 7};
@@ -240,7 +286,7 @@ TEST(ResizeTest, BadInputIsATypedError) {
                      {{"sizes", std::vector<std::int64_t>{1, 1, 4, 4}},
                       {"coordinate_transformation_mode", std::string("tf_crop_and_resize")}});
       },
-      {"coordinate_transformation_mode", "tf_crop_and_resize"});
+      {"under_test", "tf_crop_and_resize needs a roi of 2 values per dimension"});
   expect_error<invalid_argument>(
       [&] {
         (void)run_op("resize", {x},

@@ -1,4 +1,5 @@
-// The CPU kernel of resize (ONNX Resize, nearest, linear and cubic; op in
+// The CPU kernel of resize (ONNX Resize, nearest, linear and cubic, tf_crop_and_resize's
+// extrapolation too; op in
 // src/graph/ops/nn_resize_ops.cpp, rules and coordinate arithmetic in
 // loom/graph/ops/nn_rules.hpp). Both modes are separable: the kernel resizes one dimension
 // at a time, in double, over x seen as [outer, in, inner] around that dimension, skipping
@@ -19,7 +20,8 @@ namespace {
 
 using nn_rules::resize_mode;
 
-// Where output index o along one dimension reads: up to 4 input indices and their weights.
+// Where output index o along one dimension reads: up to 4 input indices and their weights
+// (none: the output is extrapolation_value, tf_crop_and_resize outside x).
 struct taps {
   std::array<std::int64_t, 4> i{};
   std::array<double, 4> w{};
@@ -39,9 +41,13 @@ std::vector<taps> taps_of(const nn_rules::resize_params& p, std::size_t d, std::
   const double scale = nn_rules::resize_scale(p, d, in, out);
   std::vector<taps> t(static_cast<std::size_t>(out));
   const auto clamp = [in](std::int64_t i) { return std::clamp<std::int64_t>(i, 0, in - 1); };
+  const bool crop = p.coord == nn_rules::resize_coord::tf_crop_and_resize;
+  const std::size_t rank = p.roi.size() / 2;
   for (std::int64_t o = 0; o < out; ++o) {
-    const double x = nn_rules::resize_source(p.coord, o, in, scale);
+    const double x = crop ? nn_rules::resize_crop_source(o, in, out, p.roi[d], p.roi[rank + d])
+                          : nn_rules::resize_source(p.coord, o, in, scale);
     taps& tp = t[static_cast<std::size_t>(o)];
+    if (crop && (x < 0.0 || x > static_cast<double>(in - 1))) continue;  // n = 0
     if (p.mode == resize_mode::nearest) {
       tp.i[0] = nn_rules::resize_nearest_index(p.rounding, x, in);
       tp.w[0] = 1.0;
@@ -90,6 +96,7 @@ bool is_identity(const std::vector<taps>& t, std::int64_t in) {
   if (static_cast<std::int64_t>(t.size()) != in) return false;
   for (std::size_t o = 0; o < t.size(); ++o) {
     const taps& tp = t[o];
+    if (tp.n == 0) return false;
     for (int k = 0; k < tp.n; ++k) {
       const bool on = tp.i[static_cast<std::size_t>(k)] == static_cast<std::int64_t>(o);
       if (tp.w[static_cast<std::size_t>(k)] != (on ? 1.0 : 0.0) && !(on && tp.n > 1 && tp.w[static_cast<std::size_t>(k)] == 1.0)) {
@@ -110,6 +117,8 @@ class resize_kernel final : public op_kernel {
             c.attr<std::vector<double>>("scales"))) {
     params_.cubic_coeff_a = c.attr<double>("cubic_coeff_a");
     params_.exclude_outside = c.attr<bool>("exclude_outside");
+    params_.roi = c.attr<std::vector<double>>("roi");
+    params_.extrapolation_value = c.attr<double>("extrapolation_value");
   }
 
   void compute(kernel_context& ctx) override {
@@ -140,6 +149,10 @@ class resize_kernel final : public op_kernel {
                              const std::int64_t q = r / out;
                              const taps& tp = t[static_cast<std::size_t>(r % out)];
                              double* dst = next.data() + r * inner;
+                             if (tp.n == 0) {
+                               std::fill_n(dst, inner, params_.extrapolation_value);
+                               continue;
+                             }
                              const double* s0 = cur.data() + (q * in + tp.i[0]) * inner;
                              if (tp.n == 1 || (tp.n == 2 && tp.w[1] == 0.0)) {
                                std::copy_n(s0, inner, dst);

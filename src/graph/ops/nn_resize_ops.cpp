@@ -16,10 +16,12 @@ namespace {
 using namespace op_helpers;
 
 nn_rules::resize_params read_resize_attrs(const inference_context& c) {
-  return nn_rules::resize_params_of(
+  nn_rules::resize_params p = nn_rules::resize_params_of(
       c.attr<std::string>("mode"), c.attr<std::string>("coordinate_transformation_mode"),
       c.attr<std::string>("nearest_mode"), c.attr<std::vector<std::int64_t>>("sizes"),
       c.attr<std::vector<double>>("scales"));
+  p.roi = c.attr<std::vector<double>>("roi");
+  return p;
 }
 
 void infer_resize(inference_context& c) {
@@ -68,7 +70,9 @@ void register_nn_resize_ops(op_registry& r) {
              choice_attr("nearest_mode", nn_rules::resize_rounding_names),
              attr("scales", attr_type::reals, attr_value(std::vector<double>{})),
              attr("cubic_coeff_a", attr_type::real, attr_value(-0.75)),
-             attr("exclude_outside", attr_type::boolean, attr_value(false))};
+             attr("exclude_outside", attr_type::boolean, attr_value(false)),
+             attr("roi", attr_type::reals, attr_value(std::vector<double>{})),
+             attr("extrapolation_value", attr_type::real, attr_value(0.0))};
   d.infer = infer_resize;
   r.add(std::move(d));
 }
@@ -84,7 +88,9 @@ output resize(output x, const resize_options& options, const node_options& o) {
        {"nearest_mode", options.nearest_mode},
        {"scales", options.scales},
        {"cubic_coeff_a", options.cubic_coeff_a},
-       {"exclude_outside", options.exclude_outside}},
+       {"exclude_outside", options.exclude_outside},
+       {"roi", options.roi},
+       {"extrapolation_value", options.extrapolation_value}},
       o);
 }
 

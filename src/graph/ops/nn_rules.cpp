@@ -164,6 +164,12 @@ shape resize_output(const shape& x, const resize_params& p) {
       throw invalid_argument(fmt::format("scales [{}] must all be > 0", fmt::join(p.scales, ", ")));
     }
   }
+  if (p.coord == resize_coord::tf_crop_and_resize && p.roi.size() != 2 * x.rank()) {
+    throw invalid_argument(fmt::format(
+        "tf_crop_and_resize needs a roi of 2 values per dimension of x {} (starts, then ends), "
+        "got [{}]",
+        to_string(x), fmt::join(p.roi, ", ")));
+  }
   for (std::size_t d = 0; d < x.rank(); ++d) {
     if (x[d] == 0 && p.sizes[d] > 0) {
       throw invalid_argument(fmt::format("x {} is empty along dimension {}: nothing to resize "
@@ -193,8 +199,17 @@ double resize_source(resize_coord c, std::int64_t o, std::int64_t in, double sca
       return out_len == 1.0 ? -0.5 : (x + 0.5) / scale - 0.5;
     case resize_coord::tf_half_pixel_for_nearest:
       return (x + 0.5) / scale;
+    case resize_coord::tf_crop_and_resize:
+      break;  // resize_crop_source: it needs the region
   }
   return x;
+}
+
+double resize_crop_source(std::int64_t o, std::int64_t in, std::int64_t out, double start,
+                          double end) {
+  const auto last = static_cast<double>(in - 1);
+  if (out == 1) return 0.5 * (start + end) * last;
+  return start * last + static_cast<double>(o) * (end - start) * last / static_cast<double>(out - 1);
 }
 
 std::int64_t resize_nearest_index(resize_rounding r, double x, std::int64_t in) {

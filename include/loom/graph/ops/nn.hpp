@@ -170,8 +170,9 @@ struct resize_options {
   /// "nearest", "linear" or "cubic" (separable interpolation along every resized dimension;
   /// cubic with ONNX's kernel of parameter cubic_coeff_a).
   std::string mode = "nearest";
-  /// "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel" or
-  /// "tf_half_pixel_for_nearest": how an output index maps to an input coordinate.
+  /// "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+  /// "tf_half_pixel_for_nearest" or "tf_crop_and_resize" (the region `roi` of x, stretched
+  /// to `sizes`): how an output index maps to an input coordinate.
   std::string coordinate_transformation_mode = "half_pixel";
   /// For mode "nearest": "round_prefer_floor", "round_prefer_ceil", "floor" or "ceil".
   std::string nearest_mode = "round_prefer_floor";
@@ -183,6 +184,11 @@ struct resize_options {
   /// Interpolation taps outside the input get weight 0, the others renormalised (ONNX's
   /// exclude_outside); by default they read the nearest edge element.
   bool exclude_outside = false;
+  /// tf_crop_and_resize: the region, as fractions of each dimension (starts of every
+  /// dimension, then ends: 2 values per dimension of x).
+  std::vector<double> roi;
+  /// tf_crop_and_resize: the value of outputs whose coordinate falls outside x.
+  double extrapolation_value = 0.0;
 };
 
 /// ONNX Resize (opset 13+ semantics) of x (float types) to `sizes`: along each dimension

@@ -286,16 +286,17 @@ enum class resize_coord {
   asymmetric,
   align_corners,
   pytorch_half_pixel,
-  tf_half_pixel_for_nearest
+  tf_half_pixel_for_nearest,
+  tf_crop_and_resize
 };
 /// resize's nearest_mode values.
 enum class resize_rounding { round_prefer_floor, round_prefer_ceil, floor, ceil };
 
 /// The values each string attribute of resize takes, in the order of its enum.
 inline constexpr std::array<std::string_view, 3> resize_mode_names = {"nearest", "linear", "cubic"};
-inline constexpr std::array<std::string_view, 5> resize_coord_names = {
+inline constexpr std::array<std::string_view, 6> resize_coord_names = {
     "half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
-    "tf_half_pixel_for_nearest"};
+    "tf_half_pixel_for_nearest", "tf_crop_and_resize"};
 inline constexpr std::array<std::string_view, 4> resize_rounding_names = {
     "round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
 
@@ -311,6 +312,11 @@ struct resize_params {
   /// Taps outside the input get weight 0 and the rest are renormalised (ONNX's
   /// exclude_outside); otherwise they read the nearest edge element.
   bool exclude_outside = false;
+  /// tf_crop_and_resize: the region of x resized, as fractions of each dimension: the
+  /// starts of every dimension, then the ends (2 * rank values).
+  std::vector<double> roi;
+  /// tf_crop_and_resize: the value of outputs whose coordinate falls outside x.
+  double extrapolation_value = 0.0;
 };
 
 /// The attribute values parsed. Throws invalid_argument naming the attribute and the value
@@ -329,8 +335,16 @@ double resize_scale(const resize_params& p, std::size_t d, std::int64_t in, std:
 
 /// The input coordinate of output index o along a dimension of in -> out elements whose
 /// scale is `scale` (ONNX's coordinate transformations; align_corners and
-/// pytorch_half_pixel test scale · in == 1, as ONNX's reference).
+/// pytorch_half_pixel test scale · in == 1, as ONNX's reference). tf_crop_and_resize needs
+/// its region: resize_crop_source.
 double resize_source(resize_coord c, std::int64_t o, std::int64_t in, double scale);
+
+/// tf_crop_and_resize's input coordinate of output index o along a dimension of in -> out
+/// elements whose region is [start, end] (fractions of in - 1): start · (in - 1) + o · (end -
+/// start) · (in - 1) / (out - 1), or the region's middle when out is 1. A coordinate outside
+/// [0, in - 1] reads extrapolation_value.
+double resize_crop_source(std::int64_t o, std::int64_t in, std::int64_t out, double start,
+                          double end);
 
 /// The input index nearest to coordinate x under `r` (an integral x is itself), clamped to
 /// [0, in).
