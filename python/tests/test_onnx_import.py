@@ -131,3 +131,21 @@ def test_supported_ops_cover_the_common_model_ops():
                "Reshape", "Shape", "Gather", "Concat", "Softmax", "LayerNormalization",
                "BatchNormalization", "Clip", "Add", "Transpose", "Slice", "Unsqueeze"]:
         assert op in ops, op
+
+
+def test_training_dropout_draws_a_new_mask_each_run_and_its_mask_output_matches():
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"], name="drop", seed=3)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64]),
+                        helper.make_tensor_value_info("mask", TensorProto.BOOL, [64, 64])],
+                       [tensor("ratio", np.array(0.25, np.float32)), tensor("training", np.array(True))])
+    m = loom.onnx.load(model)
+    x = np.random.RandomState(1).rand(64, 64).astype(np.float32) + 1.0
+    runs = [m.run({"x": x}) for _ in range(3)]
+    for y, mask in runs:
+        assert mask.dtype == np.bool_
+        np.testing.assert_allclose(y, np.where(mask, x / np.float32(0.75), 0), rtol=1e-6)
+        assert abs(mask.mean() - 0.75) < 0.03  # 4096 draws: the standard error is below 0.007
+    assert not np.array_equal(runs[0][1], runs[1][1])
+    # A new model repeats the sequence: the masks come from the seed.
+    np.testing.assert_array_equal(loom.onnx.load(model).run({"x": x})[1], runs[0][1])

@@ -5,6 +5,7 @@
 #include "loom/core/error.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
+#include "loom/graph/ops/nn.hpp"
 #include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -358,12 +359,21 @@ void add_math_ops(op_table& t) {
                    },
                    {"identity"}};
   t["Dropout"] = {[](node_context& c) {
-                    // In training mode with a ratio above 0 elements are dropped at random; a
-                    // ratio of 0 drops none, in either mode.
+                    // In training mode with a ratio above 0 elements are dropped at random,
+                    // a new mask on every run (ops::dropout, seeded by the seed attribute,
+                    // else 0); a ratio of 0 drops none, in either mode.
                     const bool training = c.has(2) && c.number(2, "training_mode") != 0;
-                    const bool drops = !c.has(1) || c.number(1, "ratio") != 0;
-                    if (training && drops) {
-                      c.unsupported("training_mode = true with a ratio above 0: loom imports models for inference");
+                    const double ratio = c.has(1) ? c.number(1, "ratio") : 0.5;
+                    if (training && ratio != 0) {
+                      const auto& s = c.type(0).shape;
+                      if (!s || !s->is_fully_defined()) {
+                        c.unsupported("training_mode = true needs the input's shape known at import (input_shapes)");
+                      }
+                      if (!(ratio > 0 && ratio < 1)) c.fail(fmt::format("ratio {} is outside [0, 1)", ratio));
+                      const auto [y, mask] = ops::dropout_with_mask(c.in(0), ratio, c.attr_int("seed", 0), c.opts());
+                      c.set(0, y);
+                      if (c.wants(1)) c.set(1, mask);
+                      return;
                     }
                     c.set(0, ops::identity(c.in(0), c.opts()));
                     if (c.wants(1)) {  // nothing dropped: all true, of the input's shape
@@ -377,7 +387,7 @@ void add_math_ops(op_table& t) {
                       }
                     }
                   },
-                  {"identity"}};
+                  {"identity", "random_uniform_per_run"}};
   t["Constant"] = {[](node_context& c) {
                      c.set_constant(0, constant_tensor(c));
                    },

@@ -12,7 +12,10 @@
 #include "kernels/kernel_test_support.hpp"
 #include "kernels/reduction_reference.hpp"
 #include "loom/graph/graph.hpp"
+#include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
+#include "loom/memory/tensor_allocation.hpp"
+#include "loom/runtime/session.hpp"
 
 namespace loom::testing {
 namespace {
@@ -160,7 +163,8 @@ namespace loom::testing {
 namespace {
 
 // Inverted dropout: every output is 0 or x / (1 - rate); the kept fraction is near 1 - rate;
-// rate 0 is x; the same seed gives the same mask; bad rates are typed errors.
+// rate 0 is x; the same seed gives the same first mask in a new session; bad rates are typed
+// errors.
 TEST(DropoutTest, KeepsAFractionScaledAndIsRepeatable) {
   const std::int64_t n = 20000;
   std::vector<float> xs(static_cast<std::size_t>(n));
@@ -184,6 +188,53 @@ TEST(DropoutTest, KeepsAFractionScaledAndIsRepeatable) {
     EXPECT_NEAR(frac, 1.0 - rate, 0.02);  // 20000 draws: the standard error is below 0.004
     EXPECT_EQ(values(run()), yv);
   }
+  graph g;
+  graph_builder b(g);
+  const auto p = ops::placeholder(b, "x", dtype::f32, {4});
+  EXPECT_THROW((void)ops::dropout(p, 1.0, 1), invalid_argument);
+  EXPECT_THROW((void)ops::dropout(p, -0.1, 1), invalid_argument);
+  const auto unknown = ops::placeholder(b, "u", dtype::f32, {-1});
+  EXPECT_THROW((void)ops::dropout(unknown, 0.5, 1), invalid_argument);
+}
+
+// In training every step draws a new mask (the passes do not fold it into a constant), each
+// with the expected fraction kept; the gradient of a step goes through that step's mask; a
+// new session repeats the same sequence of masks.
+TEST(DropoutTest, EachRunDrawsANewMaskAndTheGradientFollowsIt) {
+  const std::int64_t n = 4096;
+  const double rate = 0.5;
+  const auto masks = [&] {
+    graph g;
+    graph_builder b(g);
+    const auto x = ops::placeholder(b, "x", dtype::f32, {n});
+    const auto y = ops::dropout(x, rate, 11, {.name = "y", .device = {}});
+    const std::string dx = gradients(ops::reduce_sum(y, {0}), {x}).at(0).name();
+    session s(std::move(g));
+    const tensor ones = memory::host_tensor<float>({n}, std::vector<float>(static_cast<std::size_t>(n), 1.0F));
+    std::vector<std::vector<double>> out;
+    for (int step = 0; step < 3; ++step) {
+      const auto r = s.run({{"x", ones}}, {"y", dx});
+      const auto yv = values(r[0]);
+      const auto gv = values(r[1]);
+      std::int64_t kept = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        EXPECT_TRUE(yv[k] == 0.0 || yv[k] == 2.0) << yv[k];
+        EXPECT_EQ(gv[k], yv[k]) << "the gradient's mask is the step's: " << i;
+        kept += yv[k] != 0.0 ? 1 : 0;
+      }
+      EXPECT_NEAR(static_cast<double>(kept) / static_cast<double>(n), 1.0 - rate, 0.04);
+      out.push_back(yv);
+    }
+    return out;
+  };
+  const auto first = masks();
+  EXPECT_NE(first[0], first[1]);
+  EXPECT_NE(first[1], first[2]);
+  EXPECT_EQ(masks(), first);
+}
+
+TEST(DropoutTest, BadRatesAndShapes) {
   graph g;
   graph_builder b(g);
   const auto p = ops::placeholder(b, "x", dtype::f32, {4});

@@ -1,4 +1,5 @@
-// CPU kernels of the generators: fill, zeros, ones, range, random_uniform, random_normal.
+// CPU kernels of the generators: fill, zeros, ones, range, dynamic_range, random_uniform,
+// random_normal, random_uniform_per_run, random_normal_per_run.
 //
 // Note [reproducible random numbers]
 // random_uniform and random_normal draw from Philox4x32-10 (elementwise_philox.hpp) keyed by
@@ -10,7 +11,12 @@
 // the same seed starts with the values of a smaller one. Box-Muller is computed in double;
 // uniform values that round up to maxval in the output dtype step down to the largest value
 // below it, so the results stay in [minval, maxval).
+// random_uniform_per_run and random_normal_per_run (stateful) draw anew on every run: run k
+// of the kernel (from 0, one count per run of its plan) reads the blocks of Philox stream k
+// (the counter's upper half), so run 0 gives what the plain op gives, and a session's
+// sequence of runs is reproducible from the seed. What dropout's mask needs in training.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -191,7 +197,7 @@ std::array<double, 4> normals(const philox_block& w) {
   return z;
 }
 
-template <bool Normal>
+template <bool Normal, bool PerRun = false>
 class random_kernel final : public op_kernel {
  public:
   explicit random_kernel(const kernel_construction& c)
@@ -204,10 +210,11 @@ class random_kernel final : public op_kernel {
 
   void compute(kernel_context& ctx) override {
     tensor& out = ctx.allocate_output(0, type_, shape_);
+    const std::uint64_t stream = PerRun ? runs_.fetch_add(1, std::memory_order_relaxed) : 0;
     visit_dtype(type_, [&](auto tag) {
       using T = decltype(tag);
       if constexpr (std::is_floating_point_v<T> || is_half_like<T>) {
-        generate<T>(ctx, out.template data<T>(), out.num_elements());
+        generate<T>(ctx, out.template data<T>(), out.num_elements(), stream);
       } else {
         ctx.fail("{} does not make {}", ctx.node().op(), to_string(type_));
       }
@@ -216,7 +223,7 @@ class random_kernel final : public op_kernel {
 
  private:
   template <class T>
-  void generate(kernel_context& ctx, T* out, std::int64_t n) const {
+  void generate(kernel_context& ctx, T* out, std::int64_t n, std::uint64_t stream) const {
     constexpr int l = lanes<T>;
     const std::int64_t blocks = (n + l - 1) / l;
     const T hi = store<T>(static_cast<compute_t<T>>(b_));
@@ -224,7 +231,7 @@ class random_kernel final : public op_kernel {
                                 [](T x, T y) { return load(x) < load(y); });
     ctx.parallel_for(blocks, Normal ? 40.0 : 10.0, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t blk = begin; blk < end; ++blk) {
-        const philox_block w = philox_at(seed_, static_cast<std::uint64_t>(blk));
+        const philox_block w = philox_at(seed_, static_cast<std::uint64_t>(blk), stream);
         const auto v = Normal ? normals<T>(w) : uniforms<T>(w);
         const std::int64_t first = blk * l;
         const int count = static_cast<int>(std::min<std::int64_t>(l, n - first));
@@ -246,6 +253,7 @@ class random_kernel final : public op_kernel {
   std::uint64_t seed_;
   double a_;  // mean or minval
   double b_;  // stddev or maxval
+  std::atomic<std::uint64_t> runs_{0};  // PerRun: the runs so far
 };
 
 }  // namespace
@@ -263,6 +271,10 @@ void register_generator_kernels(kernel_registry& r) {
                                               type_constraint(float_types(), "dtype")));
   r.add(make_kernel_def<random_kernel<true>>("random_normal", device_type::cpu,
                                              type_constraint(float_types(), "dtype")));
+  r.add(make_kernel_def<random_kernel<false, true>>("random_uniform_per_run", device_type::cpu,
+                                                    type_constraint(float_types(), "dtype")));
+  r.add(make_kernel_def<random_kernel<true, true>>("random_normal_per_run", device_type::cpu,
+                                                   type_constraint(float_types(), "dtype")));
 }
 
 }  // namespace loom::cpu

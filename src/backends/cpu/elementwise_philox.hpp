@@ -35,10 +35,13 @@ constexpr philox_block philox4x32_10(philox_block counter, std::array<std::uint3
   return counter;
 }
 
-/// Block `index` of the stream of `seed`: counter (index, 0) with the seed as the key.
-constexpr philox_block philox_at(std::uint64_t seed, std::uint64_t index) {
+/// Block `index` of stream `stream` of `seed`: counter (index, stream) with the seed as the
+/// key. Stream 0 is random_uniform's and random_normal's; the per-run ops draw stream k on
+/// their run k.
+constexpr philox_block philox_at(std::uint64_t seed, std::uint64_t index, std::uint64_t stream = 0) {
   return philox4x32_10(
-      {static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0u, 0u},
+      {static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32),
+       static_cast<std::uint32_t>(stream), static_cast<std::uint32_t>(stream >> 32)},
       {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)});
 }
 

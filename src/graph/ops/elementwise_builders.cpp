@@ -251,6 +251,23 @@ output random_normal(graph_builder& b, dtype t, shape s, std::int64_t seed, doub
       {{"dtype", t}, {"shape", std::move(s)}, {"seed", seed}, {"mean", mean}, {"stddev", stddev}},
       o);
 }
+output random_uniform_per_run(graph_builder& b, dtype t, shape s, std::int64_t seed,
+                              double minval, double maxval, const node_options& o) {
+  return b.add1("random_uniform_per_run", {},
+                {{"dtype", t},
+                 {"shape", std::move(s)},
+                 {"seed", seed},
+                 {"minval", minval},
+                 {"maxval", maxval}},
+                o);
+}
+output random_normal_per_run(graph_builder& b, dtype t, shape s, std::int64_t seed, double mean,
+                             double stddev, const node_options& o) {
+  return b.add1(
+      "random_normal_per_run", {},
+      {{"dtype", t}, {"shape", std::move(s)}, {"seed", seed}, {"mean", mean}, {"stddev", stddev}},
+      o);
+}
 
 }  // namespace loom::ops
 

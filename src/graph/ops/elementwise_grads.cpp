@@ -221,7 +221,8 @@ void register_elementwise_gradients(gradient_registry& r) {
        {"equal",       "not_equal",      "less",          "less_equal", "greater", "greater_equal",
         "logical_and", "logical_or",     "logical_not",   "fill",       "zeros",   "ones",
         "range",       "random_uniform", "random_normal", "floor",      "ceil",    "round",
-        "sign",        "isnan",          "isinf",         "isfinite",   "dynamic_range"}) {
+        "sign",        "isnan",          "isinf",         "isfinite",   "dynamic_range",
+        "random_uniform_per_run", "random_normal_per_run"}) {
     r.add_none(op);
   }
 }

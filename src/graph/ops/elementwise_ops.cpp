@@ -316,6 +316,15 @@ void register_elementwise_ops(op_registry& r) {
     };
     r.add(std::move(d));
   }
+  // The same draws, anew on every run (Note [reproducible random numbers]): stateful, so
+  // never folded into a constant or merged with a twin.
+  for (const char* base : {"random_uniform", "random_normal"}) {
+    op_def d = r.get(base);
+    d.name = std::string(base) + "_per_run";
+    d.summary = d.summary + "; a new draw on every run";
+    d.is_stateful = true;
+    r.add(std::move(d));
+  }
 }
 
 }  // namespace loom

@@ -92,7 +92,8 @@ output conv1d(output x, output w, std::int64_t stride, std::vector<std::int64_t>
   return squeeze(y, {2}, o);
 }
 
-output dropout(output x, double rate, std::int64_t seed, const node_options& o) {
+std::pair<output, output> dropout_with_mask(output x, double rate, std::int64_t seed,
+                                            const node_options& o) {
   if (!(rate >= 0.0 && rate < 1.0)) {
     throw invalid_argument(fmt::format("dropout: rate must be in [0, 1), got {}", rate));
   }
@@ -100,13 +101,17 @@ output dropout(output x, double rate, std::int64_t seed, const node_options& o) 
   if (!s || !s->is_fully_defined()) {
     throw invalid_argument(fmt::format("dropout: the input's shape must be known, got {}", to_string(x.type())));
   }
-  if (rate == 0.0) return identity(x, o);
-  const dtype t = x.dtype_of();
   graph_builder& b = x.builder();
-  const output u = random_uniform(b, t, *s, seed);
+  if (rate == 0.0) return {identity(x, o), fill(b, dtype::boolean, *s, 1.0)};
+  const dtype t = x.dtype_of();
+  const output u = random_uniform_per_run(b, t, *s, seed);  // a new mask every step
   const output keep = greater_equal(u, scalar(b, rate, t));
   const output scaled = mul(x, scalar(b, 1.0 / (1.0 - rate), t));
-  return where(keep, scaled, zeros(b, t, shape{}), o);
+  return {where(keep, scaled, zeros(b, t, shape{}), o), keep};
+}
+
+output dropout(output x, double rate, std::int64_t seed, const node_options& o) {
+  return dropout_with_mask(x, rate, seed, o).first;
 }
 
 output lp_pool2d(output x, double p, const pool_options& options, const node_options& o) {

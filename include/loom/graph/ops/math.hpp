@@ -182,6 +182,15 @@ output random_uniform(graph_builder& b, dtype t, shape s, std::int64_t seed, dou
 /// random_uniform's.
 output random_normal(graph_builder& b, dtype t, shape s, std::int64_t seed, double mean = 0.0,
                      double stddev = 1.0, const node_options& o = {});
+/// random_uniform drawn anew on every run (CPU): the kernel's run k gives block stream k of
+/// the seed's generator, run 0 random_uniform's values, so a session's sequence of runs is
+/// reproducible from the seed. Stateful: the passes never fold it into a constant. What a
+/// training step's dropout mask needs.
+output random_uniform_per_run(graph_builder& b, dtype t, shape s, std::int64_t seed,
+                              double minval = 0.0, double maxval = 1.0, const node_options& o = {});
+/// random_normal drawn anew on every run, as random_uniform_per_run.
+output random_normal_per_run(graph_builder& b, dtype t, shape s, std::int64_t seed,
+                             double mean = 0.0, double stddev = 1.0, const node_options& o = {});
 
 }  // namespace loom::ops
 

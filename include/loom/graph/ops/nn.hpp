@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/graph/builder.hpp"
@@ -88,12 +89,16 @@ output conv_transpose2d(output x, output w, const conv2d_options& options = {},
                         const node_options& o = {});
 
 /// Inverted dropout for training: each element of x kept with probability 1 - rate and
-/// scaled by 1 / (1 - rate), else 0, the mask drawn by random_uniform with `seed` (one draw
-/// per run; float types, x's shape fully known). rate in [0, 1): 0 gives x. Built of
-/// random_uniform, greater_equal, where and mul, so its gradient is dy through the same
-/// mask, scaled. Throws loom::invalid_argument for a rate outside [0, 1) or a shape not
+/// scaled by 1 / (1 - rate), else 0, the mask drawn by random_uniform_per_run with `seed` (a
+/// new mask on every run, reproducible from the seed; float types, x's shape fully known).
+/// rate in [0, 1): 0 gives x. Built of random_uniform_per_run, greater_equal, where and mul,
+/// so its gradient is dy through the same mask, scaled. Throws loom::invalid_argument for a rate outside [0, 1) or a shape not
 /// fully known.
 output dropout(output x, double rate, std::int64_t seed, const node_options& o = {});
+/// dropout's output (named by `o`) and its mask: bool, true where x was kept (all true for
+/// rate 0), as ONNX's Dropout returns them.
+std::pair<output, output> dropout_with_mask(output x, double rate, std::int64_t seed,
+                                            const node_options& o = {});
 
 /// 1-D convolution of x [N, C, L] with filter w [O, C / groups, K]: y [N, O, OL], built as
 /// conv2d over [N, C, 1, L] (expand_dims, conv2d, squeeze), so its gradient is conv2d's.
