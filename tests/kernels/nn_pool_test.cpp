@@ -360,7 +360,8 @@ TEST(MaxPoolWithIndices, ValuesAreMaxPool2ds) {
       for (std::size_t i = 0; i < plain.size(); ++i) {
         if (want[i] == -INFINITY) continue;
         EXPECT_EQ(with_indices[i], plain[i]) << to_string(t) << " " << i;
-        EXPECT_EQ(std::signbit(with_indices[i]), std::signbit(plain[i])) << to_string(t) << " " << i;
+        EXPECT_EQ(std::signbit(with_indices[i]), std::signbit(plain[i]))
+            << to_string(t) << " " << i;
       }
     }
   }

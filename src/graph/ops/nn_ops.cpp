@@ -451,7 +451,7 @@ void register_nn_ops(op_registry& r) {
   {
     op_def d;
     d.name = "max_pool2d_with_indices";
-    d.summary = "maximum over 2-D windows, NCHW, and where each maximum is (ONNX MaxPool's Indices)";
+    d.summary = "maximum over 2-D windows, NCHW, and where each is (ONNX MaxPool's Indices)";
     d.inputs = {typed("input")};
     d.outputs = {typed("output"), fixed("indices", dtype::i64)};
     d.attrs = pool_attr_defs(false);
@@ -459,7 +459,8 @@ void register_nn_ops(op_registry& r) {
     storage_order.validate = [](const attr_value& v) {
       const auto order = v.as<std::int64_t>();
       if (order != 0 && order != 1) {
-        throw invalid_argument(fmt::format("must be 0 (row-major) or 1 (column-major), got {}", order));
+        throw invalid_argument(
+            fmt::format("must be 0 (row-major) or 1 (column-major), got {}", order));
       }
     };
     d.attrs.push_back(std::move(storage_order));
