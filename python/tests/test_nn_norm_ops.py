@@ -121,3 +121,21 @@ def test_dilated_max_pool_matches_torch(ceil_mode):
     want = F.max_pool2d(torch.from_numpy(x), (3, 2), (2, 2), (1, 1), dilation=(2, 3),
                         ceil_mode=ceil_mode)
     np.testing.assert_array_equal(run1(g, y, {px: x}), want.numpy())
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_max_pool_with_indices_matches_torch(ceil_mode):
+    # PyTorch's indices count within each (n, c) plane; loom's within the whole input.
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    g = loom.Graph()
+    px = g.placeholder("x", "float32", list(x.shape))
+    y, i = loom.ops.max_pool2d_with_indices(px, kernel=[3, 2], strides=[2, 2], padding=[1, 1],
+                                            dilations=[2, 1], ceil_mode=ceil_mode)
+    got_y, got_i = (np.asarray(v) for v in loom.Session(g).run([y, i], {px: x}))
+    want_y, want_i = F.max_pool2d(torch.from_numpy(x), (3, 2), (2, 2), (1, 1), dilation=(2, 1),
+                                  ceil_mode=ceil_mode, return_indices=True)
+    planes = (np.arange(6) * 9 * 8).reshape(2, 3, 1, 1)
+    np.testing.assert_array_equal(got_y, want_y.numpy())
+    np.testing.assert_array_equal(got_i, want_i.numpy() + planes)
+    assert got_i.dtype == np.int64

@@ -124,8 +124,9 @@ void pool_lowering(node_context& c, bool max) {
   const auto in = spatial_dims(c, 0);
   const window w = read_window(c, {}, in);
   if (!max && w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("average pooling with dilations");
-  if (c.attr_int("storage_order", 0) != 0) c.unsupported("storage_order = 1");
-  if (c.wants(1)) c.unsupported("the Indices output");
+  const std::int64_t storage_order = max ? c.attr_int("storage_order", 0) : 0;
+  // The Indices output, or a storage_order that would change it: max_pool2d_with_indices.
+  const bool indices = max && (c.wants(1) || storage_order != 0);
   output x = c.in(0);
   const dtype type = x.dtype_of();
   // Integer max pooling runs in double (exact for every int8, uint8 and int32 value).
@@ -140,7 +141,16 @@ void pool_lowering(node_context& c, bool max) {
                       .dilations = w.dilations};
   const bool last = !w.one_d && !widen;
   const auto opts = last ? c.opts() : c.aux("pool");
-  output y = max ? ops::max_pool2d(x, o, opts) : ops::avg_pool2d(x, o, opts);
+  output y;
+  if (indices) {
+    auto [values, where] = ops::max_pool2d_with_indices(x, o, storage_order, opts);
+    y = values;
+    // A 1-D window's index into [N, C, 1, L] is its index into [N, C, L], in either order.
+    if (w.one_d) where = ops::squeeze(where, {2}, c.aux("indices"));
+    if (c.wants(1)) c.set(1, where);
+  } else {
+    y = max ? ops::max_pool2d(x, o, opts) : ops::avg_pool2d(x, o, opts);
+  }
   if (w.one_d) y = ops::squeeze(y, {2}, widen ? c.aux("squeeze") : c.opts());
   if (widen) y = ops::cast(y, type, c.opts());
   c.set(0, y);
@@ -494,7 +504,8 @@ void add_nn_ops(op_table& t) {
   t["MeanVarianceNormalization"] = {mvn_lowering, {"reduce_mean"}};
   t["GlobalLpPool"] = {global_lp_pool_lowering, {"reduce_sum"}};
   t["Conv"] = {conv_lowering, {"conv2d", "bias_add"}};
-  t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); }, {"max_pool2d"}};
+  t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); },
+                  {"max_pool2d", "max_pool2d_with_indices"}};
   t["AveragePool"] = {[](node_context& c) { pool_lowering(c, false); }, {"avg_pool2d"}};
   t["GlobalAveragePool"] = {[](node_context& c) { c.set(0, ops::global_avg_pool(c.in(0), c.opts())); },
                             {"reduce_mean"}};

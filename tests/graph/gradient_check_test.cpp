@@ -448,6 +448,13 @@ TEST(GradientCheck, ConvTranspose2dAndConv1d) {
     p.dilations = {2, 2};
     return ops::max_pool2d(x[0], p);
   });
+  check("max_pool2d_with_indices", {in{{1, 2, 6, 5}}}, [](graph_builder&, const std::vector<output>& x) {
+    ops::pool_options p;
+    p.kernel = {3, 2};
+    p.strides = {2, 1};
+    p.padding = {1, 1, 0, 1};
+    return ops::max_pool2d_with_indices(x[0], p, 1).values;
+  });
   check("avg_pool2d ceil_mode", {in{{1, 2, 5, 4}}}, [](graph_builder&, const std::vector<output>& x) {
     ops::pool_options p;
     p.kernel = {3, 2};

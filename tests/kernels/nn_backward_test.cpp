@@ -640,6 +640,19 @@ TEST(NnBackward, MaxPoolGradPaddingNeverWins) {
   check_pool(true, c, x, dy);
 }
 
+// Dilated taps can step over a one-row input: such a window holds padding alone, and its dy
+// goes nowhere (dx stays zero; no write outside the input).
+TEST(NnBackward, MaxPoolGradWindowOverPaddingAlone) {
+  const tensor x = make(dtype::f32, {1, 1, 1, 3}, {1, 2, 3});
+  const tensor dy = make(dtype::f32, {1, 1, 1, 3}, {1, 2, 4});
+  const tensor dx = run_op1("max_pool2d_grad", {x, dy},
+                            {{"kernel", ints{2, 1}},
+                             {"strides", ints{1, 1}},
+                             {"padding", ints{1, 1, 0, 0}},
+                             {"dilations", ints{2, 1}}});
+  expect_close(dx, {1, 1, 1, 3}, {0, 0, 0}, 0, 0);
+}
+
 // <pool(x), dy> == <x, dx> in float64 with loom's forward ops (max pooling is linear on
 // the argmax pattern, so the identity holds for it too).
 TEST(NnBackward, PoolAdjointIdentity) {

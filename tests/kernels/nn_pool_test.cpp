@@ -1,6 +1,7 @@
-// max_pool2d and avg_pool2d against float64 loops: windows, strides, padding (both
-// count_include_pad modes), ceil_mode, max pooling's dilations, every float dtype,
-// non-contiguous input, empty batches, bad attributes and shapes.
+// max_pool2d, max_pool2d_with_indices and avg_pool2d against float64 loops: windows,
+// strides, padding (both count_include_pad modes), ceil_mode, max pooling's dilations, ties,
+// NaN and -inf, both storage orders of the indices, every float dtype, non-contiguous
+// input, empty batches, bad attributes and shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +25,13 @@ struct pool_case {
   std::vector<std::int64_t> dilations{1, 1};
 };
 
-std::vector<double> reference(bool max, const pool_case& c, const tensor& x, shape& out) {
+// The pooled values; with `indices` (max only) also ONNX MaxPool's Indices: the first tap
+// inside the input, then any strictly greater one (NaN never is), as
+// (plane · H + h) · W + w, or plane · H · W + w · H + h with storage_order 1; -1 for a window
+// with no tap inside.
+std::vector<double> reference(bool max, const pool_case& c, const tensor& x, shape& out,
+                              std::vector<double>* indices = nullptr,
+                              std::int64_t storage_order = 0) {
   const auto xv = values(x);
   std::vector<std::int64_t> p = c.padding;
   if (p.size() == 2) p = {p[0], p[0], p[1], p[1]};
@@ -50,16 +57,21 @@ std::vector<double> reference(bool max, const pool_case& c, const tensor& x, sha
       for (std::int64_t xx = 0; xx < ow; ++xx) {
         double acc = max ? -INFINITY : 0.0;
         std::int64_t count = 0;
+        std::int64_t at = -1;
         for (std::int64_t i = 0; i < c.kernel[0]; ++i) {
           for (std::int64_t j = 0; j < c.kernel[1]; ++j) {
             const std::int64_t iy = y * s[0] - p[0] + i * d[0];
             const std::int64_t ix = xx * s[1] - p[2] + j * d[1];
             if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
             const double v = xv[static_cast<std::size_t>((plane * h + iy) * w + ix)];
+            if (at < 0 || (max && v > acc)) {
+              at = storage_order == 0 ? (plane * h + iy) * w + ix : plane * h * w + ix * h + iy;
+            }
             acc = max ? std::max(acc, v) : acc + v;
             ++count;
           }
         }
+        if (indices != nullptr) indices->push_back(static_cast<double>(at));
         if (!max) acc /= static_cast<double>(c.include_pad ? c.kernel[0] * c.kernel[1] : count);
         r.push_back(acc);
       }
@@ -180,9 +192,9 @@ TEST(NnPool, Empty) {
 
 TEST(NnPool, BadInput) {
   const auto pool = [](const char* op, shape xs, attr_map attrs) {
-    return [=] { run_op1(op, {random(dtype::f32, xs, 1)}, attrs); };
+    return [=] { (void)run_op(op, {random(dtype::f32, xs, 1)}, attrs); };
   };
-  for (const char* op : {"max_pool2d", "avg_pool2d"}) {
+  for (const char* op : {"max_pool2d", "max_pool2d_with_indices", "avg_pool2d"}) {
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {}), {"under_test", "kernel"});
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {{"kernel", {2}}}), {"under_test", "kernel"});
     expect_invalid_argument(pool(op, {1, 1, 4, 4}, {{"kernel", {0, 2}}}), {"under_test", "kernel"});
@@ -196,7 +208,7 @@ TEST(NnPool, BadInput) {
                             {"under_test", "empty"});
     expect_invalid_argument(
         [op] {
-          run_op1(op, {random(dtype::i32, {1, 1, 4, 4}, 1)}, {{"kernel", {2, 2}}});
+          (void)run_op(op, {random(dtype::i32, {1, 1, 4, 4}, 1)}, {{"kernel", {2, 2}}});
         },
         {"under_test", "int32"});
   }
@@ -263,6 +275,169 @@ TEST(PoolDilationsTest, MaxPoolWithTapsApart) {
     EXPECT_NE(std::string(e.what()).find("avg_pool2d takes dilations of 1 only"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// ---- max_pool2d_with_indices ----------------------------------------------------------------
+
+void check_indices(const pool_case& c, const tensor& x, std::int64_t storage_order) {
+  SCOPED_TRACE(x.describe() + " storage_order " + std::to_string(storage_order));
+  attr_map a = attrs_of(true, c);
+  a.emplace("storage_order", storage_order);
+  const auto outs = run_op("max_pool2d_with_indices", {x}, a);
+  ASSERT_EQ(outs.size(), 2U);
+  shape s;
+  std::vector<double> want_indices;
+  const auto want = reference(true, c, x, s, &want_indices, storage_order);
+  EXPECT_EQ(outs[0].type(), x.type());
+  EXPECT_EQ(outs[1].type(), dtype::i64);
+  expect_close(outs[0], s, want, 0.0, 0.0);  // a maximum is exact in every dtype
+  expect_close(outs[1], s, want_indices, 0.0, 0.0);
+}
+
+// Max pooling's windows, with rounded-up and dilated ones.
+std::vector<pool_case> indices_cases() {
+  std::vector<pool_case> c = cases();
+  c.push_back({.x = {1, 3, 5, 5}, .kernel = {5, 5}, .strides = {1, 1}, .padding = {2, 2}});
+  c.push_back({.x = {1, 2, 6, 7}, .kernel = {3, 2}, .strides = {2, 3}, .padding = {1, 0, 1, 1},
+               .ceil_mode = true});
+  c.push_back({.x = {1, 1, 5, 5}, .kernel = {2, 2}, .strides = {2, 2}, .padding = {1, 1},
+               .ceil_mode = true});
+  c.push_back({.x = {2, 3, 9, 8}, .kernel = {3, 2}, .strides = {2, 1}, .padding = {2, 1, 0, 1},
+               .dilations = {2, 3}});
+  c.push_back({.x = {1, 1, 8, 8}, .kernel = {3, 3}, .strides = {2, 2}, .padding = {1, 1},
+               .ceil_mode = true, .dilations = {2, 2}});
+  return c;
+}
+
+// Values on a coarse grid (ties in most windows, zeros of both signs), some NaN, and -inf
+// unless `nan_only`.
+tensor tied(dtype t, const shape& s, std::uint64_t seed, bool nan_only) {
+  auto v = values(random(dtype::f64, s, seed, -3.0, 3.0));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    v[i] = std::round(v[i]);
+    if (v[i] == 0.0 && i % 2 == 0) v[i] = -0.0;
+    if ((i * 7 + seed) % 11 == 0) v[i] = nan_only || (i / 11) % 2 == 0 ? nan : -INFINITY;
+  }
+  return make(t, s, v);
+}
+
+// Random values, then values with ties, NaN and -inf.
+TEST(MaxPoolWithIndices, AgainstReferenceWithTiesNaNAndInfinity) {
+  for (const dtype t : float_types) {
+    std::uint64_t seed = 1;
+    for (const auto& c : indices_cases()) {
+      for (const tensor& x : {random(t, c.x, seed), tied(t, c.x, seed, false)}) {
+        check_indices(c, x, 0);
+        check_indices(c, x, 1);
+      }
+      ++seed;
+    }
+    // A window of NaN and -inf alone: -inf, at its first element.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const pool_case c{.x = {1, 1, 2, 4}, .kernel = {2, 2}};
+    const tensor x = make(t, c.x, {nan, -INFINITY, 1, 1, -INFINITY, nan, 1, 2});
+    check_indices(c, x, 0);
+    check_indices(c, x, 1);
+  }
+}
+
+// The values are max_pool2d's, bit for bit (signed zeros, NaN skipped), wherever a window
+// holds a number above -inf: there max_pool2d's oneDNN path gives the lowest finite value
+// instead (docs/training.md), max_pool2d_with_indices -inf as max_pool2d's own loops.
+TEST(MaxPoolWithIndices, ValuesAreMaxPool2ds) {
+  for (const dtype t : float_types) {
+    std::uint64_t seed = 40;
+    for (const auto& c : indices_cases()) {
+      const tensor x = tied(t, c.x, seed++, true);
+      const auto plain = values(run_op1("max_pool2d", {x}, attrs_of(true, c)));
+      const auto with_indices =
+          values(run_op("max_pool2d_with_indices", {x}, attrs_of(true, c))[0]);
+      shape s;
+      const auto want = reference(true, c, x, s);
+      ASSERT_EQ(with_indices.size(), plain.size());
+      for (std::size_t i = 0; i < plain.size(); ++i) {
+        if (want[i] == -INFINITY) continue;
+        EXPECT_EQ(with_indices[i], plain[i]) << to_string(t) << " " << i;
+        EXPECT_EQ(std::signbit(with_indices[i]), std::signbit(plain[i]))
+            << to_string(t) << " " << i;
+      }
+    }
+  }
+}
+
+// ONNX's documented cases (onnx/backend/test/case/node/maxpool.py).
+TEST(MaxPoolWithIndices, OnnxCases) {
+  std::vector<double> x(25);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i + 1);
+  const tensor in = make(dtype::f32, {1, 1, 5, 5}, x);
+  const auto pads = run_op("max_pool2d_with_indices", {in},
+                           {{"kernel", std::vector<std::int64_t>{5, 5}},
+                            {"strides", std::vector<std::int64_t>{1, 1}},
+                            {"padding", std::vector<std::int64_t>{2, 2, 2, 2}}});
+  expect_close(pads[0], {1, 1, 5, 5},
+               {13, 14, 15, 15, 15, 18, 19, 20, 20, 20, 23, 24, 25, 25, 25, 23, 24, 25, 25, 25,
+                23, 24, 25, 25, 25});
+  expect_close(pads[1], {1, 1, 5, 5},
+               {12, 13, 14, 14, 14, 17, 18, 19, 19, 19, 22, 23, 24, 24, 24, 22, 23, 24, 24, 24,
+                22, 23, 24, 24, 24});
+  const auto strides = run_op("max_pool2d_with_indices", {in},
+                              {{"kernel", std::vector<std::int64_t>{2, 2}},
+                               {"strides", std::vector<std::int64_t>{2, 2}},
+                               {"storage_order", std::int64_t{1}}});
+  expect_close(strides[0], {1, 1, 2, 2}, {7, 9, 17, 19});
+  expect_close(strides[1], {1, 1, 2, 2}, {6, 16, 8, 18});
+}
+
+// Dilated taps can step over a one-row input: the window holds padding alone.
+TEST(MaxPoolWithIndices, WindowOverPaddingAlone) {
+  const pool_case c{.x = {1, 1, 1, 3}, .kernel = {2, 2}, .padding = {1, 1, 0, 0},
+                    .dilations = {2, 2}};
+  const tensor x = make(dtype::f32, c.x, {1, 2, 3});
+  const auto outs = run_op("max_pool2d_with_indices", {x}, attrs_of(true, c));
+  expect_close(outs[0], {1, 1, 1, 1}, {-INFINITY});
+  expect_close(outs[1], {1, 1, 1, 1}, {-1});
+  check_indices(c, x, 1);
+}
+
+TEST(MaxPoolWithIndices, NonContiguousInput) {
+  const pool_case c{.x = {2, 3, 6, 7}, .kernel = {2, 3}, .strides = {1, 2}, .padding = {1, 1}};
+  for (const dtype t : float_types) {
+    const tensor x = non_contiguous(random(t, c.x, 9));
+    check_indices(c, x, 0);
+    check_indices(c, x, 1);
+  }
+}
+
+TEST(MaxPoolWithIndices, Empty) {
+  for (const shape& s : {shape{0, 3, 4, 4}, shape{2, 0, 4, 4}}) {
+    const auto outs = run_op("max_pool2d_with_indices", {random(dtype::f32, s, 1)},
+                             {{"kernel", std::vector<std::int64_t>{2, 2}}});
+    expect_close(outs[0], {s[0], s[1], 2, 2}, {});
+    expect_close(outs[1], {s[0], s[1], 2, 2}, {});
+    EXPECT_EQ(outs[1].type(), dtype::i64);
+  }
+}
+
+// The window errors are NnPool.BadInput's; here the storage order, and the kernel's own
+// check where inference saw unknown dimensions.
+TEST(MaxPoolWithIndices, BadInput) {
+  const std::vector<std::int64_t> k2{2, 2};
+  expect_invalid_argument(
+      [&] {
+        (void)run_op("max_pool2d_with_indices", {random(dtype::f32, {1, 1, 4, 4}, 1)},
+                     {{"kernel", k2}, {"storage_order", std::int64_t{2}}});
+      },
+      {"under_test", "storage_order", "column-major"});
+  try {
+    (void)run_op_declared("max_pool2d_with_indices", {random(dtype::f32, {1, 1, 1, 1}, 1)},
+                          {shape{-1, -1, -1, -1}}, {{"kernel", k2}});
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than the padded input"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("under_test"), std::string::npos) << e.what();
   }
 }
 

@@ -165,6 +165,61 @@ TEST(OnnxImport, BatchNormalizationMatchesFloat64) {
   }
 }
 
+// MaxPool's Indices output over a 1-D window (loom's 2-D op over a height of 1): values and
+// int64 indices into the flattened input, plane · L + l in either storage order; the first
+// maximum wins ties.
+TEST(OnnxImport, MaxPoolIndicesMatchFloat64) {
+  for (const std::int64_t order : {0, 1}) {
+    model_builder mb;
+    mb.input("x", {2, 2, 7});
+    auto* n = mb.node("MaxPool", {"x"}, {"y", "i"}, "pool");
+    auto* k = n->add_attribute();
+    k->set_name("kernel_shape");
+    k->set_type(::onnx::AttributeProto::INTS);
+    k->add_ints(3);
+    auto* st = n->add_attribute();
+    st->set_name("strides");
+    st->set_type(::onnx::AttributeProto::INTS);
+    st->add_ints(2);
+    auto* pads = n->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(::onnx::AttributeProto::INTS);
+    pads->add_ints(1);
+    pads->add_ints(1);
+    attr_int(n, "storage_order", order);
+    mb.output("y");
+    mb.output("i", P::INT64);
+    auto m = onnx::import_bytes(mb.bytes());
+    std::vector<float> x = random_floats(28, 7);
+    for (auto& v : x) v = std::round(v);  // ties
+    session s(std::move(m.graph));
+    const auto out = s.run({feed(m.inputs.at(0).tensor, memory::host_tensor<float>({2, 2, 7}, x))},
+                           {m.outputs.at(0).tensor, m.outputs.at(1).tensor});
+    ASSERT_EQ(out.at(0).shape(), (shape{2, 2, 4}));
+    ASSERT_EQ(out.at(1).shape(), (shape{2, 2, 4}));
+    ASSERT_EQ(out.at(1).type(), dtype::i64);
+    const auto y = out.at(0).span<float>();
+    const auto idx = out.at(1).span<std::int64_t>();
+    for (std::int64_t plane = 0; plane < 4; ++plane) {
+      for (std::int64_t o = 0; o < 4; ++o) {
+        double best = -INFINITY;
+        std::int64_t at = -1;
+        for (std::int64_t t = o * 2 - 1; t < o * 2 + 2; ++t) {
+          if (t < 0 || t >= 7) continue;
+          const double v = x[static_cast<std::size_t>(plane * 7 + t)];
+          if (v > best) {
+            best = v;
+            at = plane * 7 + t;
+          }
+        }
+        const auto j = static_cast<std::size_t>(plane * 4 + o);
+        EXPECT_EQ(y[j], best) << j;
+        EXPECT_EQ(idx[j], at) << j;
+      }
+    }
+  }
+}
+
 // Shape -> Gather -> Unsqueeze -> Concat -> Reshape over a symbolic batch: the import knows
 // every element but the batch, so the Reshape is loom's static reshape with -1.
 TEST(OnnxImport, BatchNormalizationAfterGemmIsFoldedIntoItsWeights) {

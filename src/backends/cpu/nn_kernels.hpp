@@ -19,7 +19,8 @@ namespace loom::cpu {
 
 void register_nn_matmul_kernels(kernel_registry& registry);  // matmul (nn_matmul.cpp)
 void register_nn_conv_kernels(kernel_registry& registry);    // conv2d (nn_conv.cpp)
-void register_nn_pool_kernels(kernel_registry& registry);    // max_pool2d, avg_pool2d (nn_pool.cpp)
+// max_pool2d, max_pool2d_with_indices, avg_pool2d (nn_pool.cpp)
+void register_nn_pool_kernels(kernel_registry& registry);
 // conv2d_backprop_input, conv2d_backprop_filter, conv_transpose2d (nn_conv_backward.cpp)
 void register_nn_conv_backward_kernels(kernel_registry& registry);
 // max_pool2d_grad, avg_pool2d_grad (nn_pool_backward.cpp)
@@ -147,7 +148,9 @@ inline T narrow(acc_t<T> v) noexcept {
 /// dilation apart, those outside the input skipped) and the index in the plane of the
 /// element that holds it, by max pooling's rule: from -inf, a strictly greater element
 /// replaces the maximum (the first of equal maxima wins, NaN never does; a window with
-/// nothing above -inf gives its first tap). Forward and gradient share it.
+/// nothing above -inf gives its first tap). A window whose taps all fall in the padding
+/// (dilated taps can step over the input) gives -inf at index -1. Forward, gradient and
+/// max_pool2d_with_indices share it.
 template <class T>
 inline std::pair<acc_t<T>, std::int64_t> dilated_window_max(const T* in, const pool_geometry& g,
                                                             std::int64_t oy, std::int64_t ox) {
@@ -156,7 +159,8 @@ inline std::pair<acc_t<T>, std::int64_t> dilated_window_max(const T* in, const p
   const auto [i0, i1] = window_taps(y0, g.kernel[0], g.dilation[0], g.h);
   const auto [j0, j1] = window_taps(x0, g.kernel[1], g.dilation[1], g.w);
   acc_t<T> best = -std::numeric_limits<acc_t<T>>::infinity();
-  std::int64_t at = (y0 + i0 * g.dilation[0]) * g.w + x0 + j0 * g.dilation[1];
+  std::int64_t at = i0 < i1 && j0 < j1 ? (y0 + i0 * g.dilation[0]) * g.w + x0 + j0 * g.dilation[1]
+                                       : -1;
   for (std::int64_t i = i0; i < i1; ++i) {
     for (std::int64_t j = j0; j < j1; ++j) {
       const std::int64_t k = (y0 + i * g.dilation[0]) * g.w + x0 + j * g.dilation[1];

@@ -1,6 +1,8 @@
 // max_pool2d and avg_pool2d on CPU: oneDNN's pooling_forward for the dtypes it has on the
 // machine (float32, bfloat16), a reference loop for float64 and the rest, and a vectorized
-// loop of loom's own for max pooling over tiled 2x2 windows in float32 and float64.
+// loop of loom's own for max pooling over tiled 2x2 windows in float32 and float64;
+// max_pool2d_with_indices by max pooling's own rule (dilated_window_max), every float type,
+// as max_pool2d's dilated windows.
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -52,24 +54,6 @@ void reference_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry
   });
 }
 
-// Max pooling with a dilated window (taps dilation apart), every float type
-// (dilated_window_max: the gradient's own rule).
-template <class T>
-void dilated_max_pool(kernel_context& ctx, const T* x, T* out, const pool_geometry& g) {
-  const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1]);
-  ctx.parallel_for(g.n * g.c, cost, [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t p = lo; p < hi; ++p) {
-      const T* in = x + p * g.h * g.w;
-      T* dst = out + p * g.oh * g.ow;
-      for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-        for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          dst[oy * g.ow + ox] = narrow<T>(dilated_window_max(in, g, oy, ox).first);
-        }
-      }
-    }
-  });
-}
-
 // Max pooling over tiled 2x2 windows in float or double (tiles_2x2): one vectorized pass,
 // faster than oneDNN's NCHW pooling here (the CNN training step's [128, 32, 28, 28] on 2
 // threads: 0.32 ms against 1.03 ms), and the maximum by the gradient's own rule
@@ -91,6 +75,44 @@ void max_pool_2x2(kernel_context& ctx, const T* x, T* out, const pool_geometry& 
   });
 }
 
+// The geometry of a pooling node over x, failing the node for an input not of rank 4, an
+// empty image, or a window larger than the padded input.
+pool_geometry checked_pool_geometry(const kernel_context& ctx, const tensor& x,
+                                    const nn_rules::pool_window& window) {
+  if (x.rank() != 4) ctx.fail("pooling needs an NCHW input of rank 4, got {}", x.describe());
+  const pool_geometry g = nn_rules::pool2d_geometry(x.shape(), window);
+  if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", x.describe());
+  if (g.oh < 0 || g.ow < 0) {
+    ctx.fail("the window [{}, {}] is larger than the padded input {}", g.kernel[0], g.kernel[1],
+             x.describe());
+  }
+  return g;
+}
+
+// Max pooling by its rule (dilated_window_max, any window: the gradient's own), every float
+// type; max_pool2d's loop for dilated windows. With `indices`, also the index of each
+// maximum in x flattened: row-major (plane · H + h) · W + w, or column-major
+// plane · H · W + w · H + h; -1 for a window over padding alone.
+template <class T>
+void max_pool_by_rule(kernel_context& ctx, const T* x, T* out, const pool_geometry& g,
+                      std::int64_t* indices = nullptr, bool column_major = false) {
+  const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1]);
+  ctx.parallel_for(g.n * g.c, cost, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t p = lo; p < hi; ++p) {
+      const T* in = x + p * g.h * g.w;
+      for (std::int64_t o = p * g.oh * g.ow, oy = 0; oy < g.oh; ++oy) {
+        for (std::int64_t ox = 0; ox < g.ow; ++ox, ++o) {
+          const auto [best, at] = dilated_window_max(in, g, oy, ox);
+          out[o] = narrow<T>(best);
+          if (indices == nullptr) continue;
+          const std::int64_t k = column_major ? at % g.w * g.h + at / g.w : at;
+          indices[o] = at < 0 ? -1 : p * g.h * g.w + k;
+        }
+      }
+    }
+  });
+}
+
 template <bool Max>
 class pool_kernel final : public op_kernel {
  public:
@@ -103,17 +125,10 @@ class pool_kernel final : public op_kernel {
         window_(pool_window_of(c)) {}
 
   void compute(kernel_context& ctx) override {
-    const tensor& xin = ctx.input(0);
-    if (xin.rank() != 4) ctx.fail("pooling needs an NCHW input of rank 4, got {}", xin.describe());
     if (include_pad_ && window_.ceil_mode) {
       ctx.fail("ceil_mode with count_include_pad is not supported");  // Note [pooling ceil_mode]
     }
-    const pool_geometry g = nn_rules::pool2d_geometry(xin.shape(), window_);
-    if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", xin.describe());
-    if (g.oh < 0 || g.ow < 0) {
-      ctx.fail("the window [{}, {}] is larger than the padded input {}", g.kernel[0], g.kernel[1],
-               xin.describe());
-    }
+    const pool_geometry g = checked_pool_geometry(ctx, ctx.input(0), window_);
     tensor& out = ctx.allocate_output(0, g.output_shape());
     if (out.num_elements() == 0) return;
     const tensor x = ctx.input_contiguous(0);
@@ -121,7 +136,7 @@ class pool_kernel final : public op_kernel {
       if constexpr (!Max) ctx.fail("avg_pool2d takes dilations of 1 only");
       return visit_float_type(ctx, type_, "pooling", [&](auto tag) {
         using T = decltype(tag);
-        dilated_max_pool<T>(ctx, x.data<T>(), out.data<T>(), g);
+        max_pool_by_rule<T>(ctx, x.data<T>(), out.data<T>(), g);
       });
     }
     if constexpr (Max) {
@@ -172,11 +187,41 @@ class pool_kernel final : public op_kernel {
   onednn::primitive_cache cache_;
 };
 
+// max_pool2d_with_indices: (values, int64 indices), both [n, c, oh, ow].
+class max_pool_with_indices_kernel final : public op_kernel {
+ public:
+  explicit max_pool_with_indices_kernel(const kernel_construction& c)
+      : op_kernel(c),
+        type_(c.attr<dtype>("T")),
+        column_major_(c.attr<std::int64_t>("storage_order") == 1),
+        window_(pool_window_of(c)) {}
+
+  void compute(kernel_context& ctx) override {
+    const pool_geometry g = checked_pool_geometry(ctx, ctx.input(0), window_);
+    tensor& out = ctx.allocate_output(0, g.output_shape());
+    tensor& indices = ctx.allocate_output(1, g.output_shape());
+    if (out.num_elements() == 0) return;
+    const tensor x = ctx.input_contiguous(0);
+    visit_float_type(ctx, type_, "max_pool2d_with_indices", [&](auto tag) {
+      using T = decltype(tag);
+      max_pool_by_rule<T>(ctx, x.data<T>(), out.data<T>(), g, indices.data<std::int64_t>(),
+                          column_major_);
+    });
+  }
+
+ private:
+  dtype type_;
+  bool column_major_;
+  nn_rules::pool_window window_;
+};
+
 }  // namespace
 
 void register_nn_pool_kernels(kernel_registry& r) {
   const auto floats = type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16});
   r.add(make_kernel_def<pool_kernel<true>>("max_pool2d", device_type::cpu, floats, "onednn"));
+  r.add(make_kernel_def<max_pool_with_indices_kernel>("max_pool2d_with_indices", device_type::cpu,
+                                                      floats));
   r.add(make_kernel_def<pool_kernel<false>>("avg_pool2d", device_type::cpu, floats, "onednn"));
 }
 

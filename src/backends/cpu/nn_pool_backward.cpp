@@ -124,7 +124,8 @@ void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
       const T* in = x + p * g.h * g.w;
       for (std::int64_t oy = 0; oy < g.oh; ++oy) {
         for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-          acc[dilated_window_max(in, g, oy, ox).second] += widen<T>(grad[oy * g.ow + ox]);
+          const std::int64_t at = dilated_window_max(in, g, oy, ox).second;
+          if (at >= 0) acc[at] += widen<T>(grad[oy * g.ow + ox]);  // -1: no input in the window
         }
       }
     });

@@ -1,7 +1,7 @@
 // Gradients of the nn ops (nn_ops.cpp): matmul by matmuls, bias_add by a reduction, and
-// conv2d and pooling by their backward ops (conv2d_backprop_input/filter,
-// max_pool2d_grad, avg_pool2d_grad), which take the forward node's attributes;
-// conv_transpose2d by conv2d and conv2d_backprop_filter; the fused
+// conv2d and pooling (max_pool2d_with_indices through its values) by their backward ops
+// (conv2d_backprop_input/filter, max_pool2d_grad, avg_pool2d_grad), which take the forward
+// node's attributes; conv_transpose2d by conv2d and conv2d_backprop_filter; the fused
 // ops (nn_fused_ops.cpp) through the activation's gradient and then their core's.
 #include <cmath>
 #include <limits>
@@ -210,9 +210,12 @@ void register_nn_gradients(gradient_registry& r) {
   });
   r.add("fused_matmul", fused_grad(false));
   r.add("fused_conv2d", fused_grad(true));
-  r.add("max_pool2d", [](const gradient_context& c) -> grads {
+  // max_pool2d_with_indices: through its values, max_pool2d's (the indices take none).
+  const auto max_pool_grad = [](const gradient_context& c) -> grads {
     return {c.builder().add1("max_pool2d_grad", {c.input(0), c.grad(0)}, pool_attrs(c))};
-  });
+  };
+  r.add("max_pool2d", max_pool_grad);
+  r.add("max_pool2d_with_indices", max_pool_grad);
   r.add("avg_pool2d", [](const gradient_context& c) -> grads {
     attr_map a = pool_attrs(c);
     a.emplace("count_include_pad", c.attr<bool>("count_include_pad"));

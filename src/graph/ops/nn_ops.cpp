@@ -1,5 +1,6 @@
-// matmul, bias_add, conv2d, conv_transpose2d, max_pool2d, avg_pool2d and the gradients
-// conv2d_backprop_input, conv2d_backprop_filter, max_pool2d_grad, avg_pool2d_grad:
+// matmul, bias_add, conv2d, conv_transpose2d, max_pool2d, max_pool2d_with_indices,
+// avg_pool2d and the gradients conv2d_backprop_input, conv2d_backprop_filter,
+// max_pool2d_grad, avg_pool2d_grad:
 // definitions, inference and builders (resize: nn_resize_ops.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -285,6 +286,12 @@ void infer_pool(inference_context& c) {
   c.set_output(0, x.type, pool_forward_shape(c, s));
 }
 
+// max_pool2d_with_indices: the values as max_pool2d, the indices (int64) of the same shape.
+void infer_max_pool2d_with_indices(inference_context& c) {
+  infer_pool(c);
+  c.set_output(1, dtype::i64, c.outputs()[0].shape);
+}
+
 // max_pool2d_grad(input, dy): dx shaped as the input.
 void infer_max_pool2d_grad(inference_context& c) {
   const tensor_type& x = c.input(0);
@@ -443,6 +450,25 @@ void register_nn_ops(op_registry& r) {
   }
   {
     op_def d;
+    d.name = "max_pool2d_with_indices";
+    d.summary = "maximum over 2-D windows, NCHW, and where each is (ONNX MaxPool's Indices)";
+    d.inputs = {typed("input")};
+    d.outputs = {typed("output"), fixed("indices", dtype::i64)};
+    d.attrs = pool_attr_defs(false);
+    auto storage_order = attr("storage_order", attr_type::integer, std::int64_t{0});
+    storage_order.validate = [](const attr_value& v) {
+      const auto order = v.as<std::int64_t>();
+      if (order != 0 && order != 1) {
+        throw invalid_argument(
+            fmt::format("must be 0 (row-major) or 1 (column-major), got {}", order));
+      }
+    };
+    d.attrs.push_back(std::move(storage_order));
+    d.infer = infer_max_pool2d_with_indices;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
     d.name = "max_pool2d_grad";
     d.summary = "the gradient of max_pool2d: dy routed to each window's maximum";
     d.inputs = {typed("input"), typed("dy")};
@@ -531,6 +557,15 @@ attr_map pool_attrs(const pool_options& options) {
 
 output max_pool2d(output x, const pool_options& options, const node_options& o) {
   return x.builder().add1("max_pool2d", {x}, pool_attrs(options), o);
+}
+
+max_pool2d_with_indices_outputs max_pool2d_with_indices(output x, const pool_options& options,
+                                                        std::int64_t storage_order,
+                                                        const node_options& o) {
+  attr_map attrs = pool_attrs(options);
+  attrs.emplace("storage_order", storage_order);
+  auto outs = x.builder().add("max_pool2d_with_indices", {x}, std::move(attrs), o);
+  return {outs.at(0), outs.at(1)};
 }
 
 output avg_pool2d(output x, const pool_options& options, const node_options& o) {

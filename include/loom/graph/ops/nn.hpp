@@ -1,4 +1,5 @@
-// Neural-network ops: matmul, bias_add, conv2d, conv_transpose2d, max_pool2d, avg_pool2d,
+// Neural-network ops: matmul, bias_add, conv2d, conv_transpose2d, max_pool2d,
+// max_pool2d_with_indices, avg_pool2d,
 // resize, the gradients of conv2d and the pooling ops (the backward ops the symbolic
 // gradients build on), and matmul and conv2d with a fused epilogue (bias, residual,
 // activation); conv1d and the global pooling builders, composed of those.
@@ -129,6 +130,26 @@ struct pool_options {
 /// Maximum over each window of x [N, C, H, W] (padding never wins):
 /// y [N, C, OH, OW], OH = (H + top + bottom - kh) / sh + 1.
 output max_pool2d(output x, const pool_options& options, const node_options& o = {});
+/// The outputs of max_pool2d_with_indices.
+struct max_pool2d_with_indices_outputs {
+  /// max_pool2d(x, options), bit for bit, by max pooling's rule (docs/training.md) in
+  /// every dtype: a window with nothing above -inf gives -inf, where max_pool2d's oneDNN
+  /// path (float32, bfloat16) gives the lowest finite value.
+  output values;
+  /// int64, values' shape: where in x each maximum is, as an index into x flattened.
+  output indices;
+};
+/// max_pool2d with ONNX MaxPool's Indices output: each window's maximum (max_pool2d's, NaN
+/// never wins) and the index of the element holding it, the first in row-major window order
+/// among equal maxima (a window of NaN and -inf alone gives its first element). With
+/// storage_order 0 the index of x[n, c, h, w] is ((n · C + c) · H + h) · W + w; with 1
+/// (column-major planes) (n · C + c) · H · W + w · H + h. A window holding no element of x
+/// (possible only with dilations over padding) gives -inf and index -1. Float types, CPU.
+/// Differentiable through values (max_pool2d's gradient). storage_order other than 0 or 1
+/// throws loom::invalid_argument naming the node, as max_pool2d's shape errors do.
+max_pool2d_with_indices_outputs max_pool2d_with_indices(output x, const pool_options& options,
+                                                        std::int64_t storage_order = 0,
+                                                        const node_options& o = {});
 /// Mean over each window of x [N, C, H, W]; shapes as max_pool2d.
 output avg_pool2d(output x, const pool_options& options, const node_options& o = {});
 
