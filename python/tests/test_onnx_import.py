@@ -149,3 +149,35 @@ def test_training_dropout_draws_a_new_mask_each_run_and_its_mask_output_matches(
     assert not np.array_equal(runs[0][1], runs[1][1])
     # A new model repeats the sequence: the masks come from the seed.
     np.testing.assert_array_equal(loom.onnx.load(model).run({"x": x})[1], runs[0][1])
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 0, 1, 0, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 2, 2], strides=[2, 1, 2], dilations=[1, 2, 1], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 2, 3], strides=[1, 2, 1], pads=[1, 0, 1, 1, 1, 0],
+                         count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1)),
+])
+def test_3d_pooling_runs_as_two_2d_pools_and_matches_pytorch(op, attrs):
+    nodes = [helper.make_node(op, ["x"], ["y"], name="pool", **attrs)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 5, 7, 6])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d", "e"])])
+    x = np.random.RandomState(2).randn(2, 3, 5, 7, 6).astype(np.float32)
+    (y,) = loom.onnx.load(model).run({"x": x})
+    k, s, p = attrs["kernel_shape"], attrs["strides"], attrs.get("pads", [0] * 6)
+    # PyTorch pads symmetrically: pad explicitly (-inf for max, 0 and a count for average).
+    t = torch.from_numpy(x).double()
+    pad = (p[2], p[5], p[1], p[4], p[0], p[3])
+    ceil = bool(attrs.get("ceil_mode", 0))
+    if op == "MaxPool":
+        ref = torch.nn.functional.max_pool3d(torch.nn.functional.pad(t, pad, value=-np.inf), k, s,
+                                             dilation=attrs.get("dilations", 1), ceil_mode=ceil)
+    else:
+        total = torch.nn.functional.avg_pool3d(torch.nn.functional.pad(t, pad), k, s, ceil_mode=ceil,
+                                               divisor_override=1)
+        # The count: padded elements count with count_include_pad, the input's always.
+        inside = torch.nn.functional.pad(torch.ones_like(t), pad, value=float(attrs.get("count_include_pad", 0)))
+        count = torch.nn.functional.avg_pool3d(inside, k, s, ceil_mode=ceil, divisor_override=1)
+        ref = total / count
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-6)

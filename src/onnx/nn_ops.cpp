@@ -3,6 +3,8 @@
 // normalization layouts are loom's (NCHW activations, OIHW filters).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "importer.hpp"
@@ -20,9 +22,12 @@ namespace loom::onnx::detail {
 namespace {
 
 // The spatial geometry of a Conv or pooling node, as loom's 2-D ops take it: a 1-D node is
-// run as 2-D with a height of 1.
+// run as 2-D with a height of 1. A 3-D pooling window keeps ONNX's per-dimension values
+// (kernel, strides, dilations of 3; padding of 6, begins then ends): pool3d_lowering runs it
+// as two 2-D pools.
 struct window {
   bool one_d = false;
+  bool three_d = false;
   std::vector<std::int64_t> kernel;     // [kh, kw]
   std::vector<std::int64_t> strides;    // [sh, sw]
   std::vector<std::int64_t> dilations;  // [dh, dw]
@@ -32,10 +37,11 @@ struct window {
 // Reads kernel_shape (or `kernel` when the weights give it), strides, dilations, pads and
 // auto_pad for an input of rank `rank` whose spatial dimensions are `in` (-1 unknown).
 window read_window(const node_context& c, std::vector<std::int64_t> kernel,
-                   const std::vector<std::int64_t>& in) {
+                   const std::vector<std::int64_t>& in, bool three_d_ok = false) {
   const std::size_t n = in.size();
-  if (n != 1 && n != 2) {
-    c.unsupported(fmt::format("{}-D windows (loom runs 1-D and 2-D)", n));
+  if (n != 1 && n != 2 && !(n == 3 && three_d_ok)) {
+    c.unsupported(fmt::format("{}-D windows (loom runs 1-D and 2-D{})", n,
+                              three_d_ok ? ", and 3-D pooling" : ""));
   }
   auto per_dim = [&](std::string_view name, std::int64_t fallback) {
     auto v = c.attr_ints(name);
@@ -74,7 +80,13 @@ window read_window(const node_context& c, std::vector<std::int64_t> kernel,
   }
   window w;
   w.one_d = n == 1;
-  if (w.one_d) {
+  w.three_d = n == 3;
+  if (w.three_d) {
+    w.kernel = kernel;
+    w.strides = strides;
+    w.dilations = dilations;
+    w.padding = pads;
+  } else if (w.one_d) {
     w.kernel = {1, kernel[0]};
     w.strides = {1, strides[0]};
     w.dilations = {1, dilations[0]};
@@ -120,13 +132,48 @@ void conv_lowering(node_context& c) {
   c.set(0, y);
 }
 
+// A 3-D max or average pool as two 2-D ones: over (H, W) of x seen as [N * C, D, H, W], then
+// over D of the result seen as [N * C, 1, D, H' * W']. Exact for max pooling (the maximum of
+// a box is the maximum over D of the maxima over its (H, W) faces); for average pooling the
+// box's count is the product of the per-dimension counts (its part inside the input, or all
+// of it with count_include_pad, is a product of intervals), so the mean of means is the
+// box's mean, up to rounding.
+output pool3d(node_context& c, output x, const window& w, bool max, ops::pool_options o,
+              const node_options& result) {
+  const shape& s = *x.type().shape;
+  for (std::size_t d = 1; d < 5; ++d) {
+    if (s[d] < 0) c.unsupported("3-D pooling needs the channels and spatial sizes known at import");
+  }
+  const auto& k = w.kernel;
+  const auto& p = w.padding;
+  const auto pool = [&](output v, ops::pool_options po, std::string_view name) {
+    return max ? ops::max_pool2d(v, po, c.aux(name)) : ops::avg_pool2d(v, po, c.aux(name));
+  };
+  o.kernel = {k[1], k[2]};
+  o.strides = {w.strides[1], w.strides[2]};
+  o.dilations = {w.dilations[1], w.dilations[2]};
+  o.padding = {p[1], p[4], p[2], p[5]};
+  output hw = pool(ops::reshape(x, {-1, s[2], s[3], s[4]}, c.aux("nc_d_h_w")), o, "pool_hw");
+  const shape& hs = *hw.type().shape;  // [N * C, D, H', W']
+  o.kernel = {k[0], 1};
+  o.strides = {w.strides[0], 1};
+  o.dilations = {w.dilations[0], 1};
+  o.padding = {p[0], p[3], 0, 0};
+  output d = pool(ops::reshape(hw, {-1, 1, hs[1], hs[2] * hs[3]}, c.aux("nc_1_d_hw")), o, "pool_d");
+  const shape& ds = *d.type().shape;  // [N * C, 1, D', H' * W']
+  return ops::reshape(d, {-1, s[1], ds[2], hs[2], hs[3]}, result);
+}
+
 void pool_lowering(node_context& c, bool max) {
   const auto in = spatial_dims(c, 0);
-  const window w = read_window(c, {}, in);
-  if (!max && w.dilations != std::vector<std::int64_t>{1, 1}) c.unsupported("average pooling with dilations");
+  const window w = read_window(c, {}, in, true);
+  if (!max && std::any_of(w.dilations.begin(), w.dilations.end(), [](std::int64_t d) { return d != 1; })) {
+    c.unsupported("average pooling with dilations");
+  }
   const std::int64_t storage_order = max ? c.attr_int("storage_order", 0) : 0;
   // The Indices output, or a storage_order that would change it: max_pool2d_with_indices.
   const bool indices = max && (c.wants(1) || storage_order != 0);
+  if (indices && w.three_d) c.unsupported("the Indices output of a 3-D MaxPool");
   output x = c.in(0);
   const dtype type = x.dtype_of();
   // Integer max pooling runs in double (exact for every int8, uint8 and int32 value).
@@ -142,6 +189,11 @@ void pool_lowering(node_context& c, bool max) {
   const bool last = !w.one_d && !widen;
   const auto opts = last ? c.opts() : c.aux("pool");
   output y;
+  if (w.three_d) {
+    y = pool3d(c, x, w, max, o, widen ? c.aux("pool3d") : c.opts());
+    c.set(0, widen ? ops::cast(y, type, c.opts()) : y);
+    return;
+  }
   if (indices) {
     auto [values, where] = ops::max_pool2d_with_indices(x, o, storage_order, opts);
     y = values;
