@@ -94,10 +94,13 @@ struct thread_args {
   std::vector<std::optional<dnnl::memory>> user;
 };
 
-// The calling thread's argument sets: a few kernels' worth, replaced round-robin.
+// The calling thread's argument sets, replaced round-robin: 64 plans' worth, so that a
+// model's oneDNN nodes all keep theirs from one run to the next (a transformer of 4 layers
+// has 24 matmuls; with 16 slots every call made its memory objects anew, 0.3 ms of a 10 ms
+// run).
 thread_args& args_for(const plan& p) {
   struct slots {
-    std::array<std::unique_ptr<thread_args>, 16> entries;
+    std::array<std::unique_ptr<thread_args>, 64> entries;
     std::size_t next = 0;
   };
   thread_local slots cache;
