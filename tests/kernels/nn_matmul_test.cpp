@@ -271,12 +271,12 @@ TEST(NnMatmul, KernelReusedAcrossShapesAndThreads) {
 TEST(NnMatmul, FoldedBatch) {
   for (const dtype t : float_types) {
     SCOPED_TRACE(to_string(t));
-    check(random(t, {16, 1, 24}, 1), random(t, {24, 40}, 2));  // [seq, 1, d] x [d, n]
+    check(random(t, {16, 1, 24}, 1), random(t, {24, 40}, 2));       // [seq, 1, d] x [d, n]
     check(random(t, {2, 3, 4, 5}, 3), random(t, {1, 1, 5, 6}, 4));  // B's batch dims all 1
     check(random(t, {1, 4, 5}, 5), random(t, {1, 5, 6}, 6));
-    check(random(t, {3, 4, 5}, 7), random(t, {6, 5}, 8), false, true);  // B transposed
+    check(random(t, {3, 4, 5}, 7), random(t, {6, 5}, 8), false, true);   // B transposed
     check(random(t, {3, 5, 4}, 9), random(t, {5, 6}, 10), true, false);  // A transposed
-    check(random(t, {5, 1, 1}, 11), random(t, {1, 3}, 12));            // K = 1, M = 1
+    check(random(t, {5, 1, 1}, 11), random(t, {1, 3}, 12));              // K = 1, M = 1
     check(broadcast_view(random(t, {1, 9, 11}, 13), {4, 9, 11}), random(t, {11, 6}, 14));
     const tensor buf = random(t, {6, 22}, 15);
     const tensor b = random(t, {11, 6}, 16);
@@ -332,9 +332,10 @@ TEST(NnMatmul, ConstantWeightKeptAcrossRuns) {
     bool tb;
   };
   for (const dtype t : {dtype::f32, dtype::bf16, dtype::f64}) {
-    for (const auto& p : {problem{{16, 1, 32}, {32, 48}, false}, problem{{2, 17, 40}, {40, 33}, false},
-                          problem{{9, 70}, {130, 70}, true}, problem{{3, 4, 5}, {3, 5, 6}, false},
-                          problem{{2, 64, 96}, {96, 80}, false}}) {
+    for (const auto& p :
+         {problem{{16, 1, 32}, {32, 48}, false}, problem{{2, 17, 40}, {40, 33}, false},
+          problem{{9, 70}, {130, 70}, true}, problem{{3, 4, 5}, {3, 5, 6}, false},
+          problem{{2, 64, 96}, {96, 80}, false}}) {
       SCOPED_TRACE(std::string(to_string(t)) + " " + to_string(p.xs) + " x " + to_string(p.ws));
       const tensor w = random(t, p.ws, 7);
       auto [with_constant, fed] = make_weight_graphs(w, p.xs, p.tb);
@@ -358,15 +359,18 @@ TEST(NnMatmul, ChangingWeightHonoured) {
     const tensor w1 = random(t, {24, 40}, 2);
     const tensor w2 = random(t, {24, 40}, 3);
     auto graphs = make_weight_graphs(w1, x.shape(), false);
-    expect_product(graphs.fed.run({{"x", x}, {"w", w1}}, {"y"}).at(0), reference(x, w1, false, false), t);
-    expect_product(graphs.fed.run({{"x", x}, {"w", w2}}, {"y"}).at(0), reference(x, w2, false, false), t);
+    expect_product(graphs.fed.run({{"x", x}, {"w", w1}}, {"y"}).at(0),
+                   reference(x, w1, false, false), t);
+    expect_product(graphs.fed.run({{"x", x}, {"w", w2}}, {"y"}).at(0),
+                   reference(x, w2, false, false), t);
 
     graph g;
     graph_builder b(g);
     auto px = ops::placeholder(b, "x", t, x.shape());
     auto v = ops::variable(b, "w", w1);
     (void)ops::matmul(px, v, false, false, {.name = "y", .device = {}});
-    (void)ops::assign_add(v, ops::placeholder(b, "delta", t, w1.shape()), {.name = "update", .device = {}});
+    (void)ops::assign_add(v, ops::placeholder(b, "delta", t, w1.shape()),
+                          {.name = "update", .device = {}});
     session s(std::move(g));
     expect_product(s.run({{"x", x}}, {"y"}).at(0), reference(x, w1, false, false), t);
     const tensor delta = random(t, w1.shape(), 4, -0.5, 0.5);
@@ -399,7 +403,8 @@ TEST(NnMatmul, ConstantWeightFusedSameBitsAsUnfused) {
   so.passes.enabled = false;
   session unfused(make(), so);
   std::size_t fused_nodes = 0;
-  for (const auto& n : fused.planned_graph({"x"}, {"y"}).nodes()) fused_nodes += n.op() == "fused_matmul";
+  for (const auto& n : fused.planned_graph({"x"}, {"y"}).nodes())
+    fused_nodes += n.op() == "fused_matmul";
   EXPECT_EQ(fused_nodes, 1U);
   for (std::uint64_t seed : {1U, 2U}) {
     const tensor x = random(t, {16, 1, 32}, seed);

@@ -128,19 +128,21 @@ TEST(SoftmaxTest, RowLengthsAndNonFiniteValues) {
     }
     std::vector<double> v(5 * 37);
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i % 11) - 5.0;
-    v[20] = nan;                                 // row 0
-    v[37] = -inf;                                // row 1: first and last in the tail
+    v[20] = nan;   // row 0
+    v[37] = -inf;  // row 1: first and last in the tail
     v[37 + 36] = -inf;
     for (std::size_t i = 74; i < 111; ++i) v[i] = -inf;  // row 2
-    v[111 + 34] = inf;                           // row 3
-    v[148 + 35] = nan;                           // row 4: NaN in the tail
+    v[111 + 34] = inf;                                   // row 3
+    v[148 + 35] = nan;                                   // row 4: NaN in the tail
     const tensor x = make(t, {5, 37}, v);
     for (const bool log : {false, true}) {
       const tensor y = run_op1(log ? "log_softmax" : "softmax", {x});
       const auto got = values(y);
-      expect_close(y, x.shape(), softmax_ref(values(x), x.shape(), 1, log), rtol_for(t), atol_for(t));
+      expect_close(y, x.shape(), softmax_ref(values(x), x.shape(), 1, log), rtol_for(t),
+                   atol_for(t));
       for (std::size_t r : {0U, 2U, 3U, 4U}) {
-        for (std::size_t i = 0; i < 37; ++i) EXPECT_TRUE(std::isnan(got[r * 37 + i])) << r << " " << i;
+        for (std::size_t i = 0; i < 37; ++i)
+          EXPECT_TRUE(std::isnan(got[r * 37 + i])) << r << " " << i;
       }
       EXPECT_EQ(got[37], log ? -inf : 0.0);
       EXPECT_EQ(got[37 + 36], log ? -inf : 0.0);

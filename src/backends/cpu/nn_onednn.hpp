@@ -39,7 +39,8 @@
 // A filter from a `const` node (an imported model's weights) is the same buffer, holding
 // the same values, on every run of the plan that made the kernel: its reorder into the
 // primitive's layout is done once and kept by the kernel (constant_reorders), instead of on
-// every run. Inference graphs reorder their weights once, as ONNX Runtime prepacks them;
+// every run. matmul does the same for a constant B (Note [constant weights] in
+// nn_matmul.cpp). Inference graphs reorder their weights once, as ONNX Runtime prepacks them;
 // variables, which training updates in place, are reordered on every run as before. The
 // kept copy is what the per-run reorder would make, so the answers are the same.
 #pragma once
