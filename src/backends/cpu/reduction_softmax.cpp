@@ -120,23 +120,22 @@ LOOM_SOFTMAX_ROWS(softmax_rows_avx512, LOOM_SOFTMAX_AVX512)
 #endif
 #undef LOOM_SOFTMAX_ROWS
 
+#if LOOM_SOFTMAX_WIDE
 // The widest variant this CPU runs, within LOOM_MAX_CPU_ISA's cap.
 isa_cap softmax_isa() noexcept {
   static const isa_cap level = [] {
     const isa_cap cap = max_cpu_isa();
-#if LOOM_SOFTMAX_WIDE
     if (cap == isa_cap::avx512 && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq")) {
       return isa_cap::avx512;
     }
     if (cap != isa_cap::baseline && __builtin_cpu_supports("avx2")) return isa_cap::avx2;
-#endif
-    (void)cap;
     return isa_cap::baseline;
   }();
   return level;
 }
+#endif
 
 template <class T, bool Log>
 void softmax_rows(const T* x, T* y, std::int64_t n, std::int64_t lo, std::int64_t hi,
