@@ -1,8 +1,8 @@
 // matmul against a float64 loop: rank 2 and batched shapes with broadcasting, transposes,
 // empty operands, non-contiguous and broadcast views, every float dtype; batches folded into
-// one 2-D product; a constant weight kept in oneDNN's layout across runs, a changing one
-// read on every run; one kernel reused across shapes and threads (its primitive cache); bad
-// input; the nn builders' inference.
+// one 2-D product; a constant weight kept in oneDNN's layout across runs and shapes, a
+// changing one read on every run; one kernel reused across shapes and threads (its primitive
+// cache); bad input; the nn builders' inference.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -346,6 +346,25 @@ TEST(NnMatmul, ConstantWeightKeptAcrossRuns) {
         expect_product(a.at(0), reference(x, w, false, p.tb), t);
         expect_same_bits(a.at(0), b.at(0));
       }
+    }
+  }
+}
+
+// One kernel with a `const` B meets new shapes (a sequence length that changes from run to
+// run): each shape's plan takes the reordered B of its own layout, shared where the layouts
+// agree (Note [constant reorders]), and every answer is the reference's and the fed B's.
+TEST(NnMatmul, ConstantWeightAcrossShapes) {
+  for (const dtype t : {dtype::f32, dtype::bf16}) {
+    SCOPED_TRACE(to_string(t));
+    const tensor w = random(t, {96, 40}, 1);
+    auto [with_constant, fed] = make_weight_graphs(w, {-1, 96}, false);
+    std::uint64_t seed = 2;
+    for (const std::int64_t m : {16, 1, 128, 7, 16, 300, 1, 128}) {
+      SCOPED_TRACE(m);
+      const tensor x = random(t, {m, 96}, seed++);
+      const auto a = with_constant.run({{"x", x}}, {"y"});
+      expect_product(a.at(0), reference(x, w, false, false), t);
+      expect_same_bits(a.at(0), fed.run({{"x", x}, {"w", w}}, {"y"}).at(0));
     }
   }
 }
