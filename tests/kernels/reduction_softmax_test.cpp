@@ -116,7 +116,8 @@ TEST(SoftmaxTest, LargeMagnitudesStayFinite) {
 // Rows of every length around the vector widths (Note [softmax instruction sets]: the row
 // loop runs in 4, 8 or 16 lanes and a scalar tail), and the rules for values that are not
 // finite: NaN is left out of the maximum and makes its row NaN through the sum, -inf gives
-// 0 (log_softmax: -inf), a row of -inf only or with a +inf is NaN (x - max is NaN).
+// 0 (log_softmax: -inf), a row of -inf only or with a +inf is NaN (x - max is NaN); the
+// same lanes as columns (softmax along axis 0) follow the same rules.
 TEST(SoftmaxTest, RowLengthsAndNonFiniteValues) {
   constexpr double inf = INFINITY;
   const double nan = std::nan("");
@@ -141,12 +142,24 @@ TEST(SoftmaxTest, RowLengthsAndNonFiniteValues) {
       expect_close(y, x.shape(), softmax_ref(values(x), x.shape(), 1, log), rtol_for(t),
                    atol_for(t));
       for (std::size_t r : {0U, 2U, 3U, 4U}) {
-        for (std::size_t i = 0; i < 37; ++i)
+        for (std::size_t i = 0; i < 37; ++i) {
           EXPECT_TRUE(std::isnan(got[r * 37 + i])) << r << " " << i;
+        }
       }
       EXPECT_EQ(got[37], log ? -inf : 0.0);
       EXPECT_EQ(got[37 + 36], log ? -inf : 0.0);
       EXPECT_TRUE(std::isfinite(got[38]));
+      // The same lanes as columns ([37, 5], axis 0): the column-block loop, whose sums
+      // round otherwise than a row's (double per column), against the reference too.
+      std::vector<double> vt(v.size());
+      for (std::size_t r = 0; r < 5; ++r) {
+        for (std::size_t i = 0; i < 37; ++i) vt[i * 5 + r] = v[r * 37 + i];
+      }
+      const tensor xt = make(t, {37, 5}, vt);
+      const tensor yt = run_op1(log ? "log_softmax" : "softmax", {xt}, {{"axis", std::int64_t{0}}});
+      expect_close(yt, xt.shape(), softmax_ref(values(xt), xt.shape(), 0, log), rtol_for(t),
+                   atol_for(t));
+      EXPECT_TRUE(std::isnan(values(yt)[20 * 5]));  // row 0's NaN, now a column's
     }
   }
 }
