@@ -1,9 +1,12 @@
 // matmul against a float64 loop: rank 2 and batched shapes with broadcasting, transposes,
-// empty operands, non-contiguous and broadcast views, every float dtype; one kernel reused
-// across shapes and threads (its primitive cache); bad input; the nn builders' inference.
+// empty operands, non-contiguous and broadcast views, every float dtype; batches folded into
+// one 2-D product; a constant weight kept in oneDNN's layout across runs and shapes, a
+// changing one read on every run; one kernel reused across shapes and threads (its primitive
+// cache); bad input; the nn builders' inference.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -11,11 +14,13 @@
 
 #include "kernels/kernel_test_support.hpp"
 #include "loom/graph/graph.hpp"
+#include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/kernel/kernel_registry.hpp"
 #include "loom/kernel/variable_store.hpp"
 #include "loom/memory/tensor_allocation.hpp"
+#include "loom/runtime/session.hpp"
 
 namespace loom::testing {
 namespace {
@@ -257,6 +262,172 @@ TEST(NnMatmul, KernelReusedAcrossShapesAndThreads) {
     }
     for (auto& th : threads) th.join();
     for (int th = 0; th < 4; ++th) EXPECT_EQ(failures[th], 0) << "thread " << th;
+  }
+}
+
+// Note [folded batch]: a B without a batch of its own and A's rows evenly spaced across its
+// batches make one 2-D product; A broadcast over the batch, A transposed and rows spaced
+// unevenly do not fold. Every case against the float64 reference.
+TEST(NnMatmul, FoldedBatch) {
+  for (const dtype t : float_types) {
+    SCOPED_TRACE(to_string(t));
+    check(random(t, {16, 1, 24}, 1), random(t, {24, 40}, 2));       // [seq, 1, d] x [d, n]
+    check(random(t, {2, 3, 4, 5}, 3), random(t, {1, 1, 5, 6}, 4));  // B's batch dims all 1
+    check(random(t, {1, 4, 5}, 5), random(t, {1, 5, 6}, 6));
+    check(random(t, {3, 4, 5}, 7), random(t, {6, 5}, 8), false, true);   // B transposed
+    check(random(t, {3, 5, 4}, 9), random(t, {5, 6}, 10), true, false);  // A transposed
+    check(random(t, {5, 1, 1}, 11), random(t, {1, 3}, 12));              // K = 1, M = 1
+    check(broadcast_view(random(t, {1, 9, 11}, 13), {4, 9, 11}), random(t, {11, 6}, 14));
+    const tensor buf = random(t, {6, 22}, 15);
+    const tensor b = random(t, {11, 6}, 16);
+    // Rows of 11 in a row stride of 22, batches of 3 rows: evenly spaced, folds.
+    check(tensor::strided(buf.buf(), t, {2, 3, 11}, {66, 22, 1}, 0), b);
+    // Batches 2 rows apart (they overlap): not evenly spaced.
+    check(tensor::strided(buf.buf(), t, {2, 3, 11}, {44, 22, 1}, 1), b);
+    // M = 1: the rows are the batch, 22 apart.
+    check(tensor::strided(buf.buf(), t, {6, 1, 11}, {22, 11, 1}, 2), b);
+    check(tensor::strided(buf.buf(), t, {2, 3, 1, 11}, {66, 22, 5, 1}, 3), b);
+  }
+}
+
+// A graph y = x @ w with w a `const` node, and the same with w fed.
+struct weight_graphs {
+  session with_constant;
+  session fed;
+};
+
+weight_graphs make_weight_graphs(const tensor& w, const shape& xs, bool tb) {
+  const dtype t = w.type();
+  graph constant_graph;
+  {
+    graph_builder b(constant_graph);
+    auto x = ops::placeholder(b, "x", t, xs);
+    (void)ops::matmul(x, ops::constant(b, w, {.name = "w", .device = {}}), false, tb,
+                      {.name = "y", .device = {}});
+  }
+  graph fed_graph;
+  {
+    graph_builder b(fed_graph);
+    auto x = ops::placeholder(b, "x", t, xs);
+    (void)ops::matmul(x, ops::placeholder(b, "w", t, w.shape()), false, tb,
+                      {.name = "y", .device = {}});
+  }
+  session_options so;
+  so.passes.enabled = false;  // the const stays a const input of the matmul
+  return {session(std::move(constant_graph), so), session(std::move(fed_graph), so)};
+}
+
+void expect_same_bits(const tensor& a, const tensor& b) {
+  ASSERT_EQ(to_string(a.shape()), to_string(b.shape()));
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+}
+
+// Note [constant weights]: a `const` B is reordered into oneDNN's layout once and kept;
+// run after run, for new inputs, the answers are the reference's and bit for bit those of
+// the same B fed at run time.
+TEST(NnMatmul, ConstantWeightKeptAcrossRuns) {
+  struct problem {
+    shape xs, ws;
+    bool tb;
+  };
+  for (const dtype t : {dtype::f32, dtype::bf16, dtype::f64}) {
+    for (const auto& p :
+         {problem{{16, 1, 32}, {32, 48}, false}, problem{{2, 17, 40}, {40, 33}, false},
+          problem{{9, 70}, {130, 70}, true}, problem{{3, 4, 5}, {3, 5, 6}, false},
+          problem{{2, 64, 96}, {96, 80}, false}}) {
+      SCOPED_TRACE(std::string(to_string(t)) + " " + to_string(p.xs) + " x " + to_string(p.ws));
+      const tensor w = random(t, p.ws, 7);
+      auto [with_constant, fed] = make_weight_graphs(w, p.xs, p.tb);
+      for (std::uint64_t seed : {1U, 2U, 3U}) {
+        const tensor x = random(t, p.xs, seed);
+        const auto a = with_constant.run({{"x", x}}, {"y"});
+        const auto b = fed.run({{"x", x}, {"w", w}}, {"y"});
+        expect_product(a.at(0), reference(x, w, false, p.tb), t);
+        expect_same_bits(a.at(0), b.at(0));
+      }
+    }
+  }
+}
+
+// One kernel with a `const` B meets new shapes (a sequence length that changes from run to
+// run): each shape's plan takes the reordered B of its own layout, shared where the layouts
+// agree (Note [constant reorders]), and every answer is the reference's and the fed B's.
+TEST(NnMatmul, ConstantWeightAcrossShapes) {
+  for (const dtype t : {dtype::f32, dtype::bf16}) {
+    SCOPED_TRACE(to_string(t));
+    const tensor w = random(t, {96, 40}, 1);
+    auto [with_constant, fed] = make_weight_graphs(w, {-1, 96}, false);
+    std::uint64_t seed = 2;
+    for (const std::int64_t m : {16, 1, 128, 7, 16, 300, 1, 128}) {
+      SCOPED_TRACE(m);
+      const tensor x = random(t, {m, 96}, seed++);
+      const auto a = with_constant.run({{"x", x}}, {"y"});
+      expect_product(a.at(0), reference(x, w, false, false), t);
+      expect_same_bits(a.at(0), fed.run({{"x", x}, {"w", w}}, {"y"}).at(0));
+    }
+  }
+}
+
+// A B that is not constant is read on every run: a fed B that changes between runs, and a
+// variable updated in place (the same buffer, new values).
+TEST(NnMatmul, ChangingWeightHonoured) {
+  for (const dtype t : {dtype::f32, dtype::bf16}) {
+    SCOPED_TRACE(to_string(t));
+    const tensor x = random(t, {2, 8, 24}, 1);
+    const tensor w1 = random(t, {24, 40}, 2);
+    const tensor w2 = random(t, {24, 40}, 3);
+    auto graphs = make_weight_graphs(w1, x.shape(), false);
+    expect_product(graphs.fed.run({{"x", x}, {"w", w1}}, {"y"}).at(0),
+                   reference(x, w1, false, false), t);
+    expect_product(graphs.fed.run({{"x", x}, {"w", w2}}, {"y"}).at(0),
+                   reference(x, w2, false, false), t);
+
+    graph g;
+    graph_builder b(g);
+    auto px = ops::placeholder(b, "x", t, x.shape());
+    auto v = ops::variable(b, "w", w1);
+    (void)ops::matmul(px, v, false, false, {.name = "y", .device = {}});
+    (void)ops::assign_add(v, ops::placeholder(b, "delta", t, w1.shape()),
+                          {.name = "update", .device = {}});
+    session s(std::move(g));
+    expect_product(s.run({{"x", x}}, {"y"}).at(0), reference(x, w1, false, false), t);
+    const tensor delta = random(t, w1.shape(), 4, -0.5, 0.5);
+    (void)s.run({{"delta", delta}}, {}, {"update"});
+    // The variable now holds w1 + delta, rounded to t as assign_add stores it.
+    const tensor w_now = s.run({}, {"w"}).at(0);
+    EXPECT_NE(std::memcmp(w_now.raw_data(), w1.raw_data(), w1.nbytes()), 0);
+    expect_product(s.run({{"x", x}}, {"y"}).at(0), reference(x, w_now, false, false), t);
+  }
+}
+
+// With the passes, matmul + bias_add + relu on a `const` weight becomes one fused_matmul,
+// which gives the unfused graph's bits (Note [fused epilogue]), the weight kept in oneDNN's
+// layout by both.
+TEST(NnMatmul, ConstantWeightFusedSameBitsAsUnfused) {
+  const dtype t = dtype::f32;
+  const tensor w = random(t, {32, 48}, 1);
+  const tensor bias = random(t, {48}, 2);
+  const auto make = [&] {
+    graph g;
+    graph_builder b(g);
+    auto x = ops::placeholder(b, "x", t, {16, 1, 32});
+    auto z = ops::matmul(x, ops::constant(b, w, {.name = "w", .device = {}}));
+    (void)ops::relu(ops::bias_add(z, ops::constant(b, bias, {.name = "bias", .device = {}})),
+                    {.name = "y", .device = {}});
+    return g;
+  };
+  session fused(make());
+  session_options so;
+  so.passes.enabled = false;
+  session unfused(make(), so);
+  std::size_t fused_nodes = 0;
+  for (const auto& n : fused.planned_graph({"x"}, {"y"}).nodes())
+    fused_nodes += n.op() == "fused_matmul";
+  EXPECT_EQ(fused_nodes, 1U);
+  for (std::uint64_t seed : {1U, 2U}) {
+    const tensor x = random(t, {16, 1, 32}, seed);
+    expect_same_bits(fused.run({{"x", x}}, {"y"}).at(0), unfused.run({{"x", x}}, {"y"}).at(0));
   }
 }
 

@@ -1,6 +1,7 @@
 // softmax, log_softmax, layer_norm, softmax_cross_entropy and argmax against float64 loops:
 // every axis on ranks 1..4, empty tensors, strided and transposed inputs, every float dtype,
-// large-magnitude logits, and bad input at construction and at run time.
+// large-magnitude logits, rows of every length around the vector widths, NaN and infinities,
+// and bad input at construction and at run time (run once per instruction-set cap too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,6 +111,57 @@ TEST(SoftmaxTest, LargeMagnitudesStayFinite) {
                {0.2689414213699951, 0.7310585786300049});
   expect_close(run_op1("log_softmax", {make(dtype::f32, {2}, {1000, 1001})}), {2},
                {-1.3132616875182228, -0.31326168751822286});
+}
+
+// Rows of every length around the vector widths (Note [softmax instruction sets]: the row
+// loop runs in 4, 8 or 16 lanes and a scalar tail), and the rules for values that are not
+// finite: NaN is left out of the maximum and makes its row NaN through the sum, -inf gives
+// 0 (log_softmax: -inf), a row of -inf only or with a +inf is NaN (x - max is NaN); the
+// same lanes as columns (softmax along axis 0) follow the same rules.
+TEST(SoftmaxTest, RowLengthsAndNonFiniteValues) {
+  constexpr double inf = INFINITY;
+  const double nan = std::nan("");
+  for (dtype t : float_types) {
+    for (const std::int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 127, 128, 129, 200}) {
+      const tensor x = random(t, {3, n}, static_cast<std::uint64_t>(n), -8.0, 8.0);
+      check_softmax(x, -1, false);
+      check_softmax(x, -1, true);
+    }
+    std::vector<double> v(5 * 37);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i % 11) - 5.0;
+    v[20] = nan;   // row 0
+    v[37] = -inf;  // row 1: first and last in the tail
+    v[37 + 36] = -inf;
+    for (std::size_t i = 74; i < 111; ++i) v[i] = -inf;  // row 2
+    v[111 + 34] = inf;                                   // row 3
+    v[148 + 35] = nan;                                   // row 4: NaN in the tail
+    const tensor x = make(t, {5, 37}, v);
+    for (const bool log : {false, true}) {
+      const tensor y = run_op1(log ? "log_softmax" : "softmax", {x});
+      const auto got = values(y);
+      expect_close(y, x.shape(), softmax_ref(values(x), x.shape(), 1, log), rtol_for(t),
+                   atol_for(t));
+      for (std::size_t r : {0U, 2U, 3U, 4U}) {
+        for (std::size_t i = 0; i < 37; ++i) {
+          EXPECT_TRUE(std::isnan(got[r * 37 + i])) << r << " " << i;
+        }
+      }
+      EXPECT_EQ(got[37], log ? -inf : 0.0);
+      EXPECT_EQ(got[37 + 36], log ? -inf : 0.0);
+      EXPECT_TRUE(std::isfinite(got[38]));
+      // The same lanes as columns ([37, 5], axis 0): the column-block loop, whose sums
+      // round otherwise than a row's (double per column), against the reference too.
+      std::vector<double> vt(v.size());
+      for (std::size_t r = 0; r < 5; ++r) {
+        for (std::size_t i = 0; i < 37; ++i) vt[i * 5 + r] = v[r * 37 + i];
+      }
+      const tensor xt = make(t, {37, 5}, vt);
+      const tensor yt = run_op1(log ? "log_softmax" : "softmax", {xt}, {{"axis", std::int64_t{0}}});
+      expect_close(yt, xt.shape(), softmax_ref(values(xt), xt.shape(), 0, log), rtol_for(t),
+                   atol_for(t));
+      EXPECT_TRUE(std::isnan(values(yt)[20 * 5]));  // row 0's NaN, now a column's
+    }
+  }
 }
 
 TEST(SoftmaxTest, EmptyTensorsAndBadAxes) {

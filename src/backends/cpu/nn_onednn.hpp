@@ -39,15 +39,18 @@
 // A filter from a `const` node (an imported model's weights) is the same buffer, holding
 // the same values, on every run of the plan that made the kernel: its reorder into the
 // primitive's layout is done once and kept by the kernel (constant_reorders), instead of on
-// every run. Inference graphs reorder their weights once, as ONNX Runtime prepacks them;
-// variables, which training updates in place, are reordered on every run as before. The
-// kept copy is what the per-run reorder would make, so the answers are the same.
+// every run. matmul does the same for a constant B (Note [constant weights] in
+// nn_matmul.cpp). The copy belongs to the buffer and the two layouts, not to the plan: a
+// kernel that meets a new shape (a model's sequence length or image size) builds a new
+// plan, which reuses the copy when oneDNN picked the same layout for the weights.
+// Inference graphs reorder their weights once, as ONNX Runtime prepacks them; variables,
+// which training updates in place, are reordered on every run as before. The kept copy is
+// what the per-run reorder would make, so the answers are the same.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -168,7 +171,9 @@ class primitive_cache {
 void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data);
 
 /// Reordered copies of a kernel's constant arguments (Note [constant reorders]), kept for the
-/// kernel's life, keyed by plan and buffer. Thread-safe.
+/// kernel's life: one per buffer and pair of layouts, shared by every plan that needs it, so
+/// that a kernel run at many shapes (sequence lengths, image sizes) keeps one copy of its
+/// weights per layout, not one per shape. Thread-safe.
 class constant_reorders {
  public:
   /// The argument `i` of plan `p` over `handle` in the primitive's layout, reordered on first
@@ -176,8 +181,14 @@ class constant_reorders {
   const void* get(const plan& p, std::size_t i, const void* handle);
 
  private:
+  struct copy {
+    const void* handle;
+    dnnl::memory::desc from;  // loom's layout of the buffer
+    dnnl::memory::desc to;    // the primitive's
+    tensor data;
+  };
   std::mutex mutex_;
-  std::map<std::pair<std::uint64_t, const void*>, tensor> copies_;
+  std::vector<copy> copies_;  // few: a kernel's constant arguments times their layouts
 };
 
 /// execute() where the arguments whose bit is set in `constant_mask` (bit i: argument i)
