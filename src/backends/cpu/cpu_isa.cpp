@@ -24,4 +24,21 @@ isa_cap max_cpu_isa() noexcept {
   return cap;
 }
 
+isa_cap widest_cpu_isa() noexcept {
+  static const isa_cap level = [] {
+    const isa_cap cap = max_cpu_isa();
+#if defined(__x86_64__) || defined(__i386__)
+    if (cap == isa_cap::avx512 && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq")) {
+      return isa_cap::avx512;
+    }
+    if (cap != isa_cap::baseline && __builtin_cpu_supports("avx2")) return isa_cap::avx2;
+#endif
+    (void)cap;
+    return isa_cap::baseline;
+  }();
+  return level;
+}
+
 }  // namespace loom::cpu

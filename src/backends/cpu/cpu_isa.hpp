@@ -13,4 +13,9 @@ enum class isa_cap : std::uint8_t { baseline, avx2, avx512 };
 /// Any other value is no cap either, and says so once on stderr.
 [[nodiscard]] isa_cap max_cpu_isa() noexcept;
 
+/// The widest of baseline, AVX2 and AVX-512 (F, VL, BW and DQ) that this CPU runs, within
+/// max_cpu_isa()'s cap: what a kernel compiled in those variants dispatches on (a kernel
+/// that lacks a variant takes the next narrower one it has). Computed once.
+[[nodiscard]] isa_cap widest_cpu_isa() noexcept;
+
 }  // namespace loom::cpu

@@ -413,22 +413,14 @@ LOOM_FUSED_ISA(avx512_isa, LOOM_FUSED_AVX512)
 enum class isa_level : std::uint8_t { baseline, avx2, avx512 };
 static_assert(static_cast<int>(isa_level::avx512) == static_cast<int>(cpu::isa_cap::avx512));
 
-// The widest instruction set this CPU runs.
+// The widest instruction set this CPU runs (within LOOM_MAX_CPU_ISA's cap, for testing every
+// variant: Note [fused instruction sets]) that this build compiled a variant for.
 isa_level best_isa() noexcept {
   static const isa_level level = [] {
-    // The cap of LOOM_MAX_CPU_ISA, for testing every variant (Note [fused instruction sets]).
-    const auto cap = static_cast<isa_level>(cpu::max_cpu_isa());
-#if LOOM_FUSED_HAS_AVX512
-    if (cap == isa_level::avx512 && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq")) {
-      return isa_level::avx512;
-    }
-#endif
-#if LOOM_FUSED_HAS_AVX2
-    if (cap != isa_level::baseline && __builtin_cpu_supports("avx2")) return isa_level::avx2;
-#endif
-    return isa_level::baseline;
+    auto widest = static_cast<isa_level>(cpu::widest_cpu_isa());
+    if (widest == isa_level::avx512 && !LOOM_FUSED_HAS_AVX512) widest = isa_level::avx2;
+    if (widest == isa_level::avx2 && !LOOM_FUSED_HAS_AVX2) widest = isa_level::baseline;
+    return widest;
   }();
   return level;
 }

@@ -208,20 +208,6 @@ LOOM_SOFTMAX_TASKS(baseline, )
 LOOM_SOFTMAX_TASKS(avx2, LOOM_SOFTMAX_AVX2)
 LOOM_SOFTMAX_TASKS(avx512, LOOM_SOFTMAX_AVX512)
 
-// The widest variant this CPU runs, within LOOM_MAX_CPU_ISA's cap.
-isa_cap softmax_isa() noexcept {
-  static const isa_cap level = [] {
-    const isa_cap cap = max_cpu_isa();
-    if (cap == isa_cap::avx512 && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq")) {
-      return isa_cap::avx512;
-    }
-    if (cap != isa_cap::baseline && __builtin_cpu_supports("avx2")) return isa_cap::avx2;
-    return isa_cap::baseline;
-  }();
-  return level;
-}
 #endif
 #undef LOOM_SOFTMAX_TASKS
 
@@ -234,7 +220,7 @@ template <class T, bool Log>
 softmax_task_fn<T> softmax_tasks(const axis_split& sp) {
   const bool rows = sp.inner == 1;
 #if LOOM_SOFTMAX_WIDE
-  switch (softmax_isa()) {
+  switch (widest_cpu_isa()) {
     case isa_cap::avx512:
       return rows ? softmax_rows_avx512<T, Log> : softmax_blocks_avx512<T, Log>;
     case isa_cap::avx2:
