@@ -234,39 +234,32 @@ output range(graph_builder& b, double start, double limit, double delta, dtype t
 output dynamic_range(output start, output limit, output delta, const node_options& o) {
   return start.builder().add1("dynamic_range", {start, limit, delta}, {}, o);
 }
+namespace {
+// A generator node of the random family: its two parameters are named `a` and `b`.
+output random_node(graph_builder& g, const char* op, dtype t, shape s, std::int64_t seed,
+                   const char* a, double av, const char* b, double bv, const node_options& o) {
+  return g.add1(op, {}, {{"dtype", t}, {"shape", std::move(s)}, {"seed", seed}, {a, av}, {b, bv}},
+                o);
+}
+}  // namespace
+
 output random_uniform(graph_builder& b, dtype t, shape s, std::int64_t seed, double minval,
                       double maxval, const node_options& o) {
-  return b.add1("random_uniform", {},
-                {{"dtype", t},
-                 {"shape", std::move(s)},
-                 {"seed", seed},
-                 {"minval", minval},
-                 {"maxval", maxval}},
-                o);
+  return random_node(b, "random_uniform", t, std::move(s), seed, "minval", minval, "maxval", maxval, o);
 }
 output random_normal(graph_builder& b, dtype t, shape s, std::int64_t seed, double mean,
                      double stddev, const node_options& o) {
-  return b.add1(
-      "random_normal", {},
-      {{"dtype", t}, {"shape", std::move(s)}, {"seed", seed}, {"mean", mean}, {"stddev", stddev}},
-      o);
+  return random_node(b, "random_normal", t, std::move(s), seed, "mean", mean, "stddev", stddev, o);
 }
 output random_uniform_per_run(graph_builder& b, dtype t, shape s, std::int64_t seed,
                               double minval, double maxval, const node_options& o) {
-  return b.add1("random_uniform_per_run", {},
-                {{"dtype", t},
-                 {"shape", std::move(s)},
-                 {"seed", seed},
-                 {"minval", minval},
-                 {"maxval", maxval}},
-                o);
+  return random_node(b, "random_uniform_per_run", t, std::move(s), seed, "minval", minval,
+                     "maxval", maxval, o);
 }
 output random_normal_per_run(graph_builder& b, dtype t, shape s, std::int64_t seed, double mean,
                              double stddev, const node_options& o) {
-  return b.add1(
-      "random_normal_per_run", {},
-      {{"dtype", t}, {"shape", std::move(s)}, {"seed", seed}, {"mean", mean}, {"stddev", stddev}},
-      o);
+  return random_node(b, "random_normal_per_run", t, std::move(s), seed, "mean", mean, "stddev",
+                     stddev, o);
 }
 
 }  // namespace loom::ops
