@@ -221,25 +221,20 @@ struct softplus_op {
   }
 };
 
-/// x sigmoid(x); -inf gives -0, the limit.
+/// x sigmoid(x); -inf gives NaN (-inf * 0), as torch.nn.SiLU.
 struct silu_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
-  float operator()(float x) const noexcept {
-    return x == -std::numeric_limits<float>::infinity() ? -0.0f : x * fast_sigmoid(x);
-  }
-  double operator()(double x) const noexcept {
-    return x == -std::numeric_limits<double>::infinity() ? -0.0 : x / (1.0 + std::exp(-x));
-  }
+  float operator()(float x) const noexcept { return x * fast_sigmoid(x); }
+  double operator()(double x) const noexcept { return x / (1.0 + std::exp(-x)); }
 };
 
-/// x tanh(softplus(x)); -inf gives -0, the limit.
+/// x tanh(softplus(x)); -inf gives NaN (-inf * 0), as ONNX's Mish and torch.nn.Mish.
 struct mish_op {
   template <class T>
   static constexpr bool supports = is_float<T>;
   template <class C>
   C operator()(C x) const noexcept {
-    if (x == -std::numeric_limits<C>::infinity()) return C(-0.0);
     return x * std::tanh(softplus_op{}(x));
   }
 };

@@ -3,7 +3,9 @@
 // compiled by nvcc): sign, softsign, leaky_relu, hard_sigmoid, hard_swish, thresholded_relu,
 // the predicates isnan / isinf / isfinite, and the remainder's sign fix-ups of mod. Each
 // computes one element in its compute type (float for float16 / bfloat16). NaN propagates
-// (Note [NaN rules] in elementwise_rules.hpp); infinities give the function's limit.
+// (Note [NaN rules] in elementwise_rules.hpp); infinities give what the defining formula
+// gives in IEEE arithmetic, as ONNX's definitions and PyTorch do (softsign(inf) is
+// inf / inf = NaN, hard_swish(-inf) is -inf * 0 = NaN), not the function's limit.
 //
 // The ops that call the math library (sin, softplus, elu, ...) are each device's own, as
 // pow is: each device calls its own libm.
@@ -33,13 +35,11 @@ struct sign_fn {
   }
 };
 
-/// x / (1 + |x|); ±inf gives ±1, the limit (the quotient itself would be NaN).
+/// x / (1 + |x|); ±inf gives NaN (inf / inf), as ONNX's Softsign and torch.nn.Softsign.
 struct softsign_fn {
   template <class C>
   LOOM_EW_OP C operator()(C x) const noexcept {
-    const C ax = x < C(0) ? -x : x;
-    if (ax > C(1) && ax - ax != C(0)) return x < C(0) ? C(-1) : C(1);  // ±inf
-    return x / (C(1) + ax);
+    return x / (C(1) + (x < C(0) ? -x : x));
   }
 };
 
@@ -62,13 +62,12 @@ struct hard_sigmoid_fn {
   }
 };
 
-/// x max(0, min(1, x / 6 + 1/2)): -0 at and below -3 (-inf included, the limit), x at and
-/// above 3; NaN stays NaN.
+/// x max(0, min(1, x / 6 + 1/2)): -0 at and below -3 (x * 0), NaN at -inf (-inf * 0, as
+/// ONNX's HardSwish and torch.nn.Hardswish), x at and above 3; NaN stays NaN.
 struct hard_swish_fn {
   template <class C>
   LOOM_EW_OP C operator()(C x) const noexcept {
-    const C t = rules::maximum(C(0), rules::minimum(C(1), x / C(6) + C(0.5)));
-    return t == C(0) ? C(-0.0) : x * t;
+    return x * rules::maximum(C(0), rules::minimum(C(1), x / C(6) + C(0.5)));
   }
 };
 

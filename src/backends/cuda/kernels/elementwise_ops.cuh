@@ -304,20 +304,18 @@ struct softplus_f : float_f {
   }
 };
 
-/// x sigmoid(x); -inf gives -0.
+/// x sigmoid(x); -inf gives NaN (-inf * 0), as the CPU's silu_op.
 struct silu_f : float_f {
   template <class C>
   __device__ C operator()(C x) const {
-    if (x == -std::numeric_limits<C>::infinity()) return C(-0.0);
     return x / (C{1} + m_exp(-x));
   }
 };
 
-/// x tanh(softplus(x)); -inf gives -0.
+/// x tanh(softplus(x)); -inf gives NaN (-inf * 0), as the CPU's mish_op.
 struct mish_f : float_f {
   template <class C>
   __device__ C operator()(C x) const {
-    if (x == -std::numeric_limits<C>::infinity()) return C(-0.0);
     return x * m_tanh(softplus_f{}(x));
   }
 };
