@@ -294,16 +294,9 @@ void constant_of_shape_lowering(node_context& c) {
     const tensor value = tensor_of(a->t(), {});
     if (value.num_elements() != 1) c.fail("value must hold one element");
     t = value.type();
-    switch (t) {
-      case dtype::f32: v = value.data<float>()[0]; break;
-      case dtype::f64: v = value.data<double>()[0]; break;
-      case dtype::i64: v = static_cast<double>(value.data<std::int64_t>()[0]); break;
-      case dtype::i32: v = value.data<std::int32_t>()[0]; break;
-      case dtype::i8: v = value.data<std::int8_t>()[0]; break;
-      case dtype::u8: v = value.data<std::uint8_t>()[0]; break;
-      case dtype::boolean: v = *static_cast<const std::uint8_t*>(value.raw_data()); break;
-      default: c.unsupported("a half-precision value");
-    }
+    const auto number = element_as_double(value, 0);
+    if (!number) c.unsupported("a half-precision value");
+    v = *number;
   }
   if (auto k = c.elements(0); k && k->all_known()) {
     c.set(0, ops::fill(c.b(), t, shape(k->get()), v, c.opts()));
@@ -387,7 +380,7 @@ void range_lowering(node_context& c) {
   const dtype t = c.type(0).type;
   const auto known = [&](std::size_t i) {
     const tensor* v = c.constant(i);
-    return v != nullptr && v->num_elements() == 1 && v->type() != dtype::f16 && v->type() != dtype::bf16;
+    return v != nullptr && v->num_elements() == 1 && element_as_double(*v, 0).has_value();
   };
   if (known(0) && known(1) && known(2)) {
     c.set(0, ops::range(c.b(), c.number(0, "start"), c.number(1, "limit"), c.number(2, "delta"), t,
@@ -414,15 +407,11 @@ void one_hot_lowering(node_context& c) {
   if (values == nullptr) c.require_value(2, "values");
   if (values == nullptr || values->num_elements() != 2) c.unsupported("values must be two numbers known at import");
   const dtype t = values->type();
-  double off = 0;
-  double on = 1;
-  switch (t) {
-    case dtype::f32: off = values->data<float>()[0]; on = values->data<float>()[1]; break;
-    case dtype::f64: off = values->data<double>()[0]; on = values->data<double>()[1]; break;
-    case dtype::i64: off = static_cast<double>(values->data<std::int64_t>()[0]); on = static_cast<double>(values->data<std::int64_t>()[1]); break;
-    case dtype::i32: off = values->data<std::int32_t>()[0]; on = values->data<std::int32_t>()[1]; break;
-    default: c.unsupported(fmt::format("values of dtype {}", to_string(t)));
+  if (t != dtype::f32 && t != dtype::f64 && t != dtype::i64 && t != dtype::i32) {
+    c.unsupported(fmt::format("values of dtype {}", to_string(t)));
   }
+  const double off = *element_as_double(*values, 0);
+  const double on = *element_as_double(*values, 1);
   // Indices of any numeric type are read as int64; -depth..-1 count from the end.
   output idx = c.in(0);
   if (idx.dtype_of() != dtype::i64) idx = ops::cast(idx, dtype::i64, c.aux("indices"));

@@ -466,17 +466,7 @@ double node_context::number(std::size_t i, std::string_view what) const {
                             "is imported",
                             i, has(i) ? n_.input(static_cast<int>(i)) : "", what));
   }
-  switch (t->type()) {
-    case dtype::f32: return t->data<float>()[0];
-    case dtype::f64: return t->data<double>()[0];
-    case dtype::i64: return static_cast<double>(t->data<std::int64_t>()[0]);
-    case dtype::i32: return t->data<std::int32_t>()[0];
-    case dtype::i8: return t->data<std::int8_t>()[0];
-    case dtype::u8: return t->data<std::uint8_t>()[0];
-    case dtype::boolean: return *static_cast<const std::uint8_t*>(t->raw_data());
-    case dtype::f16:
-    case dtype::bf16: break;
-  }
+  if (const auto v = element_as_double(*t, 0)) return *v;
   unsupported(fmt::format("input {} ('{}', the {}) is a half-precision scalar", i,
                           n_.input(static_cast<int>(i)), what));
 }

@@ -212,6 +212,21 @@ dtype dtype_of(std::int32_t onnx_type, std::string_view what) {
   }
 }
 
+std::optional<double> element_as_double(const tensor& t, std::int64_t i) {
+  switch (t.type()) {
+    case dtype::f32: return t.data<float>()[i];
+    case dtype::f64: return t.data<double>()[i];
+    case dtype::i64: return static_cast<double>(t.data<std::int64_t>()[i]);
+    case dtype::i32: return t.data<std::int32_t>()[i];
+    case dtype::i8: return t.data<std::int8_t>()[i];
+    case dtype::u8: return t.data<std::uint8_t>()[i];
+    case dtype::boolean: return static_cast<const std::uint8_t*>(t.raw_data())[i];
+    case dtype::f16:
+    case dtype::bf16: break;
+  }
+  return std::nullopt;
+}
+
 tensor tensor_of(const ::onnx::TensorProto& t, const std::filesystem::path& dir) {
   const std::string what = fmt::format("tensor '{}'", t.name());
   const dtype type = dtype_of(t.data_type(), what);

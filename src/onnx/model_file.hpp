@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,5 +33,9 @@ dtype dtype_of(std::int32_t onnx_type, std::string_view what);
 /// An ONNX TensorProto as a host tensor (external data read from `dir`). Errors name the
 /// tensor: an unsupported type, data of the wrong size, a missing or short external file.
 tensor tensor_of(const ::onnx::TensorProto& t, const std::filesystem::path& dir);
+
+/// Element i of the dense host tensor t as a double (bool as 0 / 1); nullopt for float16 and
+/// bfloat16, which the import reads no numbers from.
+std::optional<double> element_as_double(const tensor& t, std::int64_t i);
 
 }  // namespace loom::onnx::detail

@@ -276,10 +276,11 @@ tensor channel_column(const std::vector<double>& v, dtype t, std::size_t rank) {
   return out;
 }
 
+// The elements of a float32 or float64 tensor.
 std::vector<double> doubles(const tensor& t) {
   std::vector<double> out(static_cast<std::size_t>(t.num_elements()));
   for (std::size_t i = 0; i < out.size(); ++i) {
-    out[i] = t.type() == dtype::f64 ? t.data<double>()[i] : t.data<float>()[i];
+    out[i] = *element_as_double(t, static_cast<std::int64_t>(i));
   }
   return out;
 }
@@ -488,9 +489,7 @@ void resize_lowering(node_context& c) {
     if (r == nullptr || (r->type() != dtype::f32 && r->type() != dtype::f64)) {
       c.unsupported("tf_crop_and_resize needs its roi as float values known at import");
     }
-    for (std::int64_t i = 0; i < r->num_elements(); ++i) {
-      roi.push_back(r->type() == dtype::f32 ? r->data<float>()[i] : r->data<double>()[i]);
-    }
+    roi = doubles(*r);
     if (roi.size() != 2 * rank) c.fail(fmt::format("a roi of {} values for a rank-{} input", roi.size(), rank));
   }
   std::vector<std::int64_t> sizes;

@@ -20,8 +20,8 @@
 // (the reference loops) are left alone, as are nodes waiting for control inputs.
 #include <fmt/format.h>
 
-#include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "loom/graph/fused_expr.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
@@ -36,12 +36,7 @@ using ints = std::vector<std::int64_t>;
 const ints to_nhwc{0, 2, 3, 1};
 const ints to_nchw{0, 3, 1, 2};
 
-struct endpoint_less {
-  bool operator()(endpoint a, endpoint b) const noexcept {
-    return a.node != b.node ? a.node < b.node : a.index < b.index;
-  }
-};
-using transposes = std::map<endpoint, endpoint, endpoint_less>;
+using transposes = std::unordered_map<endpoint, endpoint, endpoint_hash>;
 
 class conv_layout final : public graph_pass {
  public:

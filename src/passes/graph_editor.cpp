@@ -8,14 +8,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "pass_util.hpp"
+
 namespace loom::passes {
 namespace {
-
-struct endpoint_hash {
-  std::size_t operator()(endpoint e) const noexcept {
-    return std::hash<std::int64_t>()((static_cast<std::int64_t>(e.node) << 20) ^ e.index);
-  }
-};
 
 bool shapes_fit(const std::optional<shape>& a, const std::optional<shape>& b) {
   if (!a || !b) return true;

@@ -1,6 +1,8 @@
 // Small queries the passes share (src/passes only).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +12,13 @@
 #include "loom/passes/graph_editor.hpp"
 
 namespace loom::passes {
+
+/// A hash of endpoints, for the passes' maps keyed by value.
+struct endpoint_hash {
+  std::size_t operator()(endpoint e) const noexcept {
+    return std::hash<std::int64_t>()((static_cast<std::int64_t>(e.node) << 20) ^ e.index);
+  }
+};
 
 /// When `e` is a constant whose elements all equal one value (a scalar, or a filled
 /// tensor of at most `max_elements`), that value as a double; else nullopt.

@@ -113,12 +113,7 @@ class dynamic_range_kernel final : public op_kernel {
       const tensor d = ctx.input_contiguous(i);
       visit_dtype(type_, [&](auto tag) {
         using T = decltype(tag);
-        const T v = d.template data<T>()[0];
-        if constexpr (is_half_like<T>) {
-          bound[i] = static_cast<double>(static_cast<float>(v));
-        } else {
-          bound[i] = static_cast<double>(v);
-        }
+        bound[i] = static_cast<double>(load(d.template data<T>()[0]));
       });
     }
     const std::int64_t n = common::apply_rule(
