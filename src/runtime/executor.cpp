@@ -19,6 +19,16 @@
 // critical path moved to a worker (any scheduled node), every parallel_for on that path ran
 // on one thread: the CNN's pooling and ReLU gradients took as long on 2 threads as on 1.
 //
+// Note [the caller's root]
+// The caller runs the first root that is not cheap (an imported model's first node past its
+// constants), not simply the first root, which is often a constant: that root was scheduled
+// on the pool, and whichever thread took it first, the caller or a worker, ran the model's
+// whole chain. oneDNN runs on OpenMP, which keeps a team per thread that starts parallel
+// regions: a chain that ran on two threads made two teams, more OpenMP threads than cores,
+// and libgomp then sleeps after every primitive instead of spinning (its throttled spin
+// count), waking each worker again on the next. At 2 threads, mobilenet_v2 at batch 1 took
+// 4 to 5 ms or 8 to 11 ms from one process to the next.
+//
 // Note [buffer forwarding]
 // The last reader of a slot *moves* the tensor out instead of copying it, so when nothing
 // else refers to the buffer (not a fetch, not a feed the caller holds, not a variable, not
@@ -283,14 +293,23 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
   }
   feeds.clear();
   if (!p.nodes.empty()) {
-    // The caller is one of the first root's device's threads for the run (Note [caller
-    // helps]): it runs that root itself and then the pool's queued work until the run ends.
-    if (thread_pool* pool = p.nodes[static_cast<std::size_t>(p.roots.front())].dev->pool();
+    // The caller runs one root itself, the first expensive one (Note [the caller's root]),
+    // and is one of that root's device's threads for the run (Note [caller helps]): it
+    // runs the root and then the pool's queued work until the run ends.
+    std::size_t mine = 0;
+    for (std::size_t i = 0; i < p.roots.size(); ++i) {
+      if (!p.nodes[static_cast<std::size_t>(p.roots[i])].cheap) {
+        mine = i;
+        break;
+      }
+    }
+    if (thread_pool* pool = p.nodes[static_cast<std::size_t>(p.roots[mine])].dev->pool();
         pool != nullptr && pool->size() > 1) {
       st.helper = pool;
     }
     // The other roots go to their devices' pools.
-    for (std::size_t i = 1; i < p.roots.size(); ++i) {
+    for (std::size_t i = 0; i < p.roots.size(); ++i) {
+      if (i == mine) continue;
       const exec_node& e = p.nodes[static_cast<std::size_t>(p.roots[i])];
       if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap && !e.whole_device) {
         schedule(st, p.roots[i]);
@@ -298,7 +317,7 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
         execute_from(st, p.roots[i]);
       }
     }
-    execute_from(st, p.roots.front());
+    execute_from(st, p.roots[mine]);
     if (st.helper != nullptr) {
       st.helper->run_until(st.done);
     } else {

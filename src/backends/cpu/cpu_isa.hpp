@@ -5,6 +5,34 @@
 
 #include <cstdint>
 
+// Function attributes for the instruction-set variants of a kernel (Note [fused instruction
+// sets] in fused_elementwise.cpp): LOOM_ISA_BASELINE, LOOM_ISA_AVX2 and LOOM_ISA_AVX512 for
+// the thin wrappers that instantiate the same always_inline loop per variant;
+// LOOM_ISA_HAS_AVX2 / LOOM_ISA_HAS_AVX512 say whether this compiler builds the variant. Every
+// variant is compiled with fp-contract=off (GCC), so that no a * b + c becomes an FMA and
+// each lane's operations stay the baseline's: the variants give the same bits. clang has no
+// such attribute and contracts within expressions, so it gets no AVX-512 variant (AVX-512
+// implies FMA; AVX2 alone does not).
+#if defined(__GNUC__) && !defined(__clang__)
+#define LOOM_ISA_BASELINE [[gnu::optimize("fp-contract=off")]]
+#else
+#define LOOM_ISA_BASELINE
+#endif
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+#define LOOM_ISA_HAS_AVX2 1
+#define LOOM_ISA_HAS_AVX512 1
+#define LOOM_ISA_AVX2 [[gnu::target("avx2"), gnu::optimize("fp-contract=off")]]
+#define LOOM_ISA_AVX512 \
+  [[gnu::target("avx512f,avx512vl,avx512bw,avx512dq"), gnu::optimize("fp-contract=off")]]
+#elif (defined(__x86_64__) || defined(__i386__)) && defined(__clang__)
+#define LOOM_ISA_HAS_AVX2 1
+#define LOOM_ISA_HAS_AVX512 0
+#define LOOM_ISA_AVX2 [[gnu::target("avx2")]]
+#else
+#define LOOM_ISA_HAS_AVX2 0
+#define LOOM_ISA_HAS_AVX512 0
+#endif
+
 namespace loom::cpu {
 
 enum class isa_cap : std::uint8_t { baseline, avx2, avx512 };

@@ -138,33 +138,12 @@ double cost_of(ew_op op, bool f32) {
 // an FMA whenever the target has one (C++ defaults to -ffp-contract=fast), and AVX-512
 // implies FMA, which changes fast_exp's rounding; so the wrappers are compiled with
 // fp-contract=off (GCC's optimize attribute; clang, which has no such attribute and
-// contracts within expressions, gets no AVX-512 variant). Measured on the 2-core
+// contracts within expressions, gets no AVX-512 variant): cpu_isa.hpp's LOOM_ISA_*
+// attributes, which every kernel compiled in variants uses. Measured on the 2-core
 // development machine (Xeon, Sapphire Rapids), an 8-op float chain over data in L1 costs
 // 1.25 ns per element on one thread with SSE2, 0.72 with AVX2 and 0.41 with AVX-512; at
 // 16M elements on 2 threads that decides whether the chain is bound by its arithmetic or,
 // as it should be, by memory.
-#if defined(__GNUC__) && !defined(__clang__)
-#define LOOM_FUSED_BASELINE [[gnu::optimize("fp-contract=off")]]
-#else
-#define LOOM_FUSED_BASELINE
-#endif
-#if defined(__x86_64__) || defined(__i386__)
-#if defined(__GNUC__) && !defined(__clang__)
-#define LOOM_FUSED_HAS_AVX2 1
-#define LOOM_FUSED_HAS_AVX512 1
-#define LOOM_FUSED_AVX2 [[gnu::target("avx2"), gnu::optimize("fp-contract=off")]]
-#define LOOM_FUSED_AVX512 \
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512dq"), gnu::optimize("fp-contract=off")]]
-#elif defined(__clang__)
-#define LOOM_FUSED_HAS_AVX2 1
-#define LOOM_FUSED_HAS_AVX512 0
-#define LOOM_FUSED_AVX2 [[gnu::target("avx2")]]
-#endif
-#endif
-#ifndef LOOM_FUSED_HAS_AVX2
-#define LOOM_FUSED_HAS_AVX2 0
-#define LOOM_FUSED_HAS_AVX512 0
-#endif
 
 // out[i] = op(a[i] or sa, b[i] or sb) for i < n. Operands may be the output itself (a value's
 // buffer is reused by the instruction that reads it last): element-aligned, that is safe,
@@ -400,12 +379,12 @@ template <class T, class C>
       run_tiles(p, tb, te, scratch);                                                             \
     }                                                                                            \
   };
-LOOM_FUSED_ISA(baseline_isa, LOOM_FUSED_BASELINE)
-#if LOOM_FUSED_HAS_AVX2
-LOOM_FUSED_ISA(avx2_isa, LOOM_FUSED_AVX2)
+LOOM_FUSED_ISA(baseline_isa, LOOM_ISA_BASELINE)
+#if LOOM_ISA_HAS_AVX2
+LOOM_FUSED_ISA(avx2_isa, LOOM_ISA_AVX2)
 #endif
-#if LOOM_FUSED_HAS_AVX512
-LOOM_FUSED_ISA(avx512_isa, LOOM_FUSED_AVX512)
+#if LOOM_ISA_HAS_AVX512
+LOOM_FUSED_ISA(avx512_isa, LOOM_ISA_AVX512)
 #endif
 #undef LOOM_FUSED_ISA
 
@@ -418,8 +397,8 @@ static_assert(static_cast<int>(isa_level::avx512) == static_cast<int>(cpu::isa_c
 isa_level best_isa() noexcept {
   static const isa_level level = [] {
     auto widest = static_cast<isa_level>(cpu::widest_cpu_isa());
-    if (widest == isa_level::avx512 && !LOOM_FUSED_HAS_AVX512) widest = isa_level::avx2;
-    if (widest == isa_level::avx2 && !LOOM_FUSED_HAS_AVX2) widest = isa_level::baseline;
+    if (widest == isa_level::avx512 && !LOOM_ISA_HAS_AVX512) widest = isa_level::avx2;
+    if (widest == isa_level::avx2 && !LOOM_ISA_HAS_AVX2) widest = isa_level::baseline;
     return widest;
   }();
   return level;
@@ -437,11 +416,11 @@ template <class T>
 const op_loops<compute_t<T>>& loops_of(ew_op op, isa_level isa) {
   constexpr auto all = std::make_index_sequence<num_ew_ops>{};
   static constexpr auto baseline = make_loops<baseline_isa, T>(all);
-#if LOOM_FUSED_HAS_AVX512
+#if LOOM_ISA_HAS_AVX512
   static constexpr auto avx512 = make_loops<avx512_isa, T>(all);
   if (isa == isa_level::avx512) return avx512[static_cast<std::size_t>(op)];
 #endif
-#if LOOM_FUSED_HAS_AVX2
+#if LOOM_ISA_HAS_AVX2
   static constexpr auto avx2 = make_loops<avx2_isa, T>(all);
   if (isa == isa_level::avx2) return avx2[static_cast<std::size_t>(op)];
 #endif
@@ -454,10 +433,10 @@ using tiles_fn = void (*)(const tile_program<T, C>&, std::int64_t, std::int64_t,
 
 template <class T, class C>
 tiles_fn<T, C> tiles_of(isa_level isa) {
-#if LOOM_FUSED_HAS_AVX512
+#if LOOM_ISA_HAS_AVX512
   if (isa == isa_level::avx512) return &avx512_isa::tiles<T, C>;
 #endif
-#if LOOM_FUSED_HAS_AVX2
+#if LOOM_ISA_HAS_AVX2
   if (isa == isa_level::avx2) return &avx2_isa::tiles<T, C>;
 #endif
   (void)isa;

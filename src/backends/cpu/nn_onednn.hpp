@@ -78,6 +78,13 @@ dnnl::memory::dims dims_of(std::span<const std::int64_t> d);
 /// the calling thread. Cheap; call before creating and before executing a primitive.
 void use_threads(int threads) noexcept;
 
+/// Calls fn(begin, end) over [0, n) split into at most `threads` contiguous parts on the
+/// calling thread's OpenMP team, the one oneDNN's primitives run on (Note [work after a
+/// primitive]); inline when the work (n * cost_per_item nanoseconds) is too small to split.
+/// fn must not throw.
+void parallel_for(int threads, std::int64_t n, double cost_per_item,
+                  const std::function<void(std::int64_t, std::int64_t)>& fn);
+
 /// A primitive attribute with scratchpad_mode::user (Note [oneDNN integration]).
 dnnl::primitive_attr user_scratchpad_attr();
 

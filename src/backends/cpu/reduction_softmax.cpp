@@ -178,16 +178,8 @@ template <class T, bool Log>
 // baseline's, the blocked sum's 8 lanes and the order it combines them in are written out
 // (Note [blocked summation]), a column block's sums are one double per column, and the
 // wide variants are compiled with fp-contract=off so that no a * b + c becomes an FMA
-// (AVX-512 implies FMA). Every dtype runs the same loops; 16-bit types compute in float,
+// (AVX-512 implies FMA; cpu_isa.hpp's LOOM_ISA_* attributes). Every dtype runs the same loops; 16-bit types compute in float,
 // double's exponentials stay libm calls.
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
-#define LOOM_SOFTMAX_WIDE 1
-#define LOOM_SOFTMAX_AVX2 [[gnu::target("avx2"), gnu::optimize("fp-contract=off")]]
-#define LOOM_SOFTMAX_AVX512 \
-  [[gnu::target("avx512f,avx512vl,avx512bw,avx512dq"), gnu::optimize("fp-contract=off")]]
-#else
-#define LOOM_SOFTMAX_WIDE 0
-#endif
 
 // The task loops, one pair of functions per instruction set (each loop a function of its
 // own, so that GCC inlines fast_exp into both: one function holding both loops grew past
@@ -203,11 +195,12 @@ template <class T, bool Log>
                                         std::int64_t hi, compute_t<T>* scratch) {                \
     softmax_block_tasks<T, Log>(x, y, sp, lo, hi, scratch);                                      \
   }
-LOOM_SOFTMAX_TASKS(baseline, )
-#if LOOM_SOFTMAX_WIDE
-LOOM_SOFTMAX_TASKS(avx2, LOOM_SOFTMAX_AVX2)
-LOOM_SOFTMAX_TASKS(avx512, LOOM_SOFTMAX_AVX512)
-
+LOOM_SOFTMAX_TASKS(baseline, LOOM_ISA_BASELINE)
+#if LOOM_ISA_HAS_AVX2
+LOOM_SOFTMAX_TASKS(avx2, LOOM_ISA_AVX2)
+#endif
+#if LOOM_ISA_HAS_AVX512
+LOOM_SOFTMAX_TASKS(avx512, LOOM_ISA_AVX512)
 #endif
 #undef LOOM_SOFTMAX_TASKS
 
@@ -219,16 +212,18 @@ using softmax_task_fn = void (*)(const T* x, T* y, const axis_split& sp, std::in
 template <class T, bool Log>
 softmax_task_fn<T> softmax_tasks(const axis_split& sp) {
   const bool rows = sp.inner == 1;
-#if LOOM_SOFTMAX_WIDE
   switch (widest_cpu_isa()) {
     case isa_cap::avx512:
+#if LOOM_ISA_HAS_AVX512
       return rows ? softmax_rows_avx512<T, Log> : softmax_blocks_avx512<T, Log>;
+#endif
     case isa_cap::avx2:
+#if LOOM_ISA_HAS_AVX2
       return rows ? softmax_rows_avx2<T, Log> : softmax_blocks_avx2<T, Log>;
+#endif
     case isa_cap::baseline:
       break;
   }
-#endif
   return rows ? softmax_rows_baseline<T, Log> : softmax_blocks_baseline<T, Log>;
 }
 
