@@ -181,3 +181,40 @@ def test_3d_pooling_runs_as_two_2d_pools_and_matches_pytorch(op, attrs):
         count = torch.nn.functional.avg_pool3d(inside, k, s, ceil_mode=ceil, divisor_override=1)
         ref = total / count
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,c,o,dhw,k,s,d,p,op,g,bias", [
+    (1, 1, 2, (3, 4, 5), (3, 3, 3), [1, 1, 1], [1, 1, 1], [0] * 6, [0, 0, 0], 1, True),
+    (2, 3, 4, (4, 5, 3), (3, 2, 3), [2, 1, 2], [1, 1, 1], [1, 0, 1, 1, 0, 1], [1, 0, 1], 1, True),
+    (2, 4, 6, (3, 3, 4), (2, 3, 2), [3, 2, 1], [2, 1, 2], [0, 1, 0, 2, 1, 1], [0, 1, 0], 2, True),
+    (1, 2, 2, (5, 2, 2), (1, 1, 1), [2, 2, 2], [1, 1, 1], [0] * 6, [1, 1, 1], 1, False),
+    (3, 2, 3, (2, 3, 3), (4, 2, 2), [1, 3, 1], [1, 1, 2], [2, 0, 0, 1, 0, 1], [0, 2, 0], 1, True),
+])
+def test_3d_conv_transpose_runs_as_2d_ones_and_matches_pytorch(n, c, o, dhw, k, s, d, p, op, g, bias):
+    rng = np.random.default_rng(len(dhw) + sum(k) + sum(p))
+    x = rng.standard_normal((n, c, *dhw)).astype(np.float32)
+    w = rng.standard_normal((c, o // g, *k)).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    inits = [tensor("w", w)] + ([tensor("b", b)] if bias else [])
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], name="deconv",
+                            strides=s, dilations=d, pads=p, output_padding=op, group=g)
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", c, *dhw])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", o, "d", "h", "w"])], inits)
+    (y,) = loom.onnx.load(model).run({"x": x})
+    # PyTorch's padding is symmetric: pad nothing, then cut ONNX's begins and ends.
+    full = torch.nn.functional.conv_transpose3d(
+        torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+        torch.from_numpy(b).double() if bias else None, stride=s, output_padding=op, groups=g,
+        dilation=d).numpy()
+    ref = full[:, :, p[0]:full.shape[2] - p[3], p[1]:full.shape[3] - p[4], p[2]:full.shape[4] - p[5]]
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_3d_conv_transpose_needs_its_spatial_size_at_import():
+    w = np.ones((1, 1, 2, 2, 2), np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="deconv")
+    model = make_model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, "d", 3, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1, "a", 4, 4])], [tensor("w", w)])
+    with pytest.raises(Exception, match="deconv.*3-D ConvTranspose needs the input's channels and spatial size"):
+        loom.onnx.load(model)

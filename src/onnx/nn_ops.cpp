@@ -408,10 +408,76 @@ void lp_norm_lowering(node_context& c) {
   c.set(0, ops::div(x, norm, c.opts()));
 }
 
+// Note [3-D transposed convolution]
+// loom's transposed convolution is 2-D. A 3-D one is a sum over the filter's depth taps kd:
+// input depth slice id, through the 2-D transposed convolution with the filter's slice kd,
+// lands on output depth id * stride + kd * dilation (before the depth padding is cut). So
+// the input's depth is folded into the batch ([N, C, D, H, W] -> [N * D, C, H, W]), each kd
+// gives one 2-D transposed convolution, its D slices are spread `stride` apart (zeros
+// between), shifted by kd * dilation and padded to the full depth, the kd terms are added
+// in order, and the depth padding is cut off. Needs the input's channels and spatial size
+// known at import (the batch may be symbolic).
+output conv_transpose3d(node_context& c, const std::vector<std::int64_t>& in,
+                        const std::vector<std::int64_t>& kernel,
+                        const std::vector<std::int64_t>& strides,
+                        const std::vector<std::int64_t>& dilations,
+                        const std::vector<std::int64_t>& pads,
+                        const std::vector<std::int64_t>& output_padding) {
+  const shape& xs = *c.type(0).shape;
+  const auto ws = c.type(1).shape;
+  const std::int64_t group = c.attr_int("group", 1);
+  if (xs[1] < 0 || in[0] < 0 || in[1] < 0 || in[2] < 0 || !ws || (*ws)[1] < 0) {
+    c.unsupported("a 3-D ConvTranspose needs the input's channels and spatial size and the weights' shape known at import");
+  }
+  const std::int64_t channels = xs[1];
+  const std::int64_t depth = in[0];
+  const std::int64_t out_channels = (*ws)[1] * group;
+  // The 2-D part's output size, and the depth before and after its padding is cut.
+  auto extent = [&](std::size_t i) {
+    return strides[i] * (in[i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1;
+  };
+  const std::int64_t oh = extent(1) - pads[1] - pads[4];
+  const std::int64_t ow = extent(2) - pads[2] - pads[5];
+  const std::int64_t full_depth = extent(0);
+  const std::int64_t out_depth = full_depth - pads[0] - pads[3];
+  if (oh <= 0 || ow <= 0 || out_depth <= 0) {
+    c.fail(fmt::format("the padding leaves an output of {}x{}x{}", out_depth, oh, ow));
+  }
+  const std::int64_t spread = (depth - 1) * strides[0] + 1;  // input slices stride apart
+  const ops::conv2d_options o{.strides = {strides[1], strides[2]},
+                              .padding = {pads[1], pads[4], pads[2], pads[5]},
+                              .dilations = {dilations[1], dilations[2]},
+                              .groups = group};
+  const output folded = ops::reshape(ops::transpose(c.in(0), {0, 2, 1, 3, 4}, c.aux("depth_major")),
+                                     {-1, channels, in[1], in[2]}, c.aux("fold_depth"));
+  output sum;
+  for (std::int64_t kd = 0; kd < kernel[0]; ++kd) {
+    auto name = [&](std::string_view what) { return c.aux(fmt::format("kd{}_{}", kd, what)); };
+    const output wk = ops::squeeze(ops::slice(c.in(1), {0, 0, kd, 0, 0}, {-1, -1, 1, -1, -1}, name("w")),
+                                   {2}, name("w2d"));
+    output y = ops::conv_transpose2d(folded, wk, o, {output_padding[1], output_padding[2]}, name("conv"));
+    y = ops::reshape(y, {-1, depth, out_channels, oh, ow}, name("unfold"));
+    if (strides[0] > 1) {
+      y = ops::pad(ops::expand_dims(y, 2, name("slot")), {0, 0, 0, 0, 0, strides[0] - 1, 0, 0, 0, 0, 0, 0},
+                   0.0, name("stride_zeros"));
+      y = ops::reshape(y, {-1, depth * strides[0], out_channels, oh, ow}, name("spread"));
+      y = ops::slice(y, {0, 0, 0, 0, 0}, {-1, spread, -1, -1, -1}, name("spread_cut"));
+    }
+    const std::int64_t before = kd * dilations[0];
+    y = ops::pad(y, {0, 0, before, full_depth - before - spread, 0, 0, 0, 0, 0, 0}, 0.0, name("place"));
+    sum = kd == 0 ? y : ops::add(sum, y, name("sum"));
+  }
+  output y = ops::slice(sum, {0, pads[0], 0, 0, 0}, {-1, out_depth, -1, -1, -1}, c.aux("cut_pads"));
+  const bool bias = c.has(2);
+  y = ops::transpose(y, {0, 2, 1, 3, 4}, bias ? c.aux("ncdhw") : c.opts());
+  if (bias) y = ops::add(y, ops::reshape(c.in(2), {out_channels, 1, 1, 1}, c.aux("bias4d")), c.opts());
+  return y;
+}
+
 void conv_transpose_lowering(node_context& c) {
   const auto in = spatial_dims(c, 0);
   const std::size_t n = in.size();
-  if (n != 1 && n != 2) c.unsupported(fmt::format("{}-D ConvTranspose (loom runs 1-D and 2-D)", n));
+  if (n < 1 || n > 3) c.unsupported(fmt::format("{}-D ConvTranspose (loom runs 1-D, 2-D and 3-D)", n));
   const auto wdims = spatial_dims(c, 1);
   auto per_dim = [&](std::string_view name, std::int64_t fallback) {
     auto v = c.attr_ints(name);
@@ -455,6 +521,10 @@ void conv_transpose_lowering(node_context& c) {
     pads.assign(2 * n, 0);
   } else if (auto_pad != "NOTSET") {
     c.fail(fmt::format("auto_pad '{}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", auto_pad));
+  }
+  if (n == 3) {
+    c.set(0, conv_transpose3d(c, in, kernel, strides, dilations, pads, output_padding));
+    return;
   }
   // As 2-D: a 1-D transposed convolution has a height of 1.
   const bool one_d = n == 1;
