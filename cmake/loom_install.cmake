@@ -4,8 +4,8 @@
 #   PREFIX/bin/loom                   the command-line tool (when built)
 #   PREFIX/lib/cmake/loom/            loomConfig.cmake: find_package(loom CONFIG) gives loom::loom
 #   PREFIX/lib/pkgconfig/loom.pc      pkg-config --cflags --libs loom
-# A consumer finds loom's own dependencies (fmt, nlohmann_json, oneDNN, OpenMP, and the CUDA
-# toolkit in CUDA builds) through the same packages loom was built with (Debian's).
+# A consumer finds loom's own dependencies (fmt, nlohmann_json, oneDNN, OpenMP, MPI where loom
+# was built with it, and the CUDA toolkit in CUDA builds) through the same packages loom was built with (Debian's).
 include(CMakePackageConfigHelpers)
 
 install(TARGETS loom EXPORT loomTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -34,6 +34,10 @@ install(FILES ${PROJECT_BINARY_DIR}/loomConfig.cmake ${PROJECT_BINARY_DIR}/loomC
 # pkg-config: a static library, so Libs carries what libloom.a needs.
 set(LOOM_PC_CFLAGS "")
 set(LOOM_PC_LIBS "-ldnnl -fopenmp -pthread")
+set(LOOM_PC_REQUIRES "fmt")
+if(LOOM_HAVE_MPI)
+  string(APPEND LOOM_PC_REQUIRES " ompi-c")  # Open MPI's C library (libopenmpi-dev)
+endif()
 if(LOOM_HAVE_CUDA)
   set(LOOM_PC_CFLAGS "-DLOOM_HAVE_CUDA=1")
   string(APPEND LOOM_PC_LIBS " -L${CUDAToolkit_LIBRARY_DIR} -Wl,-rpath,${CUDAToolkit_LIBRARY_DIR}"

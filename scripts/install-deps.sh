@@ -19,10 +19,14 @@ libraries=(
   # ONNX import (loom_onnx): ONNX's C++ library; its headers include protobuf's, which
   # libonnx-dev does not depend on.
   libonnx-dev libprotobuf-dev
+  # Collectives and processes (loom::distributed): Open MPI's library; mpirun is in
+  # openmpi-bin, below.
+  libopenmpi-dev
 )
 # What those need at run time or from their headers, beyond a C++ toolchain (--download).
 library_runtime=(libfmt9 libdnnl2 ocl-icd-libopencl1 opencl-c-headers opencl-clhpp-headers
-                 libonnx1 libonnxifi libprotobuf32 libprotobuf-lite32 zlib1g-dev)
+                 libonnx1 libonnxifi libprotobuf32 libprotobuf-lite32 zlib1g-dev
+                 libopenmpi3 openmpi-common)
 
 packages=(
   build-essential cmake make pkg-config
@@ -41,6 +45,7 @@ packages=(
   # the conformance suite (tests/onnx/conformance.py); torchvision's models, exported by
   # torch.onnx, are the parity tests' and benchmarks' models (python/bench/onnx_models.py).
   python3-onnx python3-torchvision
+  openmpi-bin                # mpirun: the multi-process tests (docs/distributed.md)
 )
 
 sudo=""

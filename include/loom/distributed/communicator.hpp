@@ -1,0 +1,125 @@
+/// Collectives between processes: a communicator of ranks, whatever engine moves the bytes.
+///
+/// A communicator is a group of processes (ranks 0 .. size-1) that call the same
+/// collectives in the same order: all_reduce, broadcast, all_gather, reduce_scatter,
+/// barrier, and point-to-point send / recv. Each call starts the operation and returns a
+/// `work` handle at once, so communication overlaps with what the caller does next;
+/// `wait()` returns when the operation is complete (the output holds the result and the
+/// input may be reused) or throws a loom::distributed_error naming the operation, the rank
+/// and the reason, the timeout among them. Tensors are host tensors (CPU memory), dense,
+/// of any dtype loom has; the output of a collective is allocated by the caller.
+///
+/// The engine is MPI (Open MPI from Debian; processes started by `mpirun`): world() is
+/// MPI_COMM_WORLD, initialised on first use, and a process started without `mpirun` is a
+/// world of one rank. The transport, the algorithms (rings, trees) and the progress of
+/// non-blocking operations are MPI's (Note [collectives on MPI] in
+/// src/distributed/mpi_communicator.cpp). docs/distributed.md is the guide.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.hpp"
+#include "loom/core/tensor.hpp"
+
+namespace loom {
+
+/// A collective or point-to-point operation between processes failed or timed out
+/// (loom::distributed). Carries the rank that reports it; the message names the operation,
+/// the tensors, the rank and the reason.
+class distributed_error : public error {
+ public:
+  distributed_error(const std::string& what, int rank) : error(what), rank_(rank) {}
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+};
+
+}  // namespace loom
+
+namespace loom::distributed {
+
+/// How all_reduce and reduce_scatter combine the ranks' values. avg is the sum divided by
+/// the number of ranks (floating-point dtypes only); for bool, sum and max are "any" and
+/// prod and min are "all".
+enum class reduce_op : std::uint8_t { sum, avg, max, min, prod };
+
+/// "sum", "avg", "max", "min", "prod".
+[[nodiscard]] std::string_view to_string(reduce_op op) noexcept;
+/// The reduce_op named `name`; throws loom::invalid_argument for another name.
+[[nodiscard]] reduce_op reduce_op_from_string(std::string_view name);
+
+/// A started operation. wait() blocks until it completes; test() says whether it has.
+/// Dropping a handle whose operation has not completed waits for it first (its buffers
+/// must outlive the transfer).
+class work {
+ public:
+  virtual ~work() = default;
+  /// Returns when the operation is complete; throws loom::distributed_error when it failed
+  /// or did not complete within the communicator's timeout (the communicator is then
+  /// unusable: an operation that other ranks never join cannot be taken back).
+  virtual void wait() = 0;
+  /// Whether the operation has completed (throws as wait() when it failed).
+  [[nodiscard]] virtual bool test() = 0;
+};
+
+/// A group of ranks. Every member calls the same collectives, in the same order, with
+/// tensors of the same dtype and matching shapes; a mismatch that the engine can see is a
+/// distributed_error naming the rank. Thread-safe: operations may be started from several
+/// threads, but two threads must not interleave the *order* of collectives differently on
+/// different ranks (use a communicator per thread for that: split()).
+class communicator {
+ public:
+  virtual ~communicator() = default;
+
+  /// This process's rank, in [0, size()).
+  [[nodiscard]] virtual int rank() const noexcept = 0;
+  /// The number of ranks.
+  [[nodiscard]] virtual int size() const noexcept = 0;
+  /// What carries the bytes ("mpi").
+  [[nodiscard]] virtual std::string backend() const = 0;
+
+  /// A sub-group: the ranks that pass the same `color` (>= 0), ordered by `key` then by
+  /// their rank here. Collective: every rank calls it.
+  [[nodiscard]] virtual std::shared_ptr<communicator> split(int color, int key) = 0;
+
+  /// out = op over every rank's `in` (same shape and dtype everywhere; out of in's shape
+  /// and dtype; out may be in itself).
+  virtual std::unique_ptr<work> all_reduce(const tensor& in, const tensor& out, reduce_op op) = 0;
+  /// t = root's t on every rank (same shape and dtype everywhere).
+  virtual std::unique_ptr<work> broadcast(const tensor& t, int root) = 0;
+  /// out = the ranks' `in` concatenated along dimension 0, in rank order (out's dimension
+  /// 0 is size() times in's, the rest equal).
+  virtual std::unique_ptr<work> all_gather(const tensor& in, const tensor& out) = 0;
+  /// out = this rank's block of op over every rank's `in` cut along dimension 0 into
+  /// size() equal blocks (in's dimension 0 is size() times out's).
+  virtual std::unique_ptr<work> reduce_scatter(const tensor& in, const tensor& out,
+                                               reduce_op op) = 0;
+  /// Completes when every rank has started it.
+  virtual std::unique_ptr<work> barrier() = 0;
+  /// Sends `t` to rank `dst`, matched by a recv with the same tag (>= 0).
+  virtual std::unique_ptr<work> send(const tensor& t, int dst, int tag) = 0;
+  /// Receives into `t` (its shape and dtype as the sender's) from rank `src`.
+  virtual std::unique_ptr<work> recv(const tensor& t, int src, int tag) = 0;
+
+  /// How long wait() waits before it gives up (default 300 s; LOOM_DISTRIBUTED_TIMEOUT, in
+  /// seconds, overrides the default for communicators made after it is set).
+  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+ protected:
+  communicator();
+
+ private:
+  std::chrono::milliseconds timeout_;
+};
+
+/// The world: every process of the job (MPI_COMM_WORLD), made on first use. A process
+/// that `mpirun` did not start is a world of one rank.
+[[nodiscard]] std::shared_ptr<communicator> world();
+
+}  // namespace loom::distributed

@@ -1,0 +1,56 @@
+// What every communicator shares, whatever carries its bytes.
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "loom/core/input.hpp"
+#include "loom/distributed/communicator.hpp"
+
+namespace loom::distributed {
+
+std::string_view to_string(reduce_op op) noexcept {
+  switch (op) {
+    case reduce_op::sum:
+      return "sum";
+    case reduce_op::avg:
+      return "avg";
+    case reduce_op::max:
+      return "max";
+    case reduce_op::min:
+      return "min";
+    case reduce_op::prod:
+      return "prod";
+  }
+  return "?";
+}
+
+reduce_op reduce_op_from_string(std::string_view name) {
+  for (const reduce_op op :
+       {reduce_op::sum, reduce_op::avg, reduce_op::max, reduce_op::min, reduce_op::prod}) {
+    if (to_string(op) == name) return op;
+  }
+  throw invalid_argument(
+      fmt::format("unknown reduction '{}' (sum, avg, max, min or prod)", name));
+}
+
+namespace {
+
+// LOOM_DISTRIBUTED_TIMEOUT in seconds, or 300 s. A value that is not a positive number of
+// seconds is an error naming the variable (a silent default would hide a typo until a job
+// hangs for five minutes).
+std::chrono::milliseconds default_timeout() {
+  const char* env = std::getenv("LOOM_DISTRIBUTED_TIMEOUT");
+  if (env == nullptr || *env == '\0') return std::chrono::seconds(300);
+  const auto s = parse_number<double>(env, "LOOM_DISTRIBUTED_TIMEOUT (seconds)");
+  if (!(s > 0 && s < 1e9)) {
+    throw invalid_argument(
+        fmt::format("LOOM_DISTRIBUTED_TIMEOUT={} is not a positive number of seconds", env));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
+}  // namespace
+
+communicator::communicator() : timeout_(default_timeout()) {}
+
+}  // namespace loom::distributed

@@ -1,0 +1,550 @@
+// The MPI communicator: loom's collectives on Open MPI's non-blocking calls.
+//
+// Note [collectives on MPI]
+// - Initialisation: world() calls MPI_Init_thread(MPI_THREAD_MULTIPLE) once, on first use
+//   (unless the program initialised MPI itself), and MPI_Finalize runs at exit when loom
+//   initialised it. A process that `mpirun` did not start is MPI's singleton: a world of
+//   one rank.
+// - Every operation is MPI's non-blocking form (MPI_Iallreduce, MPI_Ibcast,
+//   MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ibarrier, MPI_Isend, MPI_Irecv) on a
+//   duplicate of the communicator loom was given (so loom's traffic never matches a
+//   program's own), with MPI_ERRORS_RETURN: a failure is a return code, turned into a
+//   distributed_error naming the call, the tensors, the rank and MPI_Error_string's text.
+// - Data types: MPI's own for float32/64, the integers and bool; float16 and bfloat16 move
+//   as 16-bit words and reduce through MPI user operations that compute in float and round
+//   once per combination (as a 16-bit sum does anywhere). avg is the sum, then a division
+//   by the number of ranks in the tensor's dtype; integers and bool have no avg.
+// - Completion: wait() polls MPI_Test until the request completes or the communicator's
+//   timeout passes (MPI has no timed wait); polling also drives Open MPI's progress of
+//   non-blocking collectives. A timeout leaves the request pending, so the communicator is
+//   marked broken and refuses further operations with the reason.
+// - Argument checks that one rank can make (dtypes, shapes, density, roots, ranks, tags)
+//   happen before anything is started, so a bad call never leaves a half-started
+//   collective; what only the ranks together can see (another rank's shape) MPI reports,
+//   when it can, as a truncation error.
+// MPI's C API only (Open MPI's and MPICH's C++ bindings are deprecated).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "loom/core/half.hpp"
+#include "loom/distributed/communicator.hpp"
+
+namespace loom::distributed {
+
+
+namespace {
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+// ---- 16-bit floats: MPI user operations that compute in float ------------------------------
+
+template <class T, class F>
+void combine16(void* in, void* inout, const int* len, F f) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = T(f(static_cast<float>(a[i]), static_cast<float>(b[i])));
+}
+
+// MPI_User_function for T (half or bfloat16) and one reduction. NaN propagates through max and
+// min as it does through the float ones (the comparison's NaN operand wins).
+template <class T, reduce_op Op>
+void user_op(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  combine16<T>(in, inout, len, [](float a, float b) {
+    if constexpr (Op == reduce_op::sum || Op == reduce_op::avg) {
+      return a + b;
+    } else if constexpr (Op == reduce_op::prod) {
+      return a * b;
+    } else if constexpr (Op == reduce_op::max) {
+      return std::isnan(a) || a > b ? a : b;
+    } else {
+      return std::isnan(a) || a < b ? a : b;
+    }
+  });
+}
+
+// The MPI operations for 16-bit floats, created once (after MPI_Init) and never freed.
+struct half_ops {
+  MPI_Op op[2][4]{};  // [half, bfloat16][sum, max, min, prod]
+};
+
+int op_slot(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum:
+    case reduce_op::avg:
+      return 0;
+    case reduce_op::max:
+      return 1;
+    case reduce_op::min:
+      return 2;
+    case reduce_op::prod:
+      return 3;
+  }
+  return 0;
+}
+
+half_ops make_half_ops() {
+  half_ops h;
+  MPI_Op_create(&user_op<half, reduce_op::sum>, 1, &h.op[0][0]);
+  MPI_Op_create(&user_op<half, reduce_op::max>, 1, &h.op[0][1]);
+  MPI_Op_create(&user_op<half, reduce_op::min>, 1, &h.op[0][2]);
+  MPI_Op_create(&user_op<half, reduce_op::prod>, 1, &h.op[0][3]);
+  MPI_Op_create(&user_op<bfloat16, reduce_op::sum>, 1, &h.op[1][0]);
+  MPI_Op_create(&user_op<bfloat16, reduce_op::max>, 1, &h.op[1][1]);
+  MPI_Op_create(&user_op<bfloat16, reduce_op::min>, 1, &h.op[1][2]);
+  MPI_Op_create(&user_op<bfloat16, reduce_op::prod>, 1, &h.op[1][3]);
+  return h;
+}
+
+// ---- process-wide MPI state --------------------------------------------------------------
+
+struct mpi_state {
+  bool we_initialised = false;
+  half_ops half;
+};
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized == 0) MPI_Finalize();
+}
+
+mpi_state& state() {
+  static mpi_state* s = [] {
+    auto* st = new mpi_state();  // never destroyed: communicators may outlive statics
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (initialised == 0) {
+      int provided = 0;
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      if (rc != MPI_SUCCESS) {
+        throw distributed_error(fmt::format("MPI_Init_thread failed: {}", mpi_error_text(rc)), -1);
+      }
+      if (provided < MPI_THREAD_MULTIPLE) {
+        throw distributed_error(
+            "this MPI does not support MPI_THREAD_MULTIPLE, which loom's collectives need "
+            "(operations are started and completed from several threads)",
+            -1);
+      }
+      st->we_initialised = true;
+      std::atexit(finalize_at_exit);
+    } else {
+      int provided = 0;
+      MPI_Query_thread(&provided);
+      if (provided < MPI_THREAD_MULTIPLE) {
+        throw distributed_error(
+            "MPI was initialised without MPI_THREAD_MULTIPLE; loom's collectives need it "
+            "(call MPI_Init_thread with MPI_THREAD_MULTIPLE, or let loom initialise MPI)",
+            -1);
+      }
+    }
+    st->half = make_half_ops();
+    return st;
+  }();
+  return *s;
+}
+
+// The MPI type of a loom dtype's elements (16-bit floats as 16-bit words), or MPI_DATATYPE_NULL.
+MPI_Datatype mpi_type(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32:
+      return MPI_FLOAT;
+    case dtype::f64:
+      return MPI_DOUBLE;
+    case dtype::f16:
+    case dtype::bf16:
+      return MPI_UINT16_T;
+    case dtype::i8:
+      return MPI_INT8_T;
+    case dtype::u8:
+      return MPI_UINT8_T;
+    case dtype::i32:
+      return MPI_INT32_T;
+    case dtype::i64:
+      return MPI_INT64_T;
+    case dtype::boolean:
+      return MPI_C_BOOL;
+    default:
+      return MPI_DATATYPE_NULL;
+  }
+}
+
+bool is_float(dtype t) noexcept {
+  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
+}
+
+// ---- requests ----------------------------------------------------------------------------
+
+class mpi_communicator;
+
+// One started MPI operation: its request, the tensors it reads and writes (held until it
+// completes) and what to do once it has (avg's division).
+class mpi_work final : public work {
+ public:
+  mpi_work(std::shared_ptr<mpi_communicator> comm, MPI_Request request, std::string what,
+           std::vector<tensor> keep, std::function<void()> then)
+      : comm_(std::move(comm)),
+        request_(request),
+        what_(std::move(what)),
+        keep_(std::move(keep)),
+        then_(std::move(then)) {}
+
+  ~mpi_work() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor cannot report it
+      }
+    }
+  }
+
+  void wait() override;
+  bool test() override;
+
+ private:
+  void finish();
+
+  std::shared_ptr<mpi_communicator> comm_;
+  MPI_Request request_;
+  std::string what_;
+  std::vector<tensor> keep_;
+  std::function<void()> then_;
+  bool done_ = false;
+};
+
+class mpi_communicator final : public communicator,
+                               public std::enable_shared_from_this<mpi_communicator> {
+ public:
+  // Takes ownership of `comm` (a duplicate made for loom).
+  explicit mpi_communicator(MPI_Comm comm) : comm_(comm) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~mpi_communicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized == 0 && !broken_.load()) MPI_Comm_free(&comm_);
+  }
+  mpi_communicator(const mpi_communicator&) = delete;
+  mpi_communicator& operator=(const mpi_communicator&) = delete;
+
+  [[nodiscard]] int rank() const noexcept override { return rank_; }
+  [[nodiscard]] int size() const noexcept override { return size_; }
+  [[nodiscard]] std::string backend() const override { return "mpi"; }
+
+  std::shared_ptr<communicator> split(int color, int key) override {
+    usable("split");
+    if (color < 0) fail("split", fmt::format("color {} is negative", color));
+    MPI_Comm sub = MPI_COMM_NULL;
+    check("split", MPI_Comm_split(comm_, color, key, &sub));
+    auto c = std::make_shared<mpi_communicator>(sub);
+    c->set_timeout(timeout());
+    return c;
+  }
+
+  std::unique_ptr<work> all_reduce(const tensor& in, const tensor& out, reduce_op op) override {
+    const std::string what = describe_op("all_reduce", in, op);
+    dense("all_reduce", in, "input");
+    dense("all_reduce", out, "output");
+    same_layout("all_reduce", in, out);
+    const MPI_Op mop = reduction(what, in.type(), op);
+    const bool in_place = in.raw_data() == out.raw_data();
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(what, MPI_Iallreduce(in_place ? MPI_IN_PLACE : in.raw_data(), out.raw_data(),
+                               count(what, in), mpi_type(in.type()), mop, comm_, &r));
+    return started(r, what, {in, out}, averaging(op, out));
+  }
+
+  std::unique_ptr<work> broadcast(const tensor& t, int root) override {
+    const std::string what = fmt::format("broadcast of {} from rank {}", t.describe(), root);
+    dense("broadcast", t, "tensor");
+    typed("broadcast", t);
+    peer(what, root, "root");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(what, MPI_Ibcast(t.raw_data(), count(what, t), mpi_type(t.type()), root, comm_, &r));
+    return started(r, what, {t}, nullptr);
+  }
+
+  std::unique_ptr<work> all_gather(const tensor& in, const tensor& out) override {
+    const std::string what = fmt::format("all_gather of {} into {}", in.describe(), out.describe());
+    dense("all_gather", in, "input");
+    dense("all_gather", out, "output");
+    typed("all_gather", in);
+    blocks(what, out, in, "output", "input");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(what, MPI_Iallgather(in.raw_data(), count(what, in), mpi_type(in.type()), out.raw_data(),
+                               count(what, in), mpi_type(in.type()), comm_, &r));
+    return started(r, what, {in, out}, nullptr);
+  }
+
+  std::unique_ptr<work> reduce_scatter(const tensor& in, const tensor& out, reduce_op op) override {
+    const std::string what =
+        fmt::format("reduce_scatter ({}) of {} into {}", to_string(op), in.describe(), out.describe());
+    dense("reduce_scatter", in, "input");
+    dense("reduce_scatter", out, "output");
+    blocks(what, in, out, "input", "output");
+    const MPI_Op mop = reduction(what, in.type(), op);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(what, MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), count(what, out),
+                                          mpi_type(in.type()), mop, comm_, &r));
+    return started(r, what, {in, out}, averaging(op, out));
+  }
+
+  std::unique_ptr<work> barrier() override {
+    usable("barrier");
+    MPI_Request r = MPI_REQUEST_NULL;
+    check("barrier", MPI_Ibarrier(comm_, &r));
+    return started(r, "barrier", {}, nullptr);
+  }
+
+  std::unique_ptr<work> send(const tensor& t, int dst, int tag) override {
+    const std::string what = fmt::format("send of {} to rank {} (tag {})", t.describe(), dst, tag);
+    dense("send", t, "tensor");
+    typed("send", t);
+    peer(what, dst, "destination");
+    tagged(what, tag);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(what, MPI_Isend(t.raw_data(), count(what, t), mpi_type(t.type()), dst, tag, comm_, &r));
+    return started(r, what, {t}, nullptr);
+  }
+
+  std::unique_ptr<work> recv(const tensor& t, int src, int tag) override {
+    const std::string what = fmt::format("recv of {} from rank {} (tag {})", t.describe(), src, tag);
+    dense("recv", t, "tensor");
+    typed("recv", t);
+    peer(what, src, "source");
+    tagged(what, tag);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(what, MPI_Irecv(t.raw_data(), count(what, t), mpi_type(t.type()), src, tag, comm_, &r));
+    return started(r, what, {t}, nullptr);
+  }
+
+  // ---- used by mpi_work --------------------------------------------------------------------
+
+  [[noreturn]] void fail(std::string_view what, std::string_view why) const {
+    throw distributed_error(fmt::format("rank {} of {}: {}: {}", rank_, size_, what, why), rank_);
+  }
+
+  void check(std::string_view what, int rc) const {
+    if (rc != MPI_SUCCESS) fail(what, mpi_error_text(rc));
+  }
+
+  // A pending operation timed out: nothing more may be started here.
+  void mark_broken(std::string why) {
+    std::lock_guard lock(mutex_);
+    broken_why_ = std::move(why);
+    broken_.store(true);
+  }
+
+ private:
+  void usable(std::string_view what) const {
+    if (broken_.load()) {
+      std::lock_guard lock(mutex_);
+      fail(what, fmt::format("the communicator is unusable: {}", broken_why_));
+    }
+  }
+
+  std::string describe_op(std::string_view name, const tensor& in, reduce_op op) const {
+    return fmt::format("{} ({}) of {}", name, to_string(op), in.describe());
+  }
+
+  void dense(std::string_view what, const tensor& t, std::string_view role) const {
+    usable(what);
+    if (!t.is_contiguous()) fail(what, fmt::format("the {} {} is not dense", role, t.describe()));
+  }
+
+  void typed(std::string_view what, const tensor& t) const {
+    if (mpi_type(t.type()) == MPI_DATATYPE_NULL) {
+      fail(what, fmt::format("no MPI type for {}", to_string(t.type())));
+    }
+  }
+
+  void same_layout(std::string_view what, const tensor& in, const tensor& out) const {
+    typed(what, in);
+    if (in.type() != out.type() || in.shape() != out.shape()) {
+      fail(what, fmt::format("the output {} is not of the input's dtype and shape {}",
+                             out.describe(), in.describe()));
+    }
+  }
+
+  // whole = size() blocks of `part` along dimension 0.
+  void blocks(std::string_view what, const tensor& whole, const tensor& part,
+              std::string_view whole_role, std::string_view part_role) const {
+    typed(what, part);
+    const bool ok = whole.type() == part.type() && whole.rank() == part.rank() && part.rank() >= 1 &&
+                    whole.shape()[0] == part.shape()[0] * size_ && [&] {
+                      for (std::size_t d = 1; d < part.rank(); ++d) {
+                        if (whole.shape()[d] != part.shape()[d]) return false;
+                      }
+                      return true;
+                    }();
+    if (!ok) {
+      fail(what, fmt::format("the {} must be {} blocks of the {} along dimension 0, of its dtype "
+                             "(rank 1 or more)",
+                             whole_role, size_, part_role));
+    }
+  }
+
+  void peer(std::string_view what, int r, std::string_view role) const {
+    if (r < 0 || r >= size_) fail(what, fmt::format("{} {} is not a rank of {}", role, r, size_));
+  }
+
+  static void tagged(std::string_view what, int tag) {
+    int* ub = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    const int max_tag = flag != 0 && ub != nullptr ? *ub : 32767;
+    if (tag < 0 || tag > max_tag) {
+      throw invalid_argument(fmt::format("{}: tag {} outside [0, {}]", what, tag, max_tag));
+    }
+  }
+
+  int count(std::string_view what, const tensor& t) const {
+    const std::int64_t n = t.num_elements();
+    if (n > std::numeric_limits<int>::max()) {
+      fail(what, fmt::format("{} elements are more than MPI's int count holds", n));
+    }
+    return static_cast<int>(n);
+  }
+
+  MPI_Op reduction(std::string_view what, dtype t, reduce_op op) const {
+    typed(what, t == dtype::f16 || t == dtype::bf16 ? dtype::f32 : t);
+    if (op == reduce_op::avg && !is_float(t)) {
+      fail(what, fmt::format("avg needs a floating-point dtype, not {}", to_string(t)));
+    }
+    if (t == dtype::f16 || t == dtype::bf16) {
+      return state().half.op[t == dtype::f16 ? 0 : 1][op_slot(op)];
+    }
+    if (t == dtype::boolean) {
+      return op == reduce_op::sum || op == reduce_op::max ? MPI_LOR : MPI_LAND;
+    }
+    switch (op) {
+      case reduce_op::sum:
+      case reduce_op::avg:
+        return MPI_SUM;
+      case reduce_op::max:
+        return MPI_MAX;
+      case reduce_op::min:
+        return MPI_MIN;
+      case reduce_op::prod:
+        return MPI_PROD;
+    }
+    return MPI_SUM;
+  }
+
+  // typed() for a dtype alone.
+  void typed(std::string_view what, dtype t) const {
+    if (mpi_type(t) == MPI_DATATYPE_NULL) fail(what, fmt::format("no MPI type for {}", to_string(t)));
+  }
+
+  // avg: the sum divided by size() once the sum has arrived.
+  std::function<void()> averaging(reduce_op op, const tensor& out) const {
+    if (op != reduce_op::avg) return nullptr;
+    const int n = size_;
+    return [out, n] {
+      const std::int64_t k = out.num_elements();
+      switch (out.type()) {
+        case dtype::f32:
+          for (std::int64_t i = 0; i < k; ++i) out.data<float>()[i] /= static_cast<float>(n);
+          break;
+        case dtype::f64:
+          for (std::int64_t i = 0; i < k; ++i) out.data<double>()[i] /= static_cast<double>(n);
+          break;
+        case dtype::f16:
+          for (std::int64_t i = 0; i < k; ++i) {
+            out.data<half>()[i] = half(static_cast<float>(out.data<half>()[i]) / static_cast<float>(n));
+          }
+          break;
+        case dtype::bf16:
+          for (std::int64_t i = 0; i < k; ++i) {
+            out.data<bfloat16>()[i] =
+                bfloat16(static_cast<float>(out.data<bfloat16>()[i]) / static_cast<float>(n));
+          }
+          break;
+        default:
+          break;
+      }
+    };
+  }
+
+  std::unique_ptr<work> started(MPI_Request r, std::string what, std::vector<tensor> keep,
+                                std::function<void()> then) {
+    return std::make_unique<mpi_work>(shared_from_this(), r, std::move(what), std::move(keep),
+                                      std::move(then));
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::atomic<bool> broken_{false};
+  mutable std::mutex mutex_;
+  std::string broken_why_;
+};
+
+void mpi_work::finish() {
+  done_ = true;
+  keep_.clear();
+  if (then_) then_();
+}
+
+bool mpi_work::test() {
+  if (done_) return true;
+  int flag = 0;
+  MPI_Status status;
+  comm_->check(what_, MPI_Test(&request_, &flag, &status));
+  if (flag == 0) return false;
+  finish();
+  return true;
+}
+
+void mpi_work::wait() {
+  if (done_) return;
+  const auto deadline = std::chrono::steady_clock::now() + comm_->timeout();
+  // Poll (MPI has no timed wait), yielding the core between polls: other processes on the
+  // same cores (mpirun --oversubscribe) are what the operation waits for.
+  for (int polls = 0;; ++polls) {
+    if (test()) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      const std::string why = fmt::format("{} did not complete within {} ms (a rank that died, "
+                                          "hangs or never calls it)",
+                                          what_, comm_->timeout().count());
+      comm_->mark_broken(why);
+      done_ = true;  // abandoned: the request stays pending inside MPI
+      comm_->fail(what_, fmt::format("timed out after {} ms", comm_->timeout().count()));
+    }
+    if (polls > 64) std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<communicator> world() {
+  static std::shared_ptr<communicator> w = [] {
+    (void)state();
+    MPI_Comm dup = MPI_COMM_NULL;
+    const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    if (rc != MPI_SUCCESS) {
+      throw distributed_error(fmt::format("MPI_Comm_dup of the world failed: {}", mpi_error_text(rc)), -1);
+    }
+    return std::shared_ptr<communicator>(std::make_shared<mpi_communicator>(dup));
+  }();
+  return w;
+}
+
+}  // namespace loom::distributed
