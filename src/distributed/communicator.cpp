@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "loom/core/input.hpp"
 #include "loom/distributed/communicator.hpp"
@@ -52,5 +54,41 @@ std::chrono::milliseconds default_timeout() {
 }  // namespace
 
 communicator::communicator() : timeout_(default_timeout()) {}
+
+namespace {
+
+struct group_table {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<communicator>, std::less<>> groups;
+};
+
+group_table& groups() {
+  static auto* t = new group_table();  // never destroyed: kernels may run during exit
+  return *t;
+}
+
+}  // namespace
+
+void register_group(const std::string& name, std::shared_ptr<communicator> comm) {
+  if (name == "world") throw invalid_argument("the group 'world' is world() and cannot be replaced");
+  if (name.empty()) throw invalid_argument("a group needs a name");
+  if (!comm) throw invalid_argument(fmt::format("group '{}': no communicator", name));
+  group_table& t = groups();
+  std::lock_guard lock(t.mutex);
+  t.groups[name] = std::move(comm);
+}
+
+std::shared_ptr<communicator> group(const std::string& name) {
+  if (name == "world") return world();
+  group_table& t = groups();
+  std::lock_guard lock(t.mutex);
+  if (const auto it = t.groups.find(name); it != t.groups.end()) return it->second;
+  std::string known = "world";
+  for (const auto& [n, c] : t.groups) known += ", " + n;
+  throw not_found(fmt::format(
+      "no communicator registered as group '{}' (registered: {}; "
+      "loom::distributed::register_group names one)",
+      name, known));
+}
 
 }  // namespace loom::distributed

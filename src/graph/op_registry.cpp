@@ -27,6 +27,7 @@ void register_standard_ops(op_registry& registry) {
   register_transfer_ops(registry);
   register_optimizer_ops(registry);
   register_fused_ops(registry);
+  register_collective_ops(registry);
 }
 
 namespace {

@@ -20,24 +20,8 @@
 #include "loom/distributed/communicator.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
-// The components stay loaded for the singleton runs too (ctest's discovered tests have no
-// environment of their own).
-[[maybe_unused]] static const int keep_components = [] {
-  setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 0);
-  return 0;
-}();
 
-// Under ASan+UBSan (scripts/test.sh): what Open MPI's libraries and the components they load
-// keep until the process exits is not loom's, and is suppressed by library; full stacks, so
-// that a frame of those libraries is seen under the allocations they make through others
-// (the tests' environment keeps the components loaded: tests/CMakeLists.txt). A leak with
-// no such frame, loom's own, is still reported.
-extern "C" const char* __lsan_default_suppressions() {
-  return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:mca_\nleak:libpmix.so\n"
-         "leak:libhwloc.so\nleak:libevent\nleak:libfabric.so\nleak:libucs.so\nleak:libucp.so\n"
-         "leak:libuct.so\nleak:libibverbs.so\n";
-}
-extern "C" const char* __asan_default_options() { return "fast_unwind_on_malloc=0"; }
+
 
 namespace loom::distributed {
 namespace {

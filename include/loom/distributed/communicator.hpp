@@ -122,4 +122,11 @@ class communicator {
 /// that `mpirun` did not start is a world of one rank.
 [[nodiscard]] std::shared_ptr<communicator> world();
 
+/// Names `comm` for the collective ops of graphs (their `group` attribute; "world" is
+/// world() and cannot be replaced). Replaces an earlier group of that name.
+void register_group(const std::string& name, std::shared_ptr<communicator> comm);
+/// The communicator registered as `name` ("world": world()); throws loom::not_found
+/// listing the registered names for another.
+[[nodiscard]] std::shared_ptr<communicator> group(const std::string& name);
+
 }  // namespace loom::distributed

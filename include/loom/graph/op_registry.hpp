@@ -49,5 +49,7 @@ void register_array_ops(op_registry& registry);        // reshape, transpose, co
 void register_transfer_ops(op_registry& registry);     // _send / _recv (inserted by the partitioner)
 void register_optimizer_ops(op_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
 void register_fused_ops(op_registry& registry);  // fused_elementwise
+// all_reduce, broadcast, all_gather, reduce_scatter (src/graph/ops/collective_ops.cpp)
+void register_collective_ops(op_registry& registry);
 
 }  // namespace loom

@@ -12,6 +12,7 @@ void register_cpu_kernels(kernel_registry& registry) {
   cpu::register_normalization_kernels(registry);
   cpu::register_array_kernels(registry);
   cpu::register_optimizer_kernels(registry);
+  cpu::register_collective_kernels(registry);
 }
 
 }  // namespace loom

@@ -16,6 +16,8 @@ void register_array_kernels(kernel_registry& registry);        // reshape, trans
 // placeholder, _arg, identity, no_op, _recv, squeeze, expand_dims and broadcast_to are the same
 // on every device: src/kernel/common/neutral_kernels.cpp registers them once.
 void register_optimizer_kernels(kernel_registry& registry);    // apply_sgd/adam/adamw, fused_sgd/adam/adamw
+// all_reduce, broadcast, all_gather, reduce_scatter (collective_kernels.cpp)
+void register_collective_kernels(kernel_registry& registry);
 
 }  // namespace loom::cpu
 
