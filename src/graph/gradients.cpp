@@ -39,6 +39,7 @@ void register_standard_gradients(gradient_registry& r) {
   register_normalization_gradients(r);
   register_array_gradients(r);
   register_fused_gradients(r);
+  register_collective_gradients(r);
 }
 
 void gradient_registry::add(std::string op, gradient_fn fn) {

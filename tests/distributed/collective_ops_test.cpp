@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "loom/distributed/communicator.hpp"
+#include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/collective.hpp"
+#include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -133,6 +135,46 @@ TEST(CollectiveOps, SubGroupsByNameAndErrorsNameTheNode) {
   // The session goes on.
   const auto again = s.run({{"x", host_tensor(shape{1}, std::vector<std::int64_t>{rank()})}}, {"half_sum"});
   EXPECT_EQ(again[0].data<std::int64_t>()[0], want);
+}
+
+// Rank r weighs its y by r + 1, so d(its loss)/d(my x) summed over the ranks' losses is
+// 1 + 2 + ... + n for every element: what the collectives' gradients must give.
+TEST(CollectiveOps, GradientsAreCollectivesOfTheGradients) {
+  const int n = size();
+  const float want = static_cast<float>(n * (n + 1)) / 2;
+  for (const std::string op : {"all_reduce", "all_gather"}) {
+    graph g;
+    graph_builder b(g);
+    auto x = ops::placeholder(b, "x", dtype::f32, {2 * n, 3});
+    auto y = op == "all_reduce" ? ops::all_reduce(x, "sum") : ops::all_gather(x, n);
+    auto w = ops::placeholder(b, "w", dtype::f32, {});
+    auto loss = ops::reduce_sum(ops::mul(y, w));
+    const std::string dx = gradients(loss, {x})[0].name();
+    session s(std::move(g));
+    const auto out = s.run({{"x", feed_of(rank(), 2 * n)},
+                            {"w", host_tensor(shape{}, std::vector<float>{static_cast<float>(rank() + 1)})}},
+                           {dx});
+    for (const float v : floats(out[0])) ASSERT_EQ(v, want) << op;
+  }
+  // reduce_scatter: my x's block k reaches rank k alone, weighted k + 1.
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {2 * n, 3});
+  auto w = ops::placeholder(b, "w", dtype::f32, {});
+  auto loss = ops::reduce_sum(ops::mul(ops::reduce_scatter(x, "sum", n), w));
+  const std::string dx = gradients(loss, {x})[0].name();
+  session s(std::move(g));
+  const auto out = s.run({{"x", feed_of(rank(), 2 * n)},
+                          {"w", host_tensor(shape{}, std::vector<float>{static_cast<float>(rank() + 1)})}},
+                         {dx});
+  const auto d = floats(out[0]);
+  for (std::size_t k = 0; k < d.size(); ++k) ASSERT_EQ(d[k], static_cast<float>(k / 6 + 1)) << k;
+  // max has no gradient: a typed error naming the node.
+  graph g2;
+  graph_builder b2(g2);
+  auto x2 = ops::placeholder(b2, "x", dtype::f32, {4});
+  auto m = ops::all_reduce(x2, "max", "world", {.name = "peak"});
+  EXPECT_THROW((void)gradients(ops::reduce_sum(m), {x2}), invalid_argument);
 }
 
 }  // namespace

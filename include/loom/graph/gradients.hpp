@@ -98,6 +98,7 @@ void register_normalization_gradients(gradient_registry& r);
 void register_array_gradients(gradient_registry& r);
 void register_state_gradients(gradient_registry& r);
 void register_fused_gradients(gradient_registry& r);
+void register_collective_gradients(gradient_registry& r);
 
 /// Adds to `loss`'s graph the gradients of `loss` with respect to each of `xs`, and returns
 /// them in order. A non-scalar loss is seeded with ones (the gradient of its sum), or with
