@@ -55,6 +55,10 @@ bench: build
 	./$(BUILD)/loom bench fusion
 	@# GPU benchmarks: in builds with the CUDA backend (they report why when no GPU is present).
 	if ./$(BUILD)/loom bench cuda --help >/dev/null 2>&1; then ./$(BUILD)/loom bench cuda; fi
+	@# all_reduce through loom's communicator vs direct MPI_Allreduce, 2 ranks (MPI builds).
+	if ./$(BUILD)/loom bench distributed --help >/dev/null 2>&1; then \
+	  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
+	    ./$(BUILD)/loom bench distributed; fi
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/dlpack_round_trip.py
 	PYTHONPATH=$(BUILD)/python $(PYTHON) python/bench/train_vs_torch.py --loom $(BUILD)/loom
 	@# ONNX models (resnet18, mobilenet_v2, a transformer stack) against ONNX Runtime, from

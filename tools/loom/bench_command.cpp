@@ -192,6 +192,7 @@ void add_bench_command(CLI::App& app) {
   }));
 
   add_bench_cuda_command(*bench);
+  add_bench_distributed_command(*bench);
 }
 
 }  // namespace loom::tools

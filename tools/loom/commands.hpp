@@ -36,6 +36,8 @@ void add_bench_command(CLI::App& app);
 /// `loom bench cuda`: adds the GPU suite to `bench` in builds with the CUDA backend
 /// (bench_cuda_command.cpp); adds nothing in builds without it (bench_cuda_none.cpp).
 void add_bench_cuda_command(CLI::App& bench);
+/// `loom bench distributed` (MPI builds; a no-op otherwise).
+void add_bench_distributed_command(CLI::App& bench);
 
 /// `loom devices`: the devices a session creates.
 void add_devices_command(CLI::App& app);
