@@ -10,31 +10,6 @@
 
 namespace loom::distributed {
 
-std::string_view to_string(reduce_op op) noexcept {
-  switch (op) {
-    case reduce_op::sum:
-      return "sum";
-    case reduce_op::avg:
-      return "avg";
-    case reduce_op::max:
-      return "max";
-    case reduce_op::min:
-      return "min";
-    case reduce_op::prod:
-      return "prod";
-  }
-  return "?";
-}
-
-reduce_op reduce_op_from_string(std::string_view name) {
-  for (const reduce_op op :
-       {reduce_op::sum, reduce_op::avg, reduce_op::max, reduce_op::min, reduce_op::prod}) {
-    if (to_string(op) == name) return op;
-  }
-  throw invalid_argument(
-      fmt::format("unknown reduction '{}' (sum, avg, max, min or prod)", name));
-}
-
 namespace {
 
 // LOOM_DISTRIBUTED_TIMEOUT in seconds, or 300 s. A value that is not a positive number of

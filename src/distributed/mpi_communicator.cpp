@@ -207,10 +207,6 @@ MPI_Datatype mpi_type(dtype t) noexcept {
   }
 }
 
-bool is_float(dtype t) noexcept {
-  return t == dtype::f32 || t == dtype::f64 || t == dtype::f16 || t == dtype::bf16;
-}
-
 // ---- work handles ------------------------------------------------------------------------
 
 class mpi_communicator;
@@ -501,9 +497,7 @@ class mpi_communicator final : public communicator,
 
   MPI_Op reduction(std::string_view what, dtype t, reduce_op op) const {
     typed(what, t == dtype::f16 || t == dtype::bf16 ? dtype::f32 : t);
-    if (op == reduce_op::avg && !is_float(t)) {
-      fail(what, fmt::format("avg needs a floating-point dtype, not {}", to_string(t)));
-    }
+    if (const std::string why = reduce_op_refusal(op, t); !why.empty()) fail(what, why);
     if (t == dtype::f16 || t == dtype::bf16) {
       return state().half.op[t == dtype::f16 ? 0 : 1][op_slot(op)];
     }

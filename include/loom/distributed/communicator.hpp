@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "loom/core/error.hpp"
+#include "loom/core/reduce_op.hpp"
 #include "loom/core/tensor.hpp"
 
 namespace loom {
@@ -43,15 +44,10 @@ class distributed_error : public error {
 
 namespace loom::distributed {
 
-/// How all_reduce and reduce_scatter combine the ranks' values. avg is the sum divided by
-/// the number of ranks (floating-point dtypes only); for bool, sum and max are "any" and
-/// prod and min are "all".
-enum class reduce_op : std::uint8_t { sum, avg, max, min, prod };
-
-/// "sum", "avg", "max", "min", "prod".
-[[nodiscard]] std::string_view to_string(reduce_op op) noexcept;
-/// The reduce_op named `name`; throws loom::invalid_argument for another name.
-[[nodiscard]] reduce_op reduce_op_from_string(std::string_view name);
+/// How all_reduce and reduce_scatter combine the ranks' values (loom/core/reduce_op.hpp):
+/// avg is the sum divided by the number of ranks.
+using loom::reduce_op;
+using loom::reduce_op_from_string;
 
 /// A started operation. wait() blocks until it completes; test() says whether it has.
 /// Dropping a handle whose operation has not completed waits for it first (its buffers

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "loom/core/reduce_op.hpp"
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/collective.hpp"
 #include "op_def_helpers.hpp"
@@ -20,14 +21,15 @@ bool is_collective(std::string_view op) {
   return std::find(collective_ops.begin(), collective_ops.end(), op) != collective_ops.end();
 }
 
+// The reduction attribute names a reduce_op that takes the input's dtype.
 void check_reduction(inference_context& c) {
-  const auto r = c.attr<std::string>("reduction");
-  if (r != "sum" && r != "avg" && r != "max" && r != "min" && r != "prod") {
-    c.fail(fmt::format("unknown reduction '{}' (sum, avg, max, min or prod)", r));
+  reduce_op op{};
+  try {
+    op = reduce_op_from_string(c.attr<std::string>("reduction"));
+  } catch (const invalid_argument& e) {
+    c.fail(e.what());
   }
-  if (r == "avg" && !is_floating(c.input(0).type)) {
-    c.fail(fmt::format("avg needs a floating-point dtype, not {}", to_string(c.input(0).type)));
-  }
+  if (const std::string why = reduce_op_refusal(op, c.input(0).type); !why.empty()) c.fail(why);
 }
 
 std::int64_t group_size(inference_context& c) {
