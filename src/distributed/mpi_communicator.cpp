@@ -39,7 +39,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
+#include <optional>
+#include <vector>
 #include <condition_variable>
 #include <deque>
 #include <cmath>
@@ -241,6 +244,49 @@ class request_work final : public work {
   bool done_ = false;
 };
 
+// Note [agreeing ranks]
+// A collective that the ranks call with different arguments (another dtype, another element
+// count, another root, another reduction, or another collective altogether) does not fail
+// in MPI: it hangs, truncates, or reduces mismatched bytes into a plausible result. So each
+// collective is preceded, on the communicator's thread, by an MPI_Allgather of what this
+// rank is about to do (24 bytes); every rank then sees every rank's signature, and when
+// they differ every rank skips the collective and fails it with the same list of who asked
+// for what. The communicator stays usable. It costs one small all-gather per collective
+// (a microsecond or two between two processes here).
+struct signature {
+  std::int32_t kind = 0;  // 1 all_reduce, 2 broadcast, 3 all_gather, 4 reduce_scatter, 5 barrier
+  std::int32_t type = -1;  // the dtype's value, or -1
+  std::int32_t op = -1;    // the reduce_op's value, or -1
+  std::int32_t root = -1;  // broadcast's root, or -1
+  std::int64_t count = 0;  // elements of this rank's input
+};
+
+bool operator==(const signature& a, const signature& b) noexcept {
+  return a.kind == b.kind && a.type == b.type && a.op == b.op && a.root == b.root && a.count == b.count;
+}
+
+std::string describe(const signature& s) {
+  static constexpr std::string_view kinds[] = {"?", "all_reduce", "broadcast", "all_gather",
+                                               "reduce_scatter", "barrier"};
+  std::string out(kinds[s.kind >= 0 && s.kind <= 5 ? s.kind : 0]);
+  if (s.op >= 0) out += fmt::format(" ({})", to_string(static_cast<reduce_op>(s.op)));
+  if (s.type >= 0) out += fmt::format(" of {} {} elements", s.count, to_string(static_cast<dtype>(s.type)));
+  if (s.root >= 0) out += fmt::format(" from rank {}", s.root);
+  return out;
+}
+
+// Every rank's signature through MPI_Allgather; "" when they agree, else who asked for what.
+std::string disagreement(const signature& mine, MPI_Comm comm, int size) {
+  std::vector<signature> all(static_cast<std::size_t>(size));
+  const int rc = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm);
+  if (rc != MPI_SUCCESS) return mpi_error_text(rc);
+  if (std::all_of(all.begin(), all.end(), [&](const signature& s) { return s == mine; })) return {};
+  std::string out = "the ranks disagree:";
+  for (std::size_t r = 0; r < all.size(); ++r) out += fmt::format(" rank {} {};", r, describe(all[r]));
+  out.pop_back();
+  return out;
+}
+
 // A collective, run by the communicator's thread: done once `done` is set, with MPI's error
 // text in `error` (empty on success).
 struct completion {
@@ -332,7 +378,7 @@ class mpi_communicator final : public communicator,
           const bool in_place = in.raw_data() == out.raw_data();
           return MPI_Allreduce(in_place ? MPI_IN_PLACE : in.raw_data(), out.raw_data(), n, type, mop, comm);
         },
-        averaging(op, out));
+        averaging(op, out), signature{1, static_cast<std::int32_t>(in.type()), static_cast<std::int32_t>(op), -1, n});
   }
 
   std::unique_ptr<work> broadcast(const tensor& t, int root) override {
@@ -344,7 +390,7 @@ class mpi_communicator final : public communicator,
     const MPI_Datatype type = mpi_type(t.type());
     const MPI_Comm comm = comm_;
     return enqueue(what, [t, n, type, root, comm] { return MPI_Bcast(t.raw_data(), n, type, root, comm); },
-                   nullptr);
+                   nullptr, signature{2, static_cast<std::int32_t>(t.type()), -1, root, n});
   }
 
   std::unique_ptr<work> all_gather(const tensor& in, const tensor& out) override {
@@ -358,7 +404,7 @@ class mpi_communicator final : public communicator,
     const MPI_Comm comm = comm_;
     return enqueue(
         what, [in, out, n, type, comm] { return MPI_Allgather(in.raw_data(), n, type, out.raw_data(), n, type, comm); },
-        nullptr);
+        nullptr, signature{3, static_cast<std::int32_t>(in.type()), -1, -1, n});
   }
 
   std::unique_ptr<work> reduce_scatter(const tensor& in, const tensor& out, reduce_op op) override {
@@ -376,13 +422,13 @@ class mpi_communicator final : public communicator,
         [in, out, n, type, mop, comm] {
           return MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), n, type, mop, comm);
         },
-        averaging(op, out));
+        averaging(op, out), signature{4, static_cast<std::int32_t>(in.type()), static_cast<std::int32_t>(op), -1, n});
   }
 
   std::unique_ptr<work> barrier() override {
     usable("barrier");
     const MPI_Comm comm = comm_;
-    return enqueue("barrier", [comm] { return MPI_Barrier(comm); }, nullptr);
+    return enqueue("barrier", [comm] { return MPI_Barrier(comm); }, nullptr, signature{5, -1, -1, -1, 0});
   }
 
   std::unique_ptr<work> send(const tensor& t, int dst, int tag) override {
@@ -556,13 +602,13 @@ class mpi_communicator final : public communicator,
   // Hands `run` (a blocking MPI call; its tensors held by the closure) and `then` to the
   // communicator's thread, starting it on first use.
   std::unique_ptr<work> enqueue(std::string_view what, std::function<int()> run,
-                                std::function<void()> then) {
+                                std::function<void()> then, std::optional<signature> sig = {}) {
     usable(what);
     auto c = std::make_shared<completion>();
     {
       std::lock_guard lock(queue_->mutex);
       if (!worker_.joinable()) worker_ = std::thread([q = queue_] { worker_loop(*q); });
-      queue_->jobs.push_back({std::move(run), std::move(then), c});
+      queue_->jobs.push_back({std::move(run), std::move(then), c, sig, comm_, size_});
       queue_->pending.fetch_add(1);
     }
     queue_->cv.notify_one();
@@ -573,6 +619,9 @@ class mpi_communicator final : public communicator,
     std::function<int()> run;
     std::function<void()> then;
     std::shared_ptr<completion> c;
+    std::optional<signature> sig;  // checked across the ranks first (Note [agreeing ranks])
+    MPI_Comm comm = MPI_COMM_NULL;
+    int size = 1;
   };
 
   // What the communicator's thread works from; shared with it, so that a thread left in a
@@ -606,14 +655,21 @@ class mpi_communicator final : public communicator,
       }
       q.in_call.store(true);
       in_mpi.fetch_add(1);
-      const int rc = j.run();
-      if (rc == MPI_SUCCESS && j.then) j.then();
+      std::string error = j.sig ? disagreement(*j.sig, j.comm, j.size) : std::string();
+      if (error.empty()) {
+        const int rc = j.run();
+        if (rc != MPI_SUCCESS) {
+          error = mpi_error_text(rc);
+        } else if (j.then) {
+          j.then();
+        }
+      }
       in_mpi.fetch_sub(1);
       q.in_call.store(false);
       j.run = nullptr;  // release the tensors before the caller hears it is done
       {
         std::lock_guard lock(j.c->mutex);
-        if (rc != MPI_SUCCESS) j.c->error = mpi_error_text(rc);
+        j.c->error = std::move(error);
         j.c->done.store(true, std::memory_order_release);
       }
       j.c->cv.notify_all();

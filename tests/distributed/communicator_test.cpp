@@ -276,6 +276,36 @@ TEST(Communicator, BadCallsAreTypedErrorsAndStartNothing) {
   EXPECT_EQ(one.data<float>()[0], static_cast<float>(c->size()));
 }
 
+// Note [agreeing ranks]: every rank fails, naming what each rank asked for, and goes on.
+TEST(Communicator, RanksThatDisagreeAllFailAndTheCommunicatorGoesOn) {
+  const auto c = w();
+  if (c->size() < 2) GTEST_SKIP() << "needs two ranks (mpirun -np 2)";
+  const tensor x = make(dtype::f32, shape{c->rank() == 0 ? 4 : 5});
+  try {
+    c->all_reduce(x, x, reduce_op::sum)->wait();
+    FAIL() << "an all_reduce of 4 and 5 elements completed";
+  } catch (const distributed_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(fmt::format("rank {} of {}: all_reduce (sum)", c->rank(), c->size())), std::string::npos) << m;
+    EXPECT_NE(m.find("the ranks disagree: rank 0 all_reduce (sum) of 4 float32 elements; "
+                     "rank 1 all_reduce (sum) of 5 float32 elements"),
+              std::string::npos)
+        << m;
+  }
+  try {
+    c->rank() == 0 ? c->barrier()->wait() : c->broadcast(x, 0)->wait();
+    FAIL() << "a barrier met a broadcast";
+  } catch (const distributed_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 barrier; rank 1 broadcast of 5 float32 elements from rank 0"),
+              std::string::npos)
+        << e.what();
+  }
+  tensor one = make(dtype::f32, shape{1});
+  one.data<float>()[0] = 1;
+  c->all_reduce(one, one, reduce_op::sum)->wait();
+  EXPECT_EQ(one.data<float>()[0], static_cast<float>(c->size()));
+}
+
 // Last: rank 0 waits on a collective rank 1 joins only after rank 0's timeout.
 TEST(Communicator, AnOperationARankDoesNotJoinTimesOutWithTheRankNamed) {
   const auto c = w();
