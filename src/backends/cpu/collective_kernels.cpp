@@ -28,20 +28,12 @@ class collective_kernel : public op_kernel {
     }
   }
 
-  // Runs the started operation to its end; a distributed_error names the rank already.
-  static void finish(kernel_context& ctx, std::unique_ptr<distributed::work> w) {
-    try {
-      w->wait();
-    } catch (const distributed_error& e) {
-      ctx.fail("{}", e.what());
-    }
-  }
-
-  // Starts an operation through `start`, failing the node with the communicator's message.
+  // Starts the operation through `start` and waits for it, failing the node with the
+  // communicator's message (which names the rank).
   template <class F>
-  static std::unique_ptr<distributed::work> start(kernel_context& ctx, F&& f) {
+  static void run(kernel_context& ctx, F&& start) {
     try {
-      return f();
+      start()->wait();
     } catch (const error& e) {
       ctx.fail("{}", e.what());
     }
@@ -59,7 +51,7 @@ class all_reduce_kernel final : public collective_kernel {
     const auto c = comm(ctx);
     const tensor x = ctx.input_contiguous(0);
     tensor& y = ctx.allocate_output(0, x.shape());
-    finish(ctx, start(ctx, [&] { return c->all_reduce(x, y, op_); }));
+    run(ctx, [&] { return c->all_reduce(x, y, op_); });
   }
 
  private:
@@ -75,7 +67,7 @@ class broadcast_kernel final : public collective_kernel {
     const tensor x = ctx.input_contiguous(0);
     tensor& y = ctx.allocate_output(0, x.shape());
     copy_into(x, y);
-    finish(ctx, start(ctx, [&] { return c->broadcast(y, root_); }));
+    run(ctx, [&] { return c->broadcast(y, root_); });
   }
 
  private:
@@ -113,7 +105,7 @@ class all_gather_kernel final : public blocks_kernel {
     shape s = x.shape();
     s[0] *= c->size();
     tensor& y = ctx.allocate_output(0, s);
-    finish(ctx, start(ctx, [&] { return c->all_gather(x, y); }));
+    run(ctx, [&] { return c->all_gather(x, y); });
   }
 };
 
@@ -133,7 +125,7 @@ class reduce_scatter_kernel final : public blocks_kernel {
     shape s = x.shape();
     s[0] /= c->size();
     tensor& y = ctx.allocate_output(0, s);
-    finish(ctx, start(ctx, [&] { return c->reduce_scatter(x, y, op_); }));
+    run(ctx, [&] { return c->reduce_scatter(x, y, op_); });
   }
 
  private:
