@@ -301,6 +301,13 @@ void thread_pool::schedule(std::function<void()> fn) {
   impl_->push(std::move(fn));
 }
 
+void thread_pool::post(std::function<void()> fn) {
+  if (!fn) {
+    throw invalid_argument(fmt::format("thread_pool '{}': post of an empty function", impl_->name));
+  }
+  impl_->push(std::move(fn));
+}
+
 void thread_pool::parallel_for(std::int64_t n, double cost_per_item,
                                const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (n <= 0) return;

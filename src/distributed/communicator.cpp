@@ -53,6 +53,27 @@ void register_group(const std::string& name, std::shared_ptr<communicator> comm)
   t.groups[name] = std::move(comm);
 }
 
+void unregister_group(const std::string& name) {
+  group_table& t = groups();
+  std::lock_guard lock(t.mutex);
+  t.groups.erase(name);
+}
+
+bool launched_with_peers() noexcept {
+  // Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE; MPICH's, Slurm's and PMIx launchers
+  // PMI_SIZE.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) continue;
+    try {
+      if (parse_number<std::int64_t>(v, name) > 1) return true;
+    } catch (const error&) {
+      // Not a number: not a launcher's.
+    }
+  }
+  return false;
+}
+
 std::shared_ptr<communicator> group(const std::string& name) {
   if (name == "world") return world();
   group_table& t = groups();

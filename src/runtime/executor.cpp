@@ -38,6 +38,19 @@
 // move never races with a copy. Slots that are fetched hold one extra read, so they are
 // never moved.
 //
+// Note [blocking nodes]
+// A node whose kernel blocks (op_kernel::blocks: a collective waiting for the other ranks)
+// runs on a thread of the process's blocking runner, never on a device's pool: while it
+// waits, the device's threads go on with the rest of the graph, so a data-parallel
+// backward pass computes the next gradients while a bucket of them is all-reduced. The
+// runner has a thread for every blocking node in flight (idle ones are reused, more are made
+// when all are busy), so blocking nodes never queue behind one another: two ranks that
+// reach two groups' collectives in different orders must not deadlock on a shared thread.
+// When a blocking node finishes, its thread computes nothing of the graph: each consumer it
+// makes ready goes to its device's pool, and when that pool has no workers, it is posted
+// (thread_pool::post) to the pool whose thread serves the run (Note [caller helps]), so a
+// one-thread device still computes on one thread.
+//
 // Errors: the first exception a kernel throws is kept; nodes after it skip their kernels
 // but still release their inputs and make their consumers ready, so the run drains, every
 // slot is released, and the error is rethrown to the caller. Cancellation is the same,
@@ -46,8 +59,13 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
 
 #include "loom/memory/allocation_tag.hpp"
 #include "loom/device/thread_pool.hpp"
@@ -56,6 +74,74 @@ namespace loom::runtime {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+
+// Threads for blocking nodes (Note [blocking nodes]): one per task in flight.
+class blocking_runner {
+ public:
+  static blocking_runner& instance() {
+    static blocking_runner r;
+    return r;
+  }
+  // Runs `fn` on an idle runner thread, or a new one; on the caller when no thread can be
+  // made (the node then blocks its caller, as any kernel does).
+  void submit(std::function<void()> fn) {
+    {
+      std::unique_lock lock(mutex_);
+      queue_.push_back(std::move(fn));
+      if (std::cmp_less_equal(queue_.size(), idle_)) {
+        lock.unlock();
+        cv_.notify_one();
+        return;
+      }
+      try {
+        threads_.emplace_back([this] { loop(); });
+        return;
+      } catch (const std::system_error&) {
+        fn = std::move(queue_.back());
+        queue_.pop_back();
+      }
+    }
+    fn();
+  }
+  blocking_runner(const blocking_runner&) = delete;
+  blocking_runner& operator=(const blocking_runner&) = delete;
+
+ private:
+  blocking_runner() = default;
+  ~blocking_runner() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      if (!queue_.empty()) {
+        std::function<void()> fn = std::move(queue_.front());
+        queue_.pop_front();
+        lock.unlock();
+        fn();
+        fn = nullptr;
+        lock.lock();
+        continue;
+      }
+      if (stopping_) return;
+      ++idle_;
+      cv_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+      --idle_;
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mutex_
+  std::size_t idle_ = 0;                     // guarded by mutex_: threads in cv_.wait
+  bool stopping_ = false;                    // guarded by mutex_
+  std::vector<std::thread> threads_;         // guarded by mutex_
+};
 
 int small_thread_id() {
   static std::atomic<int> next{0};
@@ -211,6 +297,7 @@ void run_one(run_state& st, std::int32_t index, tensor* inputs) {
         if (outputs[k].defined()) r.output_bytes += outputs[k].nbytes();
       }
       r.thread = small_thread_id();
+      r.blocking = e.blocking;
     }
   }
   for (std::size_t k = 0; k < n_in; ++k) inputs[k] = tensor();
@@ -221,11 +308,64 @@ void run_one(run_state& st, std::int32_t index, tensor* inputs) {
 }
 
 void execute_from(run_state& st, std::int32_t first);
+void run_blocking(run_state& st, std::int32_t index);
 
 void schedule(run_state& st, std::int32_t index) {
   const exec_node& e = st.p.nodes[static_cast<std::size_t>(index)];
   thread_pool* pool = e.dev->pool();
   pool->schedule([&st, index] { execute_from(st, index); });
+}
+
+void submit_blocking(run_state& st, std::int32_t index) {
+  blocking_runner::instance().submit([&st, index] { run_blocking(st, index); });
+}
+
+// Tells the run that this thread finished `finished` nodes; the last one wakes the caller.
+void finish(run_state& st, std::int32_t finished) {
+  if (st.remaining.fetch_sub(finished, std::memory_order_acq_rel) == finished) {
+    if (thread_pool* helper = st.helper) {
+      // Once `done` is set the caller may return and destroy st: only `helper` is used.
+      st.done.store(true, std::memory_order_release);
+      helper->wake_waiters();
+    } else {
+      std::lock_guard lock(st.done_mutex);
+      st.done.store(true, std::memory_order_relaxed);
+      st.done_cv.notify_all();
+    }
+  }
+}
+
+// Whether consumer `c` of a node that just finished is ready now (its last edge).
+bool make_ready(run_state& st, std::int32_t c) {
+  const exec_node& ce = st.p.nodes[static_cast<std::size_t>(c)];
+  // A node waiting for one edge has no other decrementer: it is ready now.
+  return ce.pending == 1 ||
+         st.pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+// Runs blocking node `index` on a runner thread and hands what it makes ready to the
+// devices' threads (Note [blocking nodes]).
+void run_blocking(run_state& st, std::int32_t index) {
+  const exec_node& e = st.p.nodes[static_cast<std::size_t>(index)];
+  {
+    std::vector<tensor> inputs(e.input_slots.size());
+    run_one(st, index, inputs.data());
+  }
+  for (std::int32_t c : e.consumers) {
+    if (!make_ready(st, c)) continue;
+    const exec_node& ce = st.p.nodes[static_cast<std::size_t>(c)];
+    thread_pool* pool = ce.dev->pool();
+    if (ce.blocking) {
+      submit_blocking(st, c);
+    } else if (pool != nullptr && pool->size() > 1) {
+      schedule(st, c);
+    } else if (st.helper != nullptr) {
+      st.helper->post([&st, c] { execute_from(st, c); });
+    } else {
+      execute_from(st, c);
+    }
+  }
+  finish(st, 1);
 }
 
 void execute_from(run_state& st, std::int32_t first) {
@@ -246,10 +386,10 @@ void execute_from(run_state& st, std::int32_t first) {
     const exec_node& e = st.p.nodes[static_cast<std::size_t>(next)];
     std::int32_t inline_expensive = -1;
     for (std::int32_t c : e.consumers) {
+      if (!make_ready(st, c)) continue;
       const exec_node& ce = st.p.nodes[static_cast<std::size_t>(c)];
-      // A node waiting for one edge has no other decrementer: it is ready now.
-      if (ce.pending != 1 &&
-          st.pending[static_cast<std::size_t>(c)].fetch_sub(1, std::memory_order_acq_rel) != 1) {
+      if (ce.blocking) {
+        submit_blocking(st, c);
         continue;
       }
       // Cheap nodes, and nodes that use all of the device's threads themselves, run on
@@ -269,17 +409,7 @@ void execute_from(run_state& st, std::int32_t first) {
     next = stack.back();
     stack.pop_back();
   }
-  if (st.remaining.fetch_sub(finished, std::memory_order_acq_rel) == finished) {
-    if (thread_pool* helper = st.helper) {
-      // Once `done` is set the caller may return and destroy st: only `helper` is used.
-      st.done.store(true, std::memory_order_release);
-      helper->wake_waiters();
-    } else {
-      std::lock_guard lock(st.done_mutex);
-      st.done.store(true, std::memory_order_relaxed);
-      st.done_cv.notify_all();
-    }
-  }
+  finish(st, finished);
 }
 
 }  // namespace
@@ -303,21 +433,27 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
         break;
       }
     }
-    if (thread_pool* pool = p.nodes[static_cast<std::size_t>(p.roots[mine])].dev->pool();
-        pool != nullptr && pool->size() > 1) {
-      st.helper = pool;
-    }
+    // A pool of one thread too: blocking nodes post the work they make ready to it (Note
+    // [blocking nodes]).
+    st.helper = p.nodes[static_cast<std::size_t>(p.roots[mine])].dev->pool();
     // The other roots go to their devices' pools.
     for (std::size_t i = 0; i < p.roots.size(); ++i) {
       if (i == mine) continue;
       const exec_node& e = p.nodes[static_cast<std::size_t>(p.roots[i])];
-      if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap && !e.whole_device) {
+      if (e.blocking) {
+        submit_blocking(st, p.roots[i]);
+      } else if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap &&
+                 !e.whole_device) {
         schedule(st, p.roots[i]);
       } else {
         execute_from(st, p.roots[i]);
       }
     }
-    execute_from(st, p.roots[mine]);
+    if (p.nodes[static_cast<std::size_t>(p.roots[mine])].blocking) {
+      submit_blocking(st, p.roots[mine]);
+    } else {
+      execute_from(st, p.roots[mine]);
+    }
     if (st.helper != nullptr) {
       st.helper->run_until(st.done);
     } else {

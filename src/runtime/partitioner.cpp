@@ -147,6 +147,7 @@ void instantiate_kernels(plan& p, const graph& g) {
     e.kernel = def->create(kernel_construction(*e.n, *e.dev, &g));
     e.cheap = e.kernel->is_cheap();
     e.whole_device = e.kernel->uses_all_threads();
+    e.blocking = e.kernel->blocks();
   }
 }
 

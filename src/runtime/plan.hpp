@@ -43,6 +43,8 @@ struct exec_node {
   bool cheap = false;
   /// The kernel uses all of the device's threads (op_kernel::uses_all_threads).
   bool whole_device = false;
+  /// The kernel waits for something outside the process (op_kernel::blocks).
+  bool blocking = false;
 };
 
 /// The per-run memory of a plan (slots and counters), kept between runs so that a run

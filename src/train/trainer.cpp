@@ -3,19 +3,24 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
 #include <random>
+#include <span>
 
 #include "loom/checkpoint/checkpoint.hpp"
 #include "loom/checkpoint/safetensors.hpp"
 #include "loom/core/error.hpp"
 #include "loom/core/input.hpp"
+#include "loom/distributed/communicator.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
+#include "loom/graph/ops/collective.hpp"
 #include "loom/graph/ops/optimizer.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/run_metadata.hpp"
@@ -88,15 +93,14 @@ model_graph build_mlp(graph_builder& b, output x, const dataset& d, const train_
   return m;
 }
 
-model_graph build_cnn(graph_builder& b, output x, const dataset& d, const train_options& o,
-                      initializer& init) {
+model_graph build_cnn(graph_builder& b, output x, std::int64_t batch, const dataset& d,
+                      const train_options& o, initializer& init) {
   if (d.example_shape != shape{1, 28, 28}) {
     throw invalid_argument(
         fmt::format("the cnn model takes 1x28x28 images; dataset '{}' has examples of shape {}",
                     d.name, to_string(d.example_shape)));
   }
   model_graph m;
-  const std::int64_t batch = o.batch;
   output h = ops::reshape(x, {batch, 1, 28, 28});
   std::int64_t channels = 1;
   int layer = 0;
@@ -132,6 +136,80 @@ model_graph build_cnn(graph_builder& b, output x, const dataset& d, const train_
   return m;
 }
 
+// How the ranks of a data-parallel run share the work (one rank: a process alone).
+struct data_parallel {
+  int ranks = 1;
+  int rank = 0;
+  std::int64_t local_batch = 0;  // each rank's block of the global batch
+  std::string group;             // the communicator's name for the collective ops
+};
+
+// Note [gradient buckets]
+// Each rank's gradients are averaged over the ranks by all_reduce, in buckets as PyTorch
+// DDP does: one collective per parameter would pay MPI's latency once per tensor (the
+// biases are a few hundred bytes), one for all of them could start only when the backward
+// pass is over. Buckets take the parameters in reverse order, the order in which the
+// backward pass produces their gradients (the last layer's first); a bucket closes once it
+// holds bucket_bytes (the first at 1 MiB, so the exchange starts early, as DDP's first
+// bucket does). A bucket of several gradients is flattened and concatenated into one
+// tensor, all-reduced, and split back; a bucket of one is all-reduced as it is. The
+// collectives chain in bucket order (Note [collective order] in
+// src/graph/ops/collective_ops.cpp), and each runs as soon as its gradients and the bucket
+// before are done: on threads of its own (Note [blocking nodes] in
+// src/runtime/executor.cpp), beside the backward pass of the layers below. Without
+// `overlap`, the first bucket also waits for every gradient. Every rank then applies the
+// same update to the same parameters with the same averaged gradients, so the ranks stay
+// identical, bit for bit, without ever exchanging parameters again.
+std::vector<output> average_gradients(graph_builder& b, const std::vector<output>& params,
+                                      const std::vector<output>& grads, const train_options& o,
+                                      const std::string& group, std::size_t& bucket_count) {
+  std::vector<std::vector<std::size_t>> buckets;
+  std::size_t cap = std::min<std::size_t>(o.bucket_bytes, std::size_t{1} << 20);
+  std::size_t fill = 0;
+  for (std::size_t k = params.size(); k-- > 0;) {
+    const shape& s = *grads[k].type().shape;
+    const auto bytes = static_cast<std::size_t>(s.num_elements()) * size_of(grads[k].dtype_of());
+    if (buckets.empty() || (fill > 0 && fill + bytes > cap)) {
+      if (!buckets.empty()) cap = o.bucket_bytes;
+      buckets.emplace_back();
+      fill = 0;
+    }
+    buckets.back().push_back(k);
+    fill += bytes;
+  }
+  std::vector<output> averaged(grads.size());
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const auto& members = buckets[i];
+    const std::string name = fmt::format("train/bucket{}", i);
+    output reduced;
+    if (members.size() == 1) {
+      reduced = ops::all_reduce(grads[members[0]], "avg", group, {.name = name});
+      averaged[members[0]] = reduced;
+    } else {
+      std::vector<output> flat;
+      std::vector<std::int64_t> sizes;
+      for (const std::size_t k : members) {
+        const std::int64_t n = grads[k].type().shape->num_elements();
+        flat.push_back(ops::reshape(grads[k], {n}));
+        sizes.push_back(n);
+      }
+      reduced = ops::all_reduce(ops::concat(flat, 0, {.name = name + "/concat"}), "avg", group,
+                                {.name = name});
+      const std::vector<output> parts = ops::split_sizes(reduced, sizes, 0);
+      for (std::size_t j = 0; j < members.size(); ++j) {
+        const shape& s = *grads[members[j]].type().shape;
+        averaged[members[j]] =
+            ops::reshape(parts[j], std::vector<std::int64_t>(s.dims().begin(), s.dims().end()));
+      }
+    }
+    if (i == 0 && !o.overlap) {
+      for (const output& g : grads) b.g().add_control_input(reduced.ep().node, g.ep().node);
+    }
+  }
+  bucket_count = buckets.size();
+  return averaged;
+}
+
 // Names of what one step feeds, fetches and runs.
 struct step_graph {
   std::string loss;
@@ -140,18 +218,20 @@ struct step_graph {
   std::vector<std::string> update_targets;
   model_graph model;  // its outputs name the builder's graph: valid while it is being built
   std::vector<std::pair<std::string, shape>> params;  // the parameters' names and shapes
+  std::size_t buckets = 0;                            // gradient buckets (data parallelism)
 };
 
-step_graph build_training_graph(graph& g, const dataset& d, const train_options& o) {
+step_graph build_training_graph(graph& g, const dataset& d, const train_options& o,
+                                const data_parallel& dp) {
   graph_builder b(g);
   initializer init(o.seed);
-  const output x = ops::placeholder(b, "x", dtype::f32, {o.batch, d.num_features});
-  const output labels = ops::placeholder(b, "labels", dtype::i32, {o.batch});
+  const output x = ops::placeholder(b, "x", dtype::f32, {dp.local_batch, d.num_features});
+  const output labels = ops::placeholder(b, "labels", dtype::i32, {dp.local_batch});
   step_graph s;
   if (o.model == "mlp") {
     s.model = build_mlp(b, x, d, o, init);
   } else if (o.model == "cnn") {
-    s.model = build_cnn(b, x, d, o, init);
+    s.model = build_cnn(b, x, dp.local_batch, d, o, init);
   } else {
     throw invalid_argument(fmt::format("unknown model '{}' (mlp or cnn)", o.model));
   }
@@ -164,7 +244,8 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
   s.accuracy = accuracy.name();
 
   for (const output& p : s.model.params) s.params.emplace_back(p.name(), *p.type().shape);
-  const std::vector<output> grads = gradients(loss, s.model.params);
+  std::vector<output> grads = gradients(loss, s.model.params);
+  if (dp.ranks > 1) grads = average_gradients(b, s.model.params, grads, o, dp.group, s.buckets);
   const output step_var = ops::variable(
       b, "train/step", memory::host_tensor<std::int64_t>({}, std::vector<std::int64_t>{0}));
   const output step =
@@ -348,6 +429,120 @@ void check_options(const dataset& train_set, const dataset& test_set, const trai
   }
 }
 
+// Where a traced step's time went: the union of the blocking nodes' intervals (the
+// collectives: communication), of the other nodes' (compute), and their intersection
+// (communication hidden by compute).
+struct time_split {
+  double compute = 0;
+  double communication = 0;
+  double overlapped = 0;
+};
+
+time_split split_step_time(const run_metadata& meta) {
+  using span = std::pair<std::int64_t, std::int64_t>;
+  std::vector<span> comm;
+  std::vector<span> work;
+  for (const auto& n : meta.nodes) {
+    (n.blocking ? comm : work).emplace_back(n.start_ns, n.start_ns + n.duration_ns);
+  }
+  // Sorted, disjoint intervals covering the same time.
+  const auto merged = [](std::vector<span> v) {
+    std::ranges::sort(v);
+    std::vector<span> out;
+    for (const span& x : v) {
+      if (!out.empty() && x.first <= out.back().second) {
+        out.back().second = std::max(out.back().second, x.second);
+      } else {
+        out.push_back(x);
+      }
+    }
+    return out;
+  };
+  const auto length = [](const std::vector<span>& v) {
+    std::int64_t t = 0;
+    for (const span& x : v) t += x.second - x.first;
+    return static_cast<double>(t) * 1e-9;
+  };
+  comm = merged(std::move(comm));
+  work = merged(std::move(work));
+  std::int64_t both = 0;
+  for (std::size_t i = 0, j = 0; i < comm.size() && j < work.size();) {
+    both += std::max<std::int64_t>(
+        0, std::min(comm[i].second, work[j].second) - std::max(comm[i].first, work[j].first));
+    (comm[i].second < work[j].second ? i : j) += 1;
+  }
+  return {length(work), length(comm), static_cast<double>(both) * 1e-9};
+}
+
+// The mean over the ranks of each of `values` (the ranks' blocks of a batch are of one size,
+// so the mean of their means is the global batch's): the loss and accuracy that every rank
+// reports and decides on. Outside the graph, after the step: a collective in the graph
+// would join the chain of the gradients' ones (Note [collective order]), and the loss,
+// which the executor computes last, would hold back every bucket behind it.
+void average_over_ranks(const data_parallel& dp, const train_options& o,
+                        std::span<double> values) {
+  if (dp.ranks <= 1) return;
+  tensor t = memory::host_tensor(dtype::f64, {static_cast<std::int64_t>(values.size())});
+  std::ranges::copy(values, t.data<double>());
+  o.communicator->all_reduce(t, t, reduce_op::avg)->wait();
+  std::ranges::copy(t.span<double>(), values.begin());
+}
+
+// Throws loom::invalid_argument, on every rank, when the ranks do not all have the same
+// `what` (compared by hash; `what` names the run's options, model and data).
+void check_ranks_agree(distributed::communicator& c, const std::string& what,
+                       const std::string& subject) {
+  const auto mine = static_cast<std::int64_t>(std::hash<std::string>{}(what));
+  const tensor in = memory::host_tensor<std::int64_t>({1}, std::vector<std::int64_t>{mine});
+  tensor all = memory::host_tensor(dtype::i64, {c.size()});
+  c.all_gather(in, all)->wait();
+  const auto v = all.span<std::int64_t>();
+  for (int r = 1; r < c.size(); ++r) {
+    if (v[static_cast<std::size_t>(r)] != v[0]) {
+      throw invalid_argument(
+          fmt::format("data-parallel training: rank {} has other {} than rank 0 (every rank must "
+                      "run the same; this is rank {}: {})",
+                      r, subject, c.rank(), what));
+    }
+  }
+}
+
+// Data parallelism's part of the run: the ranks, the batch each trains on, and the group
+// the collective ops use (the communicator, registered for them).
+data_parallel plan_data_parallel(const train_options& o) {
+  data_parallel dp;
+  dp.local_batch = o.batch;
+  if (o.communicator == nullptr || o.communicator->size() <= 1) return dp;
+  dp.ranks = o.communicator->size();
+  dp.rank = o.communicator->rank();
+  if (o.batch % dp.ranks != 0) {
+    throw invalid_argument(fmt::format(
+        "data-parallel training (rank {}): batch {} does not split over {} ranks: the global "
+        "batch must be a multiple of the rank count",
+        dp.rank, o.batch, dp.ranks));
+  }
+  if (o.bucket_bytes == 0) throw invalid_argument("bucket_bytes must be > 0");
+  dp.local_batch = o.batch / dp.ranks;
+  dp.group = fmt::format("train@{}", static_cast<const void*>(o.communicator.get()));
+  return dp;
+}
+
+// The communicator named for the collective ops while training runs.
+class registered_group {
+ public:
+  registered_group(const data_parallel& dp, const train_options& o) : name_(dp.group) {
+    if (!name_.empty()) distributed::register_group(name_, o.communicator);
+  }
+  ~registered_group() {
+    if (!name_.empty()) distributed::unregister_group(name_);
+  }
+  registered_group(const registered_group&) = delete;
+  registered_group& operator=(const registered_group&) = delete;
+
+ private:
+  std::string name_;
+};
+
 }  // namespace
 
 std::filesystem::path checkpoint_file(const train_options& options) {
@@ -360,11 +555,33 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   // Where results go, before any work: a directory or file that cannot be written fails now.
   if (!o.checkpoint_dir.empty()) create_output_directory(o.checkpoint_dir, "checkpoint directory");
   if (!o.trace_path.empty()) check_output_file(o.trace_path, "trace file");
+  const data_parallel dp = plan_data_parallel(o);
+  const registered_group group(dp, o);
   graph g;
-  step_graph sg = build_training_graph(g, train_set, o);
+  step_graph sg = build_training_graph(g, train_set, o, dp);
   train_report report;
   report.model_summary = sg.model.summary;
   report.parameters = sg.model.parameters;
+  report.ranks = dp.ranks;
+  report.buckets = sg.buckets;
+  if (dp.ranks > 1) {
+    // The data's bytes, hashed: every rank must read the same examples.
+    const auto bytes = [](const auto& v) {
+      return std::string_view(reinterpret_cast<const char*>(v.data()),
+                              v.size() * sizeof(v[0]));
+    };
+    check_ranks_agree(
+        *o.communicator,
+        fmt::format("model {}, optimizer {} ({}), lr {}, batch {}, epochs {} (steps {}, "
+                    "evaluate {}, resume {}), seed {}, bucket_bytes {}, overlap {}, skip "
+                    "non-finite {}, {} training examples (hash {:x}/{:x}), {} test",
+                    sg.model.summary, o.optimizer, o.fused ? "fused" : "per-tensor", o.lr,
+                    o.batch, o.epochs, o.max_steps_per_epoch, o.evaluate, o.resume, o.seed,
+                    o.bucket_bytes, o.overlap, o.skip_nonfinite_steps, train_set.size(),
+                    std::hash<std::string_view>{}(bytes(train_set.features)),
+                    std::hash<std::string_view>{}(bytes(train_set.labels)), test_set.size()),
+        "options or data");
+  }
 
   session_options so;
   so.devices.virtual_cpu_devices = o.devices;
@@ -404,9 +621,29 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       first_epoch = report.resumed_epoch + 1;
     }
   }
+  if (dp.ranks > 1) {
+    if (o.resume) {
+      check_ranks_agree(*o.communicator,
+                        fmt::format("a checkpoint after epoch {}, step {}", report.resumed_epoch,
+                                    global_step),
+                        "checkpoint to resume from (the directory must be visible to every rank)");
+    }
+    // Rank 0's parameters on every rank: the variables, made by a run that reads them,
+    // are overwritten in place.
+    std::vector<std::string> names;
+    for (const auto& [name, dims] : sg.params) names.push_back(name);
+    (void)s.run({}, names);
+    for (const std::string& name : names) {
+      auto& v = s.variables().get(name);
+      const std::lock_guard lock(v.mutex);
+      o.communicator->broadcast(v.value, 0)->wait();
+    }
+  }
 
-  tensor x = memory::host_tensor(dtype::f32, {o.batch, train_set.num_features});
-  tensor labels = memory::host_tensor(dtype::i32, {o.batch});
+  tensor x = memory::host_tensor(dtype::f32, {dp.local_batch, train_set.num_features});
+  tensor labels = memory::host_tensor(dtype::i32, {dp.local_batch});
+  // This rank's block of each global batch.
+  const std::int64_t block = std::int64_t{dp.rank} * dp.local_batch;
   const std::int64_t full_steps = train_set.size() / o.batch;
   const std::int64_t steps =
       o.max_steps_per_epoch > 0 ? std::min(full_steps, o.max_steps_per_epoch) : full_steps;
@@ -414,7 +651,8 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   const std::int64_t planned_steps =
       steps * std::max<std::int64_t>(0, std::int64_t{o.epochs} - first_epoch + 1);
   const std::int64_t trace_step =
-      o.trace_path.empty() ? 0 : std::min<std::int64_t>(5, planned_steps);
+      o.trace_path.empty() || dp.rank != 0 ? 0 : std::min<std::int64_t>(5, planned_steps);
+  time_split traced_split;
   double traced_optimizer_ns = 0;
   std::int64_t traced_steps = 0;
   std::map<std::string, node_time> profile;  // sums until the end
@@ -431,7 +669,7 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     double loss_sum = 0;
     double acc_sum = 0;
     for (std::int64_t step = 0; step < steps; ++step) {
-      fill_batch(train_set, order, step * o.batch, o.batch, x, labels);
+      fill_batch(train_set, order, step * o.batch + block, dp.local_batch, x, labels);
       const bool trace_this = o.profile || (o.sample_optimizer_time && step % 10 == 0) ||
                               report.steps + 1 == trace_step;
       run_metadata meta;
@@ -440,8 +678,10 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       const auto out = s.run({{"x", x}, {"labels", labels}}, fetches, sg.update_targets,
                              trace_this ? &meta : nullptr, ro);
       // On a GPU the fetched scalars stay there: read them through host copies.
-      const double loss = s.host_value(out[0]).data<float>()[0];
-      const double acc = s.host_value(out[1]).data<float>()[0];
+      std::array<double, 2> stats{s.host_value(out[0]).data<float>()[0],
+                                  s.host_value(out[1]).data<float>()[0]};
+      average_over_ranks(dp, o, stats);
+      const auto [loss, acc] = stats;
       const bool found_inf = out.size() > 2 && s.host_value(out[2]).data<bool>()[0];
       ++report.steps;
       ++global_step;
@@ -457,6 +697,10 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
         acc_sum += acc;
       }
       if (trace_this) {
+        const time_split t = split_step_time(meta);
+        traced_split.compute += t.compute;
+        traced_split.communication += t.communication;
+        traced_split.overlapped += t.overlapped;
         for (const auto& n : meta.nodes) {
           // By op, not name: optimizer_fusion may have merged the per-tensor updates.
           if (n.op.starts_with("apply_") || n.op.starts_with("fused_sgd") ||
@@ -508,14 +752,16 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       double correct = 0;
       const std::int64_t test_steps = test_set.size() / o.batch;
       for (std::int64_t t = 0; t < test_steps; ++t) {
-        fill_batch(test_set, test_order, t * o.batch, o.batch, x, labels);
+        fill_batch(test_set, test_order, t * o.batch + block, dp.local_batch, x, labels);
         correct +=
             s.host_value(s.run({{"x", x}, {"labels", labels}}, {sg.accuracy})[0]).data<float>()[0];
       }
-      er.test_accuracy = correct / static_cast<double>(test_steps);
+      std::array<double, 1> accuracy{correct / static_cast<double>(test_steps)};
+      average_over_ranks(dp, o, accuracy);
+      er.test_accuracy = accuracy[0];
     }
     report.epochs.push_back(er);
-    if (!o.checkpoint_dir.empty()) {
+    if (!o.checkpoint_dir.empty() && dp.rank == 0) {
       checkpoint::save_checkpoint(s, ckpt,
                                   {{"format", "loom train"},
                                    {"epoch", std::to_string(epoch)},
@@ -530,8 +776,11 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   report.samples_per_second =
       report.train_seconds > 0 ? static_cast<double>(trained) / report.train_seconds : 0.0;
   if (traced_steps > 0) {
-    report.optimizer_seconds = traced_optimizer_ns * 1e-9 / static_cast<double>(traced_steps) *
-                               static_cast<double>(report.steps);
+    const double scale = static_cast<double>(report.steps) / static_cast<double>(traced_steps);
+    report.optimizer_seconds = traced_optimizer_ns * 1e-9 * scale;
+    report.compute_seconds = traced_split.compute * scale;
+    report.communication_seconds = traced_split.communication * scale;
+    report.overlapped_seconds = traced_split.overlapped * scale;
   }
   for (auto& [name, n] : profile) {
     n.seconds_per_step /= static_cast<double>(traced_steps);

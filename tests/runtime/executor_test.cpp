@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "loom/device/cpu_device.hpp"
+#include "loom/graph/op_registry.hpp"
+#include "loom/kernel/kernel_registry.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -229,6 +231,104 @@ TEST(Executor, TheCallerRunsScheduledNodesWhileItWaits) {
       const double v = static_cast<double>(k) * 1e-2;
       const double want = std::exp(v) + std::tanh(v) + v * v + std::abs(v);
       ASSERT_NEAR(out[0].span<float>()[k], want, 1e-5 * want + 1e-6) << k;
+    }
+  }
+}
+
+// Test ops for Note [blocking nodes]: test_wait_for_flag(x) blocks until test_raise_flag(x)
+// has run (for 30 s at most, then it fails, so an executor that runs both on one thread
+// fails the test instead of hanging it); both pass x through.
+std::atomic<bool> test_flag{false};
+
+class wait_for_flag_kernel final : public op_kernel {
+ public:
+  using op_kernel::op_kernel;
+  [[nodiscard]] bool blocks() const noexcept override { return true; }
+  void compute(kernel_context& ctx) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!test_flag.load()) {
+      if (std::chrono::steady_clock::now() > deadline) ctx.fail("the flag was never raised");
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ctx.set_output(0, ctx.input(0));
+  }
+};
+
+class raise_flag_kernel final : public op_kernel {
+ public:
+  using op_kernel::op_kernel;
+  void compute(kernel_context& ctx) override {
+    test_flag = true;
+    ctx.set_output(0, ctx.input(0));
+  }
+};
+
+void register_flag_ops() {
+  static const bool once = [] {
+    for (const char* name : {"test_wait_for_flag", "test_raise_flag"}) {
+      op_def d;
+      d.name = name;
+      d.inputs = {{.name = "x", .type_attr = "T"}};
+      d.outputs = {{.name = "y", .type_attr = "T"}};
+      d.attrs = {{.name = "T", .type = attr_type::type}};
+      d.infer = [](inference_context& c) { c.set_output(0, c.input(0)); };
+      d.is_stateful = true;
+      op_registry::global().add(std::move(d));
+    }
+    kernel_registry::global().add(
+        make_kernel_def<wait_for_flag_kernel>("test_wait_for_flag", device_type::cpu));
+    kernel_registry::global().add(
+        make_kernel_def<raise_flag_kernel>("test_raise_flag", device_type::cpu));
+    return true;
+  }();
+  (void)once;
+}
+
+TEST(Executor, ABlockingNodeWaitsOffTheDevicesThreads) {
+  // With one thread, a blocking node that ran on the device's thread would wait for a node
+  // that only that thread can run. Both orders of the two roots, and 1 and 2 threads.
+  register_flag_ops();
+  for (const int threads : {1, 2}) {
+    for (const bool wait_first : {true, false}) {
+      graph g;
+      graph_builder b(g);
+      auto x = ops::placeholder(b, "x", dtype::f32, {8});
+      auto t = ops::exp(x);
+      output waited;
+      output raised;
+      if (wait_first) {
+        waited = b.add1("test_wait_for_flag", {t});
+        raised = b.add1("test_raise_flag", {ops::tanh(x)});
+      } else {
+        raised = b.add1("test_raise_flag", {ops::tanh(x)});
+        waited = b.add1("test_wait_for_flag", {t});
+      }
+      // A consumer of the blocking node, computed once it is done.
+      const std::string sum = ops::add(ops::neg(waited), raised).name();
+      session_options o;
+      o.devices.cpu_threads = threads;
+      session s(std::move(g), o);
+      const auto feed = host_tensor<float>({8}, iota(8, -4));
+      test_flag = false;
+      run_metadata meta;
+      run_options ro;
+      ro.trace = true;
+      const auto out = s.run({{"x", feed}}, {sum}, {}, &meta, ro);
+      for (std::size_t k = 0; k < 8; ++k) {
+        const double v = static_cast<double>(k) - 4;
+        ASSERT_NEAR(out[0].span<float>()[k], std::tanh(v) - std::exp(v), 1e-5) << k;
+      }
+      // The blocking node ran on a thread that no other node ran on.
+      int blocking_thread = -1;
+      for (const auto& n : meta.nodes) {
+        if (n.op == "test_wait_for_flag") blocking_thread = n.thread;
+      }
+      ASSERT_GE(blocking_thread, 0);
+      for (const auto& n : meta.nodes) {
+        if (n.op != "test_wait_for_flag") {
+          EXPECT_NE(n.thread, blocking_thread) << n.node;
+        }
+      }
     }
   }
 }

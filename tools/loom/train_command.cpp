@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include "commands.hpp"
 #include "loom/core/error.hpp"
@@ -16,6 +17,7 @@
 #include "loom/core/memory_stats.hpp"
 #include "loom/core/progress.hpp"
 #include "loom/device/cpu_device.hpp"
+#include "loom/distributed/communicator.hpp"
 #include "loom/memory/allocation_log.hpp"
 #include "loom/memory/bfc_pool.hpp"
 #include "loom/memory/host_resource.hpp"
@@ -38,7 +40,26 @@ struct train_flags {
   std::string memory_report;  // --memory-report: the page (memory_report_files.hpp)
   std::string resume;         // --resume: "" (no), "auto" or "require"
   train::csv_options csv;     // --classes
+  double bucket_mb = 25;      // --bucket-mb
+  bool no_overlap = false;    // --no-overlap
 };
+
+// Under mpirun: the world, and each rank's share of the machine's cores when --threads
+// does not say (the ranks on this machine split them; OMPI_COMM_WORLD_LOCAL_SIZE).
+void join_the_world(train::train_options& o) {
+  if (!distributed::launched_with_peers()) return;
+  o.communicator = distributed::world();
+  if (o.threads != 0) return;
+  int local = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+    try {
+      local = std::max(1, parse_number<int>(v, "OMPI_COMM_WORLD_LOCAL_SIZE"));
+    } catch (const error&) {
+      local = 1;
+    }
+  }
+  o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+}
 
 // What a training run's allocation log is replayed against for its report: a pool made as
 // cpu:0's is (cpu_pool_options), over host memory.
@@ -184,9 +205,21 @@ void add_train_command(CLI::App& app) {
                   "(docs/memory.md)");
   cmd->add_flag("--profile", o.profile,
                 "Trace every step and print the nodes that take the most time per step");
+  cmd->add_option("--bucket-mb", f->bucket_mb,
+                  "Data-parallel training (under mpirun): all-reduce the gradients in buckets "
+                  "of this many MiB (the first 1 MiB at most)")
+      ->check(CLI::Range(0.001, 1024.0));
+  cmd->add_flag("--no-overlap", f->no_overlap,
+                "Data-parallel training: all-reduce the gradients only once the backward pass "
+                "is over, instead of each bucket as soon as it is ready");
   cmd->callback(guarded("train", [f] {
     auto& opts = f->options;
     opts.passes.enabled = !f->no_passes;
+    opts.bucket_bytes = static_cast<std::size_t>(f->bucket_mb * 1024 * 1024);
+    opts.overlap = !f->no_overlap;
+    join_the_world(opts);
+    // Under mpirun, rank 0 speaks for the job; the others print only their errors.
+    const bool speaks = opts.communicator == nullptr || opts.communicator->rank() == 0;
     opts.resume = !f->resume.empty();
     opts.require_checkpoint = f->resume == "require";
     if (opts.skip_nonfinite_steps && !opts.fused) {
@@ -225,7 +258,7 @@ void add_train_command(CLI::App& app) {
       }
       opts.memory_log = tmp / fmt::format("loom-train-{}.alloc.csv", ::getpid());
     }
-    if (fresh) {
+    if (fresh && speaks) {
       fmt::print(stderr, "loom train: nothing to resume from in '{}': starting from scratch\n",
                  opts.checkpoint_dir.string());
     }
@@ -244,18 +277,29 @@ void add_train_command(CLI::App& app) {
                                          opts.batch, train_set.size(), all.name));
     }
     const bool tty = isatty(fileno(stderr)) != 0;
-    fmt::print(
-        "loom train: {} examples of {} ({} train, {} test, {} classes), model {}, "
-        "{} optimizer ({}), batch {}, lr {}\n",
-        all.size(), all.name, train_set.size(), test_set.size(), all.num_classes, opts.model,
-        opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch, opts.lr);
-    std::fflush(stdout);
+    if (speaks) {
+      fmt::print(
+          "loom train: {} examples of {} ({} train, {} test, {} classes), model {}, "
+          "{} optimizer ({}), batch {}, lr {}\n",
+          all.size(), all.name, train_set.size(), test_set.size(), all.num_classes, opts.model,
+          opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch, opts.lr);
+      if (opts.communicator != nullptr) {
+        const int ranks = opts.communicator->size();
+        fmt::print("data parallel: {} ranks ({}), {} examples a rank a step, {} threads a rank\n",
+                   ranks, opts.communicator->backend(),
+                   ranks > 0 && opts.batch % ranks == 0 ? fmt::format("{}", opts.batch / ranks)
+                                                        : std::string("?"),
+                   opts.threads);
+      }
+      std::fflush(stdout);
+    }
     progress bar("epoch", "samples", tty);
     const auto examples = static_cast<std::int64_t>(train_set.size());
     const auto report = train::train(train_set, test_set, opts, [&](const train::step_progress& p) {
-      if (!f->quiet) show_progress(bar, p, opts.batch, examples);
+      if (!f->quiet && speaks) show_progress(bar, p, opts.batch, examples);
     });
     bar.finish();
+    if (!speaks) return;
     if (!f->memory_report.empty()) {
       write_training_report(opts.memory_log, report_file, f->memory_report,
                             fmt::format("loom train --model {} ({} epochs, batch {})", opts.model,
@@ -296,6 +340,24 @@ void add_train_command(CLI::App& app) {
         report.train_seconds > 0 ? 100 * report.optimizer_seconds / report.train_seconds : 0.0);
     if (opts.skip_nonfinite_steps) {
       fmt::print("  skipped steps      {} (non-finite loss or gradients)\n", report.skipped_steps);
+    }
+    if (report.ranks > 1) {
+      const auto share = [&](double v) {
+        return report.train_seconds > 0 ? 100 * v / report.train_seconds : 0.0;
+      };
+      fmt::print("  data parallel      {} ranks, {} gradient bucket{} of at most {}, overlap {}\n",
+                 report.ranks, report.buckets, report.buckets == 1 ? "" : "s",
+                 format_bytes(opts.bucket_bytes), opts.overlap ? "on" : "off");
+      fmt::print("  compute            {:.3f} s ({:.1f}% of training)\n", report.compute_seconds,
+                 share(report.compute_seconds));
+      fmt::print(
+          "  communication      {:.3f} s ({:.1f}% of training; {:.3f} s of it hidden by "
+          "overlap, {:.0f}%)\n",
+          report.communication_seconds, share(report.communication_seconds),
+          report.overlapped_seconds,
+          report.communication_seconds > 0
+              ? 100 * report.overlapped_seconds / report.communication_seconds
+              : 0.0);
     }
     fmt::print("  peak memory        {}\n", format_bytes(report.peak_bytes));
     fmt::print("  fragmentation      {:.3f}\n", report.fragmentation);

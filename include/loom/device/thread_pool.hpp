@@ -51,6 +51,12 @@ class thread_pool {
   /// terminates); wrap work that can. Throws loom::invalid_argument for an empty `fn`.
   /// Must not be called once the destructor has begun, except from the pool's own tasks.
   void schedule(std::function<void()> fn);
+  /// Queues `fn` like schedule(), but never runs it now, even on a pool with no workers:
+  /// a worker, or a thread that waits on the pool (run_until, parallel_for), runs it. For a
+  /// thread outside the pool that hands work to the pool's own threads (the executor's
+  /// blocking nodes, Note [blocking nodes] in src/runtime/executor.cpp); on a pool with no
+  /// workers, someone must be in run_until (or come to it) for `fn` to run.
+  void post(std::function<void()> fn);
 
   /// Calls fn(begin, end) over disjoint ranges that cover [0, n), in parallel, and returns
   /// when all are done. `cost_per_item` (roughly, in nanoseconds) decides how finely to

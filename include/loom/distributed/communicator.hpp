@@ -118,11 +118,19 @@ class communicator {
 /// that `mpirun` did not start is a world of one rank.
 [[nodiscard]] std::shared_ptr<communicator> world();
 
+/// Whether a launcher (mpirun, or another that sets PMI's variables) started this process
+/// as one of a job of several: its environment says so, and world() then has them all.
+/// Reads the environment only (initialises nothing), so a tool can decide whether to
+/// train data-parallel without starting MPI in a process that runs alone.
+[[nodiscard]] bool launched_with_peers() noexcept;
+
 /// Names `comm` for the collective ops of graphs (their `group` attribute; "world" is
 /// world() and cannot be replaced). Replaces an earlier group of that name.
 void register_group(const std::string& name, std::shared_ptr<communicator> comm);
 /// The communicator registered as `name` ("world": world()); throws loom::not_found
 /// listing the registered names for another.
 [[nodiscard]] std::shared_ptr<communicator> group(const std::string& name);
+/// Forgets the group `name` (nothing when there is none; "world" stays).
+void unregister_group(const std::string& name);
 
 }  // namespace loom::distributed

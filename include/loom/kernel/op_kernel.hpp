@@ -151,6 +151,11 @@ class op_kernel {
   /// of beside other nodes on the pool: two of them at once would put twice as many
   /// threads as cores to work, and each would run at well under half speed.
   [[nodiscard]] virtual bool uses_all_threads() const noexcept { return false; }
+  /// True for kernels that mostly wait for something outside the process (a collective
+  /// that other ranks join). The executor runs them on a thread of their own, not on the
+  /// device's pool, so the device's threads compute while they wait (Note [blocking nodes]
+  /// in src/runtime/executor.cpp).
+  [[nodiscard]] virtual bool blocks() const noexcept { return false; }
   [[nodiscard]] const loom::node& node() const noexcept { return *node_; }
 
  private:

@@ -17,6 +17,9 @@ struct node_execution {
   std::int64_t duration_ns = 0;
   std::size_t output_bytes = 0;  // bytes of the outputs it produced
   int thread = 0;                // a small id of the thread that ran it
+  /// The node waited for something outside the process (op_kernel::blocks: a collective):
+  /// its time is communication, run beside the other nodes.
+  bool blocking = false;
 };
 
 struct run_metadata {

@@ -7,14 +7,20 @@
 // shapes are static); the last partial batch of an epoch is skipped, as drop_last does.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "loom/passes/pass.hpp"
 #include "loom/train/dataset.hpp"
+
+namespace loom::distributed {
+class communicator;
+}
 
 namespace loom::train {
 
@@ -25,6 +31,8 @@ struct train_options {
   /// The MLP's hidden layer sizes.
   std::vector<std::int64_t> hidden = {512, 512};
   int epochs = 3;
+  /// The batch of one step. With data parallelism, the global batch: each of the N ranks
+  /// trains on batch / N examples of it (N must divide it).
   std::int64_t batch = 128;
   double lr = 1e-3;
   /// "adam", "adamw" or "sgd" (momentum 0.9).
@@ -68,6 +76,23 @@ struct train_options {
   bool profile = false;
   /// The graph passes the training step's plan runs (all by default).
   passes::pass_options passes;
+
+  /// Data parallelism (docs/distributed.md, "Data-parallel training"): the ranks of this
+  /// communicator, each a process with the same options and data, train one model. Rank
+  /// 0's initial parameters are broadcast to all; each step, rank r trains on its block of
+  /// the global batch, the gradients are averaged over the ranks (all_reduce in buckets,
+  /// each started as soon as its gradients are ready), and every rank applies the same
+  /// update. Only rank 0 writes checkpoints; every rank reads the one it resumes from (the
+  /// directory must be visible to all, and any number of ranks may resume it). nullptr, or
+  /// a communicator of one rank: one process.
+  std::shared_ptr<distributed::communicator> communicator;
+  /// Gradients are all-reduced in buckets of about this many bytes (PyTorch DDP's 25 MiB);
+  /// the first bucket (the last layers' gradients, ready first) holds at most 1 MiB, so
+  /// communication starts early, as DDP's does.
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  /// Start each bucket's all_reduce as soon as its gradients are ready, overlapping the
+  /// rest of the backward pass; false: only once every gradient is computed.
+  bool overlap = true;
 };
 
 /// One step's figures, for progress display.
@@ -127,6 +152,18 @@ struct train_report {
   std::vector<node_time> profile;
   /// What the graph passes rewrote and refused in the training step's plan.
   std::vector<passes::pass_record> passes;
+
+  /// Data parallelism: the number of ranks (1 for one process), the gradient buckets, and
+  /// where a step's time went, estimated from traced steps (every 10th, or every step with
+  /// train_options::profile) and scaled to all steps: time with a gradient collective in
+  /// flight (communication, waiting for the other ranks included), time with other work
+  /// running (compute), and the part of the communication that compute ran beside (hidden
+  /// by overlap). Exposed communication is communication_seconds - overlapped_seconds.
+  int ranks = 1;
+  std::size_t buckets = 0;
+  double compute_seconds = 0;
+  double communication_seconds = 0;
+  double overlapped_seconds = 0;
 };
 
 /// Where train() keeps its checkpoint: checkpoint_dir / "checkpoint.safetensors".
@@ -142,7 +179,11 @@ struct train_report {
 /// require_checkpoint and there is no checkpoint; as restore_checkpoint for one that does not
 /// fit the model (naming the tensor, both shapes and the file), holds a tensor the model
 /// does not know, or holds NaN or Inf (unless allow_nonfinite); loom::parse_error for
-/// metadata whose epoch or step is not a non-negative integer. While training, throws
+/// metadata whose epoch or step is not a non-negative integer. With a communicator of
+/// several ranks, throws loom::invalid_argument naming the rank for a batch that the rank
+/// count does not divide and when the ranks' options, data or checkpoints disagree, and
+/// loom::distributed_error (naming the rank) when a rank fails or stops answering within
+/// the communicator's timeout. While training, throws
 /// loom::error naming the epoch, the step and the loss when a step's loss or gradients are
 /// not finite (unless skip_nonfinite_steps).
 train_report train(const dataset& train_set, const dataset& test_set, const train_options& options,

@@ -1,6 +1,9 @@
 // CPU kernels of the collective ops (include/loom/graph/ops/collective.hpp): the group's
 // communicator (loom::distributed) moves the bytes; the kernel starts the operation and
 // waits for it, so the node's output is the collective's result when the node finishes.
+// The kernels block (op_kernel::blocks): the executor runs them on threads of their own, so
+// the device's threads compute while the ranks exchange (Note [blocking nodes] in
+// src/runtime/executor.cpp).
 #include <fmt/format.h>
 
 #include <cstring>
@@ -17,6 +20,7 @@ class collective_kernel : public op_kernel {
  public:
   explicit collective_kernel(const kernel_construction& c)
       : op_kernel(c), group_(c.attr<std::string>("group")) {}
+  [[nodiscard]] bool blocks() const noexcept override { return true; }
 
  protected:
   // The group's communicator; the node fails naming the group when there is none.
