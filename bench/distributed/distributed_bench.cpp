@@ -12,6 +12,8 @@
 #include "bench_stats.hpp"
 #include "loom/distributed/communicator.hpp"
 #include "loom/memory/tensor_allocation.hpp"
+#include "loom/train/dataset.hpp"
+#include "loom/train/trainer.hpp"
 
 namespace loom::bench {
 namespace {
@@ -32,6 +34,60 @@ double round_seconds(int calls, F&& one) {
   double s = seconds_since(t0);
   MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return s;
+}
+
+// One round of data-parallel training on `comm` (nullptr: this process alone): two epochs
+// of `steps` steps, the second timed (the first builds the plan and warms the pools).
+training_row train_round(const distributed_bench_options& o, const train::dataset& data,
+                         std::shared_ptr<distributed::communicator> comm, bool overlap) {
+  train::train_options t;
+  t.epochs = 2;
+  t.max_steps_per_epoch = o.train_steps;
+  t.threads = 1;
+  t.evaluate = false;
+  t.overlap = overlap;
+  t.bucket_bytes = o.bucket_bytes;
+  const int ranks = comm ? comm->size() : 1;
+  t.batch = o.rank_batch * ranks;
+  t.communicator = std::move(comm);
+  const train::train_report r = train::train(data, train::dataset{}, t);
+  training_row row;
+  row.ranks = ranks;
+  const auto& e = r.epochs.back();
+  const auto steps = static_cast<double>(r.steps) / 2;
+  row.step_ms = 1e3 * e.seconds / steps;
+  row.samples_per_second = e.samples_per_second;
+  row.communication_ms = 1e3 * r.communication_seconds / static_cast<double>(r.steps);
+  row.overlapped_ms = 1e3 * r.overlapped_seconds / static_cast<double>(r.steps);
+  row.buckets = r.buckets;
+  return row;
+}
+
+// The median round of each configuration (by step time), rounds alternating between them.
+std::vector<training_row> training_rows(const distributed_bench_options& o) {
+  const auto world = distributed::world();
+  const int ranks = world->size();
+  const train::dataset data = train::make_digits(o.rank_batch * ranks * o.train_steps, 1);
+  std::vector<std::vector<training_row>> rounds(3);
+  for (int k = 0; k < o.train_rounds; ++k) {
+    rounds[0].push_back(train_round(o, data, world, true));
+    rounds[1].push_back(train_round(o, data, world, false));
+    // One rank alone, the others waiting (and yielding their cores, OMPI_MCA_mpi_yield_when_idle).
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world->rank() == 0) rounds[2].push_back(train_round(o, data, nullptr, true));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  std::vector<training_row> out;
+  const char* names[] = {"overlap", "no overlap", "one rank alone"};
+  for (std::size_t c = 0; c < rounds.size(); ++c) {
+    auto& v = rounds[c];
+    if (v.empty()) continue;
+    std::ranges::sort(v, {}, &training_row::step_ms);
+    training_row row = v[v.size() / 2];
+    row.what = c < 2 ? fmt::format("{} ranks, {}", ranks, names[c]) : names[c];
+    out.push_back(row);
+  }
+  return out;
 }
 
 }  // namespace
@@ -79,6 +135,11 @@ distributed_bench_result run_distributed_bench(const distributed_bench_options& 
     row.ratio = row.mpi_us / row.loom_us;
     r.rows.push_back(row);
   }
+  if (o.train_steps > 0) {
+    r.rank_batch = o.rank_batch;
+    r.bucket_bytes = o.bucket_bytes;
+    r.training = training_rows(o);
+  }
   return r;
 }
 
@@ -94,6 +155,39 @@ std::string to_text(const distributed_bench_result& r) {
   out += r.ranks > 1 ? "GB/s: bus bandwidth, bytes x 2(N-1)/N per second (the slowest rank's time); "
                        "loom/MPI: MPI's median time over loom's\n"
                      : "one rank: bytes per second of a copy-free in-place all_reduce (run under mpirun -np N)\n";
+  if (r.training.empty()) return out;
+  out += fmt::format(
+      "\ndata-parallel training, mlp 784-512-512-10 (Adam), {} examples a rank a step, 1 thread "
+      "a rank, {} gradient buckets of at most {:.2f} MiB\n",
+      r.rank_batch, r.training.front().buckets, static_cast<double>(r.bucket_bytes) / (1 << 20));
+  out += fmt::format("{:<24} {:>9} {:>12} {:>11} {:>11}\n", "", "ms/step", "samples/s", "comm ms",
+                     "hidden ms");
+  for (const auto& t : r.training) {
+    out += fmt::format("{:<24} {:>9.3f} {:>12.0f} {:>11.3f} {:>11.3f}\n", t.what, t.step_ms,
+                       t.samples_per_second, t.communication_ms, t.overlapped_ms);
+  }
+  const auto find = [&](std::string_view what) -> const training_row* {
+    for (const auto& t : r.training) {
+      if (t.what.ends_with(what)) return &t;
+    }
+    return nullptr;
+  };
+  const training_row* ov = find(", overlap");
+  const training_row* no = find("no overlap");
+  const training_row* one = find("alone");
+  if (ov != nullptr && no != nullptr && r.ranks > 1) {
+    out += fmt::format(
+        "overlap: a step {:.1f}% shorter than without ({:.3f} vs {:.3f} ms); {:.0f}% of the "
+        "communication ran beside compute\n",
+        100 * (no->step_ms - ov->step_ms) / no->step_ms, ov->step_ms, no->step_ms,
+        ov->communication_ms > 0 ? 100 * ov->overlapped_ms / ov->communication_ms : 0.0);
+  }
+  if (ov != nullptr && one != nullptr && r.ranks > 1) {
+    out += fmt::format("scaling: {} ranks train {:.2f}x the samples/s of one rank alone ({:.0f}% "
+                       "of linear)\n",
+                       r.ranks, ov->samples_per_second / one->samples_per_second,
+                       100 * ov->samples_per_second / (one->samples_per_second * r.ranks));
+  }
   return out;
 }
 
@@ -107,6 +201,15 @@ nlohmann::json to_json(const distributed_bench_result& r) {
                          {"loom_busbw_gbs", row.loom_busbw_gbs},
                          {"mpi_busbw_gbs", row.mpi_busbw_gbs},
                          {"loom_over_mpi", row.ratio}});
+  }
+  j["training"] = nlohmann::json::array();
+  for (const auto& t : r.training) {
+    j["training"].push_back({{"what", t.what},
+                             {"ranks", t.ranks},
+                             {"step_ms", t.step_ms},
+                             {"samples_per_second", t.samples_per_second},
+                             {"communication_ms", t.communication_ms},
+                             {"overlapped_ms", t.overlapped_ms}});
   }
   return j;
 }

@@ -4,6 +4,7 @@
 // rank's links carry in a ring). Every rank runs it; rank 0 reports.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,27 @@ struct distributed_bench_options {
   int rounds = 7;
   /// Time per round to aim for; each round runs as many all_reduces as fit, at least 1.
   double round_ms = 50;
+  /// Data-parallel training of the MLP (784-512-512-10, Adam): the step with and without
+  /// overlap, and samples/s on every rank against one rank alone. 0 steps: skipped.
+  std::int64_t train_steps = 60;
+  /// Examples a rank trains on per step (the global batch is ranks times this).
+  std::int64_t rank_batch = 64;
+  /// Gradient buckets (1 MiB: the MLP's 2.7 MB of gradients in 3 buckets, so that there is
+  /// something to overlap; DDP's 25 MiB would make one).
+  std::size_t bucket_bytes = std::size_t{1} << 20;
+  /// Rounds of each training configuration (alternating; the median counts).
+  int train_rounds = 3;
+};
+
+/// One data-parallel training configuration's median round.
+struct training_row {
+  std::string what;             // "2 ranks, overlap", "2 ranks, no overlap", "1 rank"
+  int ranks = 1;
+  double step_ms = 0;           // per step, median over the rounds
+  double samples_per_second = 0;
+  double communication_ms = 0;  // per step, from traced steps
+  double overlapped_ms = 0;     // per step: communication that compute ran beside
+  std::size_t buckets = 0;
 };
 
 struct distributed_bench_row {
@@ -35,6 +57,10 @@ struct distributed_bench_result {
   int ranks = 1;
   std::string mpi_version;
   std::vector<distributed_bench_row> rows;
+  /// With train_steps: overlap, no overlap (every rank), one rank alone (rank 0).
+  std::vector<training_row> training;
+  std::int64_t rank_batch = 0;
+  std::size_t bucket_bytes = 0;
 };
 
 /// Runs on every rank (collective: every rank must call it with the same options).
