@@ -239,6 +239,10 @@ std::exception_ptr wrap_error(const exec_node& e) {
     return std::current_exception();
   } catch (const cancelled_error&) {
     return std::current_exception();
+  } catch (const distributed_error& d) {
+    // Still a distributed_error, so that callers can tell a failed exchange from a failed
+    // computation; the message names the node too.
+    return std::make_exception_ptr(distributed_error(describe_failure(*e.n, e.dev, d.what()), d.rank()));
   } catch (const out_of_memory& oom) {
     return std::make_exception_ptr(out_of_memory(describe_failure(*e.n, e.dev, oom.what()),
                                                  oom.requested_bytes(), oom.refused_by(),

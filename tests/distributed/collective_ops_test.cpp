@@ -137,6 +137,31 @@ TEST(CollectiveOps, SubGroupsByNameAndErrorsNameTheNode) {
   EXPECT_EQ(again[0].data<std::int64_t>()[0], want);
 }
 
+TEST(CollectiveOps, RanksThatDisagreeFailWithADistributedErrorNamingTheNode) {
+  // Rank r all-reduces r + 1 elements: every rank fails, with the node and its rank named,
+  // and the session and the communicator go on.
+  if (size() < 2) GTEST_SKIP() << "needs two ranks (mpirun -np 2)";
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {shape::unknown});
+  ops::all_reduce(x, "sum", "world", {.name = "uneven"});
+  session s(std::move(g));
+  try {
+    (void)s.run({{"x", host_tensor(shape{rank() + 1}, std::vector<float>(rank() + 1, 1.0F))}},
+                {"uneven"});
+    FAIL() << "ranks of other shapes were reduced";
+  } catch (const distributed_error& e) {
+    EXPECT_EQ(e.rank(), rank());
+    EXPECT_NE(std::string(e.what()).find("node 'uneven' (all_reduce)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(fmt::format("rank {} of {}", rank(), size())),
+              std::string::npos)
+        << e.what();
+  }
+  const auto out = s.run({{"x", host_tensor(shape{2}, std::vector<float>{1.0F, 2.0F})}}, {"uneven"});
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{1.0F * size(), 2.0F * size()}));
+}
+
 // Rank r weighs its y by r + 1, so d(its loss)/d(my x) summed over the ranks' losses is
 // 1 + 2 + ... + n for every element: what the collectives' gradients must give.
 TEST(CollectiveOps, GradientsAreCollectivesOfTheGradients) {

@@ -98,6 +98,19 @@ class node_error : public error {
   std::string op_;
 };
 
+/// A collective or point-to-point operation between processes failed or timed out
+/// (loom::distributed, include/loom/distributed/communicator.hpp). Carries the rank that
+/// reports it; the message names the operation, the tensors, the rank and the reason (and,
+/// from a graph's collective node, the node).
+class distributed_error : public error {
+ public:
+  distributed_error(const std::string& what, int rank) : error(what), rank_(rank) {}
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+
+ private:
+  int rank_;
+};
+
 /// A run was cancelled (session::cancel, from another thread).
 class cancelled_error : public error {
  public:

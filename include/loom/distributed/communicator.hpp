@@ -26,22 +26,6 @@
 #include "loom/core/reduce_op.hpp"
 #include "loom/core/tensor.hpp"
 
-namespace loom {
-
-/// A collective or point-to-point operation between processes failed or timed out
-/// (loom::distributed). Carries the rank that reports it; the message names the operation,
-/// the tensors, the rank and the reason.
-class distributed_error : public error {
- public:
-  distributed_error(const std::string& what, int rank) : error(what), rank_(rank) {}
-  [[nodiscard]] int rank() const noexcept { return rank_; }
-
- private:
-  int rank_;
-};
-
-}  // namespace loom
-
 namespace loom::distributed {
 
 /// How all_reduce and reduce_scatter combine the ranks' values (loom/core/reduce_op.hpp):

@@ -32,12 +32,14 @@ class collective_kernel : public op_kernel {
     }
   }
 
-  // Starts the operation through `start` and waits for it, failing the node with the
-  // communicator's message (which names the rank).
+  // Starts the operation through `start` and waits for it. A loom::distributed_error (which
+  // names the rank) goes out as it is: the executor adds the node to its message.
   template <class F>
   static void run(kernel_context& ctx, F&& start) {
     try {
       start()->wait();
+    } catch (const distributed_error&) {
+      throw;
     } catch (const error& e) {
       ctx.fail("{}", e.what());
     }
