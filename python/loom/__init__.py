@@ -32,7 +32,9 @@ from ._loom import (  # noqa: F401
     memory,
     op_def,
     op_names,
+    train,
 )
+from ._loom import distributed  # noqa: F401  (the world and communicators: mpirun)
 from . import ops  # noqa: F401
 from . import cuda  # noqa: F401  (imports PyTorch, CuPy or Numba only when asked to)
 from . import onnx  # noqa: F401  (ONNX import; NumPy only)

@@ -25,6 +25,8 @@ void bind_memory(py::module_& m);   // loom.memory: statistics, loans, NumPy's a
 void bind_arrow(py::module_& m);    // Table, Arrow PyCapsules, AoS <-> SoA
 void bind_cuda(py::module_& m);     // loom._loom._cuda: CUDA interop for python/loom/cuda.py
 void bind_onnx(py::module_& m);     // loom._loom._onnx: ONNX import for python/loom/onnx
+/// loom.train, and loom.distributed (`dist`): the world, Communicator, DistributedError.
+void bind_train(py::module_& m, py::module_& dist);
 
 /// Raises the Python exception `type` with `message` (throws py::error_already_set).
 [[noreturn]] void throw_python(PyObject* type, const std::string& message);

@@ -101,6 +101,8 @@ void init_module(py::module_& m) {
   bind_cuda(cuda);
   auto onnx = m.def_submodule("_onnx", "ONNX import for loom.onnx (python/loom/onnx)");
   bind_onnx(onnx);
+  auto dist = m.def_submodule("distributed", "Processes that train together: the world, communicators");
+  bind_train(m, dist);
 }
 
 }  // namespace
