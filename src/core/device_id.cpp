@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "loom/core/error.hpp"
@@ -203,6 +204,51 @@ std::string device_spec::to_string() const {
 
 device_spec parse_device_spec(std::string_view text) {
   return parse(text, /*partial=*/true);
+}
+
+task_request parse_task_request(std::string_view text) {
+  task_request r;
+  std::string_view s = text;
+  const auto bad = [&](std::string_view why) {
+    throw invalid_argument(fmt::format("device request \"{}\": {}", quotable(text), why));
+  };
+  // One "/<key>:<value>" field at the front of s, when it is there.
+  const auto field = [&](std::string_view key) -> std::optional<std::string_view> {
+    const std::string prefix = fmt::format("/{}:", key);
+    if (!s.starts_with(prefix)) return std::nullopt;
+    s.remove_prefix(prefix.size());
+    const std::size_t end = std::min(s.find('/'), s.size());
+    const std::string_view value = s.substr(0, end);
+    s.remove_prefix(end);
+    return value;
+  };
+  if (const auto job = field("job")) {
+    if (*job != "worker") {
+      bad(fmt::format("unknown job \"{}\" (loom's processes are one job: "
+                      "/job:worker/task:0, /job:worker/task:1, ...)",
+                      quotable(*job)));
+    }
+  }
+  if (const auto replica = field("replica"); replica && *replica != "0") {
+    bad(fmt::format("replica \"{}\": only replica 0 exists", quotable(*replica)));
+  }
+  if (const auto task = field("task")) {
+    r.task = parse_index(*task);
+    if (!r.task) {
+      bad(fmt::format("the task \"{}\" is not a non-negative integer below 2^31",
+                      quotable(*task)));
+    }
+  }
+  if (s.size() != text.size() && !s.empty()) {
+    // What follows the process part: "/device:CPU:0" or "/cpu:0".
+    if (!s.starts_with(name_prefix)) s.remove_prefix(1);
+  }
+  r.device = parse_device_spec(s);
+  return r;
+}
+
+std::string task_device_name(std::int32_t task, device_id d) {
+  return fmt::format("/job:worker/task:{}{}", task, full_name(d));
 }
 
 }  // namespace loom

@@ -1,12 +1,14 @@
 // What every communicator shares, whatever carries its bytes.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 
 #include "loom/core/input.hpp"
 #include "loom/distributed/communicator.hpp"
+#include "loom/memory/tensor_allocation.hpp"
 
 namespace loom::distributed {
 
@@ -57,6 +59,27 @@ void unregister_group(const std::string& name) {
   group_table& t = groups();
   std::lock_guard lock(t.mutex);
   t.groups.erase(name);
+}
+
+std::vector<std::string> all_gather_strings(communicator& comm, const std::string& text) {
+  const auto n = static_cast<std::int64_t>(comm.size());
+  tensor length = memory::host_tensor<std::int64_t>({1}, std::vector<std::int64_t>{
+                                                             static_cast<std::int64_t>(text.size())});
+  tensor lengths = memory::host_tensor(dtype::i64, {n});
+  comm.all_gather(length, lengths)->wait();
+  const auto l = lengths.span<std::int64_t>();
+  const std::int64_t longest = std::max<std::int64_t>(1, *std::max_element(l.begin(), l.end()));
+  tensor mine = memory::host_tensor(dtype::u8, {longest});
+  std::fill_n(mine.data<std::uint8_t>(), longest, std::uint8_t{0});
+  std::copy(text.begin(), text.end(), mine.data<std::uint8_t>());
+  tensor all = memory::host_tensor(dtype::u8, {n * longest});
+  comm.all_gather(mine, all)->wait();
+  std::vector<std::string> out;
+  for (std::int64_t r = 0; r < n; ++r) {
+    const auto* first = reinterpret_cast<const char*>(all.data<std::uint8_t>() + r * longest);
+    out.emplace_back(first, static_cast<std::size_t>(l[static_cast<std::size_t>(r)]));
+  }
+  return out;
 }
 
 bool launched_with_peers() noexcept {

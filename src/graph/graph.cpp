@@ -127,7 +127,7 @@ const node& graph::add_node(node_spec spec) {
 
   if (!spec.device.empty()) {
     try {
-      (void)parse_device_spec(spec.device);
+      (void)parse_task_request(spec.device);
     } catch (const invalid_argument& e) {
       fail(e.what());
     }

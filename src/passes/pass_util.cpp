@@ -86,7 +86,7 @@ std::optional<std::string> missing_kernel(std::string_view op,
   std::optional<device_type> want;
   if (!request.empty()) {
     try {
-      want = parse_device_spec(request).type;
+      want = parse_task_request(request).device.type;
     } catch (const invalid_argument&) {
       // A malformed request is the placer's to report; any device type will do here.
     }

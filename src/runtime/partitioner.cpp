@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -13,6 +15,73 @@
 #include "loom/kernel/kernel_registry.hpp"
 
 namespace loom::runtime {
+namespace {
+
+// Note [tasks]
+// A session whose options name a cluster (session_options::cluster: a communicator of N
+// processes, TensorFlow's tasks of one job, over MPI instead of gRPC) is made by every
+// process, with the same graph, and every run is called on every process with the same
+// feeds, fetches and targets. A node whose request names a task ("/job:worker/task:1/...")
+// runs on that task alone; a node with none runs on every task, each computing it itself,
+// so a value that every task can compute never crosses. What crosses is a value made by a
+// node pinned to a task and read on another: by a node pinned there, or by one that every
+// task runs (then every other task receives it), or fetched (every task fetches it).
+// The producer's task sends it (_send_task, to each task that reads it) and each reader's
+// task receives it (_recv_task), point to point over the session's own duplicate of the
+// communicator; both ends run on the task's host device and block only their own threads
+// (Note [blocking nodes] in executor.cpp). Every task lists the crossing values alike, from
+// the same graph and the same pins, so the index of a value in that list is its message
+// tag on both ends. A control edge cannot cross tasks (it would need a message of its own):
+// such a graph is refused, naming both nodes.
+struct crossing {
+  std::int32_t from = -1;          // the producer's task
+  std::vector<std::int32_t> to;    // the tasks that read it, ascending
+  std::int32_t tag = 0;
+};
+
+using endpoint_key = std::pair<node_id, std::int32_t>;
+
+std::map<endpoint_key, crossing> crossings(
+    const placed_graph& in,
+    const std::unordered_map<endpoint, std::int32_t, endpoint_hash>& fed) {
+  std::map<endpoint_key, crossing> out;
+  const std::int32_t tasks = in.cluster == nullptr ? 1 : in.cluster->tasks;
+  if (tasks <= 1 || in.task_of == nullptr) return out;
+  const auto task_of = [&](node_id id) { return (*in.task_of)[static_cast<std::size_t>(id)]; };
+  std::map<endpoint_key, std::set<std::int32_t>> readers;
+  const auto read_on = [&](endpoint e, std::int32_t reader_task) {
+    const std::int32_t from = task_of(e.node);
+    if (from < 0 || from == reader_task || fed.contains(e)) return;
+    auto& r = readers[{e.node, e.index}];
+    for (std::int32_t t = 0; t < tasks; ++t) {
+      if (t != from && (reader_task < 0 || t == reader_task)) r.insert(t);
+    }
+  };
+  for (const node& nd : in.g.nodes()) {
+    if (!in.needed[static_cast<std::size_t>(nd.id)]) continue;
+    const std::int32_t here = task_of(nd.id);
+    for (endpoint e : nd.inputs) read_on(e, here);
+    for (node_id c : nd.control_inputs) {
+      const std::int32_t from = task_of(c);
+      if (from >= 0 && from != here) {
+        throw invalid_argument(fmt::format(
+            "node {} waits for node {} (a control edge), which runs on task {} alone, while {} "
+            "runs on {}: control edges cannot cross tasks; pin both to one task, or make the "
+            "edge a data edge",
+            nd.describe(), in.g.at(c).describe(), from, nd.name,
+            here < 0 ? std::string("every task") : fmt::format("task {}", here)));
+      }
+    }
+  }
+  for (endpoint e : in.sig.fetches) read_on(e, -1);  // every task fetches it
+  std::int32_t tag = 0;
+  for (auto& [key, to] : readers) {
+    out[key] = {task_of(key.first), {to.begin(), to.end()}, tag++};
+  }
+  return out;
+}
+
+}  // namespace
 
 void partition(const placed_graph& in, plan& p) {
   const graph& pg = in.g;
@@ -21,6 +90,13 @@ void partition(const placed_graph& in, plan& p) {
   for (std::size_t i = 0; i < in.sig.feeds.size(); ++i) {
     fed.emplace(in.sig.feeds[i], static_cast<std::int32_t>(i));
   }
+  const std::map<endpoint_key, crossing> crossing_values = crossings(in, fed);
+  const std::int32_t me = in.cluster == nullptr ? 0 : in.cluster->task;
+  // Whether node `id` runs in this process (not pinned to another task).
+  const auto runs_here = [&](node_id id) {
+    const std::int32_t t = in.task_of == nullptr ? -1 : (*in.task_of)[static_cast<std::size_t>(id)];
+    return t < 0 || t == me;
+  };
 
   // Plan nodes and slots. Feeds take the first slots.
   std::vector<std::int32_t> exec_of(n, -1);
@@ -28,7 +104,7 @@ void partition(const placed_graph& in, plan& p) {
   std::int32_t slots = feed_count;
   for (std::int32_t i = 0; i < feed_count; ++i) p.feed_slots.push_back(i);
   for (const node& nd : pg.nodes()) {
-    if (!in.needed[static_cast<std::size_t>(nd.id)]) continue;
+    if (!in.needed[static_cast<std::size_t>(nd.id)] || !runs_here(nd.id)) continue;
     exec_of[static_cast<std::size_t>(nd.id)] = static_cast<std::int32_t>(p.nodes.size());
     exec_node e;
     e.n = &nd;
@@ -44,8 +120,11 @@ void partition(const placed_graph& in, plan& p) {
           static_cast<std::int32_t>(i);
     }
   }
+  // Values of other tasks: the slot of the _recv_task that brings each here.
+  std::map<endpoint_key, std::int32_t> received;
   auto slot_of = [&](endpoint e) -> std::int32_t {
     if (auto it = fed.find(e); it != fed.end()) return it->second;
+    if (!runs_here(e.node)) return received.at({e.node, e.index});
     return p.nodes[static_cast<std::size_t>(exec_of[static_cast<std::size_t>(e.node)])]
                .first_output +
            e.index;
@@ -74,6 +153,51 @@ void partition(const placed_graph& in, plan& p) {
     return static_cast<std::int32_t>(p.nodes.size() - 1);
   };
   const std::size_t graph_nodes = p.nodes.size();
+
+  // Between tasks (Note [tasks]): a _recv_task for each value of another task read here, a
+  // _send_task for each value of this task read elsewhere, on the host device.
+  if (!crossing_values.empty()) {
+    const op_def& send_task_def = pg.ops().get("_send_task");
+    const op_def& recv_task_def = pg.ops().get("_recv_task");
+    for (const auto& [key, c] : crossing_values) {
+      const endpoint e{key.first, key.second};
+      const tensor_type& type = pg.type_of(e);
+      const bool reader = std::find(c.to.begin(), c.to.end(), me) != c.to.end();
+      if (!reader && c.from != me) continue;
+      node t;
+      t.id = -1;
+      t.def = reader ? &recv_task_def : &send_task_def;
+      t.name = fmt::format("{}/{}", reader ? "_recv_task" : "_send_task", pg.endpoint_name(e));
+      t.attrs = {{"T", type.type}, {"group", in.cluster->group}, {"tag", std::int64_t{c.tag}}};
+      if (reader) {
+        t.attrs.emplace("from", std::int64_t{c.from});
+        t.outputs = {type};
+      } else {
+        t.attrs.emplace("to", std::vector<std::int64_t>(c.to.begin(), c.to.end()));
+      }
+      p.transfer_nodes.push_back(std::move(t));
+      exec_node x;
+      x.n = &p.transfer_nodes.back();
+      x.dev = in.host;
+      x.first_output = slots;
+      if (reader) {
+        received[key] = slots;
+        producer_of_slot.push_back(static_cast<std::int32_t>(p.nodes.size()));
+        ++slots;
+      } else {
+        const device* src = p.nodes[static_cast<std::size_t>(exec_of[static_cast<std::size_t>(e.node)])].dev;
+        if (!is_host_accessible(src->type())) {
+          throw invalid_argument(fmt::format(
+              "{} is read on another task, but it is made on {}: values cross tasks from host "
+              "memory only (pin the node to the task's CPU)",
+              pg.endpoint_name(e), src->name()));
+        }
+        x.input_slots.push_back(slot_of(e));
+      }
+      p.nodes.push_back(std::move(x));
+    }
+  }
+
   for (std::size_t i = 0; i < graph_nodes; ++i) {
     const node& nd = *p.nodes[i].n;
     device* dst = p.nodes[i].dev;
@@ -122,6 +246,7 @@ void partition(const placed_graph& in, plan& p) {
     }
     if (e.n->id >= 0) {
       for (node_id c : e.n->control_inputs) {
+        // One that runs on every task (crossings() refused the others).
         const std::int32_t producer = exec_of[static_cast<std::size_t>(c)];
         p.nodes[static_cast<std::size_t>(producer)].consumers.push_back(
             static_cast<std::int32_t>(i));

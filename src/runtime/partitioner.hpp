@@ -23,8 +23,12 @@ struct placed_graph {
   /// caller's memory and fills its own slot.
   const passes::signature& sig;
   /// The device fed values are sent from to a consumer the CPU cannot reach (a GPU): the
-  /// session's first CPU device, or null when it has none.
+  /// session's first CPU device, or null when it has none. Transfers between tasks run on it.
   device* host = nullptr;
+  /// The processes of the session and, per node id, the task a request pinned the node to
+  /// (-1: every task runs it); null for a session of one process (place_nodes).
+  const cluster_view* cluster = nullptr;
+  const std::vector<std::int32_t>* task_of = nullptr;
 };
 
 /// Cuts `in` into partitions, one per device, and fills `p`'s nodes (their kernels not yet
@@ -42,6 +46,9 @@ struct placed_graph {
 ///   k the destination device's index; both have attribute T (the dtype), the _send
 ///   recv_device and the _recv send_device (the other device's name). Neither is a node of
 ///   the graph (id -1; they live in p.transfer_nodes) and each has one input slot.
+/// - Tasks (Note [tasks] in partitioner.cpp): nodes pinned to another task are left out; a
+///   value that crosses tasks leaves its task through a _send_task and arrives through a
+///   _recv_task, both on `in.host`, tagged alike on every task.
 /// - Edges: a node waits once per data input made by a plan node and once per control
 ///   input (control edges cross devices directly, through no copy); `consumers` lists each
 ///   wait on its producer. A slot's readers are the inputs that read it plus one per fetch.

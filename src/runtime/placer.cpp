@@ -17,6 +17,7 @@
 
 #include "loom/core/device_id.hpp"
 #include "loom/kernel/kernel_registry.hpp"
+#include "loom/memory/memory_resource.hpp"
 #include "plan.hpp"
 
 namespace loom::runtime {
@@ -52,20 +53,47 @@ std::string names_of(const std::vector<device*>& devices) {
 
 }  // namespace
 
+remote_device::remote_device(std::int32_t task, device_id id, std::string description)
+    : device(device_attributes{task_device_name(task, id), id, 0, 0, std::move(description)}),
+      task_(task) {}
+
+memory::memory_resource& remote_device::allocator() {
+  throw error(fmt::format("{} is another process's device: nothing is allocated on it here",
+                          name()));
+}
+
 std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed,
                                  const std::vector<std::unique_ptr<device>>& devices,
-                                 const session_options& options,
+                                 const session_options& options, const cluster_view& cluster,
+                                 std::vector<std::int32_t>& task_of,
                                  std::vector<placement_decision>& decisions) {
   const auto& registry = kernel_registry::global();
   const std::size_t n = g.num_nodes();
+  task_of.assign(n, -1);
 
-  std::vector<device*> ordered;
-  for (const auto& d : devices) ordered.push_back(d.get());
-  std::stable_sort(ordered.begin(), ordered.end(), [](const device* a, const device* b) {
-    if (type_rank(a->type()) != type_rank(b->type()))
-      return type_rank(a->type()) < type_rank(b->type());
-    return a->id().index < b->id().index;
-  });
+  // The devices of each task in priority order: this process's own, or another's stand-ins.
+  const auto by_priority = [](const std::vector<std::unique_ptr<device>>& list) {
+    std::vector<device*> out;
+    for (const auto& d : list) out.push_back(d.get());
+    std::stable_sort(out.begin(), out.end(), [](const device* a, const device* b) {
+      if (type_rank(a->type()) != type_rank(b->type()))
+        return type_rank(a->type()) < type_rank(b->type());
+      return a->id().index < b->id().index;
+    });
+    return out;
+  };
+  const std::vector<device*> ordered = by_priority(devices);
+  // In a session of several tasks, this task's devices too go by their names across tasks.
+  const auto name_of = [&](const device* d) {
+    return cluster.tasks > 1 && dynamic_cast<const remote_device*>(d) == nullptr
+               ? task_device_name(cluster.task, d->id())
+               : d->name();
+  };
+  const auto devices_of_task = [&](std::int32_t task) {
+    return task == cluster.task || static_cast<std::size_t>(task) >= cluster.remote.size()
+               ? ordered
+               : by_priority(cluster.remote[static_cast<std::size_t>(task)]);
+  };
 
   // Colocation groups, over the whole graph so that a variable lands on the same device
   // in every plan, whichever of its readers and writers the plan holds.
@@ -98,8 +126,9 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
     const node_id root = groups.find(nd.id);
     if (device* d = group_device[static_cast<std::size_t>(root)]; d != nullptr) {
       placed[static_cast<std::size_t>(nd.id)] = d;
+      task_of[static_cast<std::size_t>(nd.id)] = task_of[static_cast<std::size_t>(root)];
       decisions.push_back(
-          {nd.name, nd.op(), d->name(), fmt::format("colocated with {}", g.at(root).describe())});
+          {nd.name, nd.op(), name_of(d), fmt::format("colocated with {}", g.at(root).describe())});
       continue;
     }
     const auto& group = members[static_cast<std::size_t>(root)];
@@ -112,16 +141,17 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
     // Requests of the group.
     std::string request;
     std::string request_from;
+    task_request asked;
     for (node_id m : group) {
       const node& mn = g.at(m);
       if (mn.requested_device.empty()) continue;
-      device_spec spec;
+      task_request spec;
       try {
-        spec = parse_device_spec(mn.requested_device);
+        spec = parse_task_request(mn.requested_device);
       } catch (const invalid_argument& e) {
         throw invalid_argument(fmt::format("node {}: {}", mn.describe(), e.what()));
       }
-      if (!request.empty() && parse_device_spec(request).to_string() != spec.to_string()) {
+      if (!request.empty() && (asked.task != spec.task || asked.device != spec.device)) {
         if (!options.allow_soft_placement) {
           throw invalid_argument(
               fmt::format("cannot place {}: '{}' asks for {} but colocated '{}' asks for {}", who(),
@@ -131,22 +161,36 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
       }
       request = mn.requested_device;
       request_from = mn.name;
+      asked = spec;
     }
 
-    std::vector<device*> candidates = ordered;
+    // The task: another process's devices when the request names one (Note [tasks] in
+    // src/runtime/partitioner.cpp).
+    if (cluster.all_here) asked.task.reset();
+    if (asked.task && *asked.task >= cluster.tasks) {
+      throw invalid_argument(fmt::format(
+          "cannot place {}: '{}' asks for task {}, but the session's processes are {} "
+          "(session_options::cluster{})",
+          who(), request, *asked.task,
+          cluster.tasks == 1 ? std::string("task 0 alone")
+                             : fmt::format("tasks 0 to {}", cluster.tasks - 1),
+          cluster.tasks == 1 ? ": a session of several processes is made under mpirun" : ""));
+    }
+    const std::int32_t task = asked.task.value_or(-1);
+    const std::vector<device*> here = task < 0 ? ordered : devices_of_task(task);
+    std::vector<device*> candidates = here;
     std::string reason;
     if (!request.empty()) {
-      const device_spec spec = parse_device_spec(request);
       std::vector<device*> matching;
-      for (device* d : ordered) {
-        if (spec.matches(d->id())) matching.push_back(d);
+      for (device* d : here) {
+        if (asked.device.matches(d->id())) matching.push_back(d);
       }
       if (matching.empty()) {
         if (!options.allow_soft_placement) {
           throw invalid_argument(fmt::format(
               "cannot place {}: requested device '{}' does not exist (devices: {}); enable "
               "allow_soft_placement to place it elsewhere",
-              who(), request, names_of(ordered)));
+              who(), request, names_of(here)));
         }
         reason = fmt::format("requested '{}', which does not exist; soft placement: ", request);
       } else {
@@ -167,7 +211,7 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
       if (runs_all(d)) able.push_back(d);
     }
     if (able.empty() && !request.empty() && options.allow_soft_placement) {
-      for (device* d : ordered) {
+      for (device* d : here) {
         if (runs_all(d)) able.push_back(d);
       }
       reason = fmt::format("requested '{}', which has no kernel for it; soft placement: ", request);
@@ -185,7 +229,7 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
       // Name why the devices before it were passed over (per node, so a GPU falling back to
       // the CPU says which op had no kernel there).
       std::string passed_over;
-      for (device* d : ordered) {
+      for (device* d : here) {
         if (d == chosen) break;
         if (d->type() == chosen->type()) continue;
         for (node_id m : group) {
@@ -197,13 +241,15 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
         }
         if (!passed_over.empty()) break;
       }
-      reason += able.size() == ordered.size()
+      reason += able.size() == here.size()
                     ? "the highest-priority device"
                     : "the highest-priority device with a kernel" + passed_over;
     }
     placed[static_cast<std::size_t>(nd.id)] = chosen;
     group_device[static_cast<std::size_t>(root)] = chosen;
-    decisions.push_back({nd.name, nd.op(), chosen->name(), reason});
+    task_of[static_cast<std::size_t>(nd.id)] = task;
+    task_of[static_cast<std::size_t>(root)] = task;
+    decisions.push_back({nd.name, nd.op(), name_of(chosen), reason});
   }
   return placed;
 }

@@ -112,11 +112,42 @@ struct plan {
   mutable run_buffer_cache buffers;
 };
 
+/// Another process's device, as this one's placer sees it (session_options::cluster): its
+/// name ("/job:worker/task:1/device:CPU:0"), id and description. It runs nothing: the nodes
+/// placed on it run in its own process.
+class remote_device final : public device {
+ public:
+  remote_device(std::int32_t task, device_id id, std::string description);
+  memory::memory_resource& allocator() override;
+  [[nodiscard]] std::int32_t task() const noexcept { return task_; }
+
+ private:
+  std::int32_t task_;
+};
+
+/// The processes a session places across (session_options::cluster; Note [tasks] in
+/// src/runtime/partitioner.cpp). One process: task 0 of 1, nothing remote.
+struct cluster_view {
+  std::int32_t task = 0;  // this process
+  std::int32_t tasks = 1;
+  /// The communicator's group name for the transfers between tasks (_send_task, _recv_task).
+  std::string group;
+  /// For each task, stand-ins for its devices (empty for this task).
+  std::vector<std::vector<std::unique_ptr<device>>> remote;
+  /// Place every node here, whatever task it asks for: constant folding's plans, which
+  /// every task runs for itself, on the same constants.
+  bool all_here = false;
+};
+
 /// Decides a device for every node in `needed` (ids of g), in topological order.
-/// Returns one device per node id (nullptr for nodes not needed) and records why.
+/// Returns one device per node id (nullptr for nodes not needed) and records why. A node
+/// whose request names another task of `cluster` ("/job:worker/task:1/...") gets one of
+/// that task's remote_devices; `task_of` gets, per node id, the task a request pinned it to,
+/// or -1 for a node that every task runs itself.
 std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed,
                                  const std::vector<std::unique_ptr<device>>& devices,
-                                 const session_options& options,
+                                 const session_options& options, const cluster_view& cluster,
+                                 std::vector<std::int32_t>& task_of,
                                  std::vector<placement_decision>& decisions);
 
 }  // namespace loom::runtime

@@ -11,6 +11,8 @@
 #include <unordered_map>
 
 #include "executor.hpp"
+#include "loom/core/input.hpp"
+#include "loom/distributed/communicator.hpp"
 #include "loom/memory/device_resources.hpp"
 #include "loom/passes/pass_manager.hpp"
 #include "partitioner.hpp"
@@ -28,6 +30,8 @@ struct session::impl {
   passes::pass_manager pipeline;
   std::vector<std::unique_ptr<device>> devices;
   variable_store variables;
+  /// The processes of session_options::cluster (one: task 0 of 1).
+  runtime::cluster_view cluster;
 
   mutable std::shared_mutex plans_mutex;
   std::unordered_map<std::string, std::shared_ptr<const plan>> plans;
@@ -47,6 +51,7 @@ struct session::impl {
   /// The plan of `sig` over `source`: passes, placement, partitions, kernels.
   std::shared_ptr<plan> plan_graph(const graph& source, const passes::signature& sig,
                                    const passes::pass_manager& pass_pipeline,
+                                   const runtime::cluster_view& tasks,
                                    const passes::evaluate_fn& evaluate = {}) const;
 };
 
@@ -68,9 +73,46 @@ session::session(graph g, session_options options)
   impl_->devices = factories.create_devices(impl_->options.devices);
   if (impl_->devices.empty())
     throw invalid_argument("session: the device factories made no devices");
+  if (impl_->options.cluster != nullptr && impl_->options.cluster->size() > 1) join_cluster();
+}
+
+// Note [tasks] in src/runtime/partitioner.cpp: the tasks' device tables, exchanged, and a
+// duplicate of the communicator for the transfers, so that their tags meet nobody else's.
+void session::join_cluster() {
+  auto& c = impl_->cluster;
+  const auto& comm = impl_->options.cluster;
+  c.task = comm->rank();
+  c.tasks = comm->size();
+  std::string table;
+  for (const auto& d : impl_->devices) {
+    table += fmt::format("{} {} {}\n", static_cast<int>(d->type()), d->id().index,
+                         d->attributes().description);
+  }
+  const std::vector<std::string> tables = distributed::all_gather_strings(*comm, table);
+  c.remote.resize(static_cast<std::size_t>(c.tasks));
+  for (std::int32_t t = 0; t < c.tasks; ++t) {
+    if (t == c.task) continue;
+    std::string_view rest = tables[static_cast<std::size_t>(t)];
+    while (!rest.empty()) {
+      const std::string_view line = rest.substr(0, rest.find('\n'));
+      rest.remove_prefix(std::min(rest.size(), line.size() + 1));
+      const std::size_t a = line.find(' ');
+      const std::size_t b = line.find(' ', a + 1);
+      const std::string what = fmt::format("task {}'s device table", t);
+      const auto type = parse_number<std::int32_t>(line.substr(0, a), what);
+      const auto index = parse_number<std::int32_t>(line.substr(a + 1, b - a - 1), what);
+      if (!is_valid_device_type(type)) throw parse_error(fmt::format("{}: device type {}", what, type), 0);
+      c.remote[static_cast<std::size_t>(t)].push_back(std::make_unique<runtime::remote_device>(
+          t, device_id{static_cast<device_type>(type), index},
+          std::string(b == std::string_view::npos ? std::string_view() : line.substr(b + 1))));
+    }
+  }
+  c.group = fmt::format("session@{}", static_cast<const void*>(impl_.get()));
+  distributed::register_group(c.group, comm->split(0, c.task));
 }
 
 session::~session() {
+  if (!impl_->cluster.group.empty()) distributed::unregister_group(impl_->cluster.group);
   // Variables first: their buffers go back to the devices' pools before the pools go.
   impl_->variables.clear();
   {
@@ -148,17 +190,24 @@ std::shared_ptr<const plan> session::impl::build_plan(const std::vector<std::str
       o.enabled = false;
       return o;
     }());
-    const auto constant_plan = plan_graph(sub, {{}, outs, {}}, none);
+    // Each task folds the same constants itself: its own devices only.
+    static const runtime::cluster_view alone = [] {
+      runtime::cluster_view v;
+      v.all_here = true;
+      return v;
+    }();
+    const auto constant_plan = plan_graph(sub, {{}, outs, {}}, none, alone);
     std::atomic<bool> never{false};
     return runtime::execute_plan(*constant_plan, {}, variables, {&never, nullptr}, nullptr);
   };
-  auto p = plan_graph(g, sig, pipeline, evaluate);
+  auto p = plan_graph(g, sig, pipeline, cluster, evaluate);
   p->feed_endpoints = sig.feeds;  // check_feed reads the session's graph
   return p;
 }
 
 std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passes::signature& sig,
                                                 const passes::pass_manager& pass_pipeline,
+                                                const runtime::cluster_view& tasks,
                                                 const passes::evaluate_fn& evaluate) const {
   auto p = std::make_shared<plan>();
   auto rewritten = pass_pipeline.run(source, sig, evaluate);
@@ -170,7 +219,9 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
   const std::vector<bool> needed = passes::needed_nodes(pg, rsig);
 
   // Place.
-  const auto placed = runtime::place_nodes(pg, needed, devices, options, p->placement);
+  std::vector<std::int32_t> task_of;
+  const auto placed =
+      runtime::place_nodes(pg, needed, devices, options, tasks, task_of, p->placement);
   if (options.log_device_placement) {
     for (const auto& d : p->placement) {
       fmt::print(stderr, "loom placement: {} ({}) -> {}: {}\n", d.node, d.op, d.device, d.reason);
@@ -186,8 +237,14 @@ std::shared_ptr<plan> session::impl::plan_graph(const graph& source, const passe
       break;
     }
   }
-  runtime::partition(
-      {.g = pg, .needed = needed, .placement = placed, .sig = rsig, .host = host_device}, *p);
+  runtime::partition({.g = pg,
+                      .needed = needed,
+                      .placement = placed,
+                      .sig = rsig,
+                      .host = host_device,
+                      .cluster = &tasks,
+                      .task_of = &task_of},
+                     *p);
 
   // Kernels, once per plan node.
   runtime::instantiate_kernels(*p, pg);
@@ -303,6 +360,19 @@ const graph& session::get_graph() const noexcept {
 }
 const std::vector<std::unique_ptr<device>>& session::devices() const noexcept {
   return impl_->devices;
+}
+
+std::vector<std::string> session::cluster_devices() const {
+  std::vector<std::string> out;
+  const auto& c = impl_->cluster;
+  for (std::int32_t t = 0; t < c.tasks; ++t) {
+    if (t == c.task) {
+      for (const auto& d : impl_->devices) out.push_back(task_device_name(t, d->id()));
+    } else {
+      for (const auto& d : c.remote[static_cast<std::size_t>(t)]) out.push_back(d->name());
+    }
+  }
+  return out;
 }
 
 device& session::find_device(std::string_view name) const {

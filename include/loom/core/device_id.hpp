@@ -100,4 +100,23 @@ struct device_spec {
 /// `text` and saying what was expected, for anything else.
 device_spec parse_device_spec(std::string_view text);
 
+/// A placement request's process and device (Note [device names]; docs/distributed.md,
+/// "Devices in other processes"): "/job:worker/task:1/device:CPU:0" (TensorFlow's form;
+/// "/replica:0" may stand before the task) is task 1's "/device:CPU:0";
+/// "/job:worker/task:1/cpu:0" and "/task:1/cpu:0" the same; "/job:worker/task:1" any device
+/// of task 1. A request without a task ("/device:CPU:0") has none.
+struct task_request {
+  std::optional<std::int32_t> task;
+  device_spec device;
+};
+
+/// Reads a placement request with its task (parse_device_spec for the device part). Throws
+/// loom::invalid_argument, quoting `text`, for a job other than "worker" (loom's processes
+/// are one job), a replica other than 0, a task that is not a non-negative integer below
+/// 2^31, and a device part parse_device_spec refuses.
+task_request parse_task_request(std::string_view text);
+
+/// "/job:worker/task:<task>" + full_name(d): a device's name across processes.
+std::string task_device_name(std::int32_t task, device_id d);
+
 }  // namespace loom

@@ -117,4 +117,9 @@ void register_group(const std::string& name, std::shared_ptr<communicator> comm)
 /// Forgets the group `name` (nothing when there is none; "world" stays).
 void unregister_group(const std::string& name);
 
+/// Every rank's `text`, in rank order (collective: two all-gathers, of the lengths and of
+/// the bytes).
+[[nodiscard]] std::vector<std::string> all_gather_strings(communicator& comm,
+                                                          const std::string& text);
+
 }  // namespace loom::distributed

@@ -27,6 +27,9 @@
 #include "loom/runtime/run_metadata.hpp"
 
 namespace loom {
+namespace distributed {
+class communicator;
+}
 
 struct session_options {
   /// What the device factories create (virtual CPU devices, threads, memory limits).
@@ -41,6 +44,14 @@ struct session_options {
   /// The graph passes run on each plan before placement: all of them unless switched off
   /// (docs/passes.md). Checked when the session is made.
   passes::pass_options passes;
+  /// The processes whose devices the session places on (docs/distributed.md, "Devices in
+  /// other processes"): rank r of this communicator is /job:worker/task:r. Every rank makes
+  /// the session, with the same graph, and calls every run with the same feeds, fetches and
+  /// targets. A node that asks for "/job:worker/task:1/..." runs on task 1 alone; one that
+  /// names no task runs on every task (each computes it itself); values cross tasks point
+  /// to point (Note [tasks] in src/runtime/partitioner.cpp). nullptr, or one rank: this
+  /// process alone (task 0).
+  std::shared_ptr<distributed::communicator> cluster;
 };
 
 /// A feed: a tensor for a node output ("x" or "x:1").
@@ -102,6 +113,9 @@ class session {
 
   [[nodiscard]] const graph& get_graph() const noexcept;
   [[nodiscard]] const std::vector<std::unique_ptr<device>>& devices() const noexcept;
+  /// Every task's devices by name, "/job:worker/task:0/device:CPU:0" and so on, in task
+  /// order (this process's alone, as task 0, without a cluster).
+  [[nodiscard]] std::vector<std::string> cluster_devices() const;
   /// The device of this name ("/device:CPU:1", "cpu:1"); throws loom::not_found.
   [[nodiscard]] device& find_device(std::string_view name) const;
   /// `t` in host memory: `t` itself when its memory is host-accessible (or it is undefined),
@@ -114,6 +128,8 @@ class session {
   [[nodiscard]] std::size_t plan_count() const;
 
  private:
+  void join_cluster();
+
   struct impl;
   std::unique_ptr<impl> impl_;
 };

@@ -7,9 +7,12 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "cpu_kernels.hpp"
 #include "loom/distributed/communicator.hpp"
+#include "loom/memory/tensor_allocation.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -37,7 +40,11 @@ class collective_kernel : public op_kernel {
   template <class F>
   static void run(kernel_context& ctx, F&& start) {
     try {
-      start()->wait();
+      if constexpr (std::is_void_v<std::invoke_result_t<F>>) {
+        start();  // starts and waits itself
+      } else {
+        start()->wait();
+      }
     } catch (const distributed_error&) {
       throw;
     } catch (const error& e) {
@@ -138,6 +145,70 @@ class reduce_scatter_kernel final : public blocks_kernel {
   reduce_op op_;
 };
 
+// Between the tasks of a session (Note [tasks] in src/runtime/partitioner.cpp): a header
+// (dtype, rank, dimensions) and then the bytes, point to point, on tags 2 tag and 2 tag + 1.
+constexpr std::int64_t max_header_rank = 32;
+constexpr std::int64_t header_size = 2 + max_header_rank;
+
+class send_task_kernel final : public collective_kernel {
+ public:
+  explicit send_task_kernel(const kernel_construction& c)
+      : collective_kernel(c), to_(c.attr<std::vector<std::int64_t>>("to")),
+        tag_(static_cast<int>(c.attr<std::int64_t>("tag"))) {}
+  void compute(kernel_context& ctx) override {
+    const auto c = comm(ctx);
+    const tensor x = ctx.input_contiguous(0);
+    if (std::cmp_greater(x.rank(), max_header_rank)) {
+      ctx.fail("{} has more than {} dimensions: it cannot cross tasks", x.describe(), max_header_rank);
+    }
+    tensor header = memory::host_tensor(dtype::i64, {header_size});
+    auto h = header.span<std::int64_t>();
+    std::fill(h.begin(), h.end(), 0);
+    h[0] = static_cast<std::int64_t>(x.type());
+    h[1] = static_cast<std::int64_t>(x.rank());
+    for (std::size_t i = 0; i < x.rank(); ++i) h[2 + i] = x.dim(i);
+    std::vector<std::unique_ptr<distributed::work>> sent;
+    run(ctx, [&] {
+      for (const std::int64_t t : to_) {
+        sent.push_back(c->send(header, static_cast<int>(t), 2 * tag_));
+        if (x.num_elements() > 0) sent.push_back(c->send(x, static_cast<int>(t), 2 * tag_ + 1));
+      }
+      for (auto& w : sent) w->wait();
+    });
+  }
+
+ private:
+  std::vector<std::int64_t> to_;
+  int tag_;
+};
+
+class recv_task_kernel final : public collective_kernel {
+ public:
+  explicit recv_task_kernel(const kernel_construction& c)
+      : collective_kernel(c), from_(static_cast<int>(c.attr<std::int64_t>("from"))),
+        tag_(static_cast<int>(c.attr<std::int64_t>("tag"))), type_(c.attr<dtype>("T")) {}
+  void compute(kernel_context& ctx) override {
+    const auto c = comm(ctx);
+    tensor header = memory::host_tensor(dtype::i64, {header_size});
+    run(ctx, [&] { c->recv(header, from_, 2 * tag_)->wait(); });
+    const auto h = header.span<std::int64_t>();
+    if (h[0] != static_cast<std::int64_t>(type_) || h[1] < 0 || h[1] > max_header_rank) {
+      ctx.fail("task {} sent a value that is not {} (a header of dtype code {}, rank {}): the "
+               "tasks do not run the same graph",
+               from_, to_string(type_), h[0], h[1]);
+    }
+    shape s;
+    for (std::int64_t i = 0; i < h[1]; ++i) s.push_back(h[static_cast<std::size_t>(2 + i)]);
+    tensor& y = ctx.allocate_output(0, s);
+    if (y.num_elements() > 0) run(ctx, [&] { c->recv(y, from_, 2 * tag_ + 1)->wait(); });
+  }
+
+ private:
+  int from_;
+  int tag_;
+  dtype type_;
+};
+
 }  // namespace
 
 void register_collective_kernels(kernel_registry& r) {
@@ -146,6 +217,8 @@ void register_collective_kernels(kernel_registry& r) {
   r.add(make_kernel_def<broadcast_kernel>("broadcast", device_type::cpu, any, "mpi"));
   r.add(make_kernel_def<all_gather_kernel>("all_gather", device_type::cpu, any, "mpi"));
   r.add(make_kernel_def<reduce_scatter_kernel>("reduce_scatter", device_type::cpu, any, "mpi"));
+  r.add(make_kernel_def<send_task_kernel>("_send_task", device_type::cpu, any, "mpi"));
+  r.add(make_kernel_def<recv_task_kernel>("_recv_task", device_type::cpu, any, "mpi"));
 }
 
 }  // namespace loom::cpu

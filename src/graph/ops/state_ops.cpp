@@ -182,6 +182,28 @@ void register_transfer_ops(op_registry& r) {
     d.infer = [](inference_context& c) { c.set_output(0, c.input(0)); };
     r.add(std::move(d));
   }
+  // Between the processes of a session (Note [tasks] in src/runtime/partitioner.cpp):
+  // point-to-point messages over the communicator registered as `group`, matched by `tag`.
+  {
+    op_def d;
+    d.name = "_send_task";
+    d.summary = "sends a value to the tasks that read it (inserted by the partitioner)";
+    d.inputs = {typed("input")};
+    d.attrs = {type_attr("T"), attr("group", attr_type::string), attr("to", attr_type::ints),
+               attr("tag", attr_type::integer)};
+    d.is_stateful = true;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "_recv_task";
+    d.summary = "receives a value from the task that made it (inserted by the partitioner)";
+    d.outputs = {typed("output")};
+    d.attrs = {type_attr("T"), attr("group", attr_type::string), attr("from", attr_type::integer),
+               attr("tag", attr_type::integer)};
+    d.is_stateful = true;
+    r.add(std::move(d));
+  }
 }
 
 namespace ops {
