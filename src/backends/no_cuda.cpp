@@ -7,6 +7,7 @@
 #include "loom/core/error.hpp"
 #include "loom/cuda/info.hpp"
 #include "loom/cuda/interop.hpp"
+#include "loom/distributed/nccl.hpp"
 
 namespace loom {
 namespace cuda {
@@ -76,3 +77,19 @@ void cuda_serve_c_api(int) {
 
 }  // namespace interop
 }  // namespace loom
+
+namespace loom::distributed {
+
+std::string nccl_availability() {
+  return "loom was built without CUDA, so without NCCL";
+}
+
+std::shared_ptr<communicator> make_nccl_communicator(const std::shared_ptr<communicator>& bootstrap,
+                                                     int cuda_ordinal) {
+  const int rank = bootstrap ? bootstrap->rank() : 0;
+  throw distributed_error(fmt::format("rank {}: an NCCL communicator on cuda:{}: {}", rank,
+                                      cuda_ordinal, nccl_availability()),
+                          rank);
+}
+
+}  // namespace loom::distributed

@@ -54,6 +54,7 @@
 
 #include "loom/core/half.hpp"
 #include "loom/distributed/communicator.hpp"
+#include "operation_checks.hpp"
 
 namespace loom::distributed {
 
@@ -482,9 +483,14 @@ class mpi_communicator final : public communicator,
     }
   }
 
+  // The checks every communicator makes (operation_checks.hpp), raised as this one's errors.
+  void require(std::string_view what, const std::string& why) const {
+    if (!why.empty()) fail(what, why);
+  }
+
   void dense(std::string_view what, const tensor& t, std::string_view role) const {
     usable(what);
-    if (!t.is_contiguous()) fail(what, fmt::format("the {} {} is not dense", role, t.describe()));
+    require(what, checks::not_dense(t, role));
   }
 
   void typed(std::string_view what, const tensor& t) const {
@@ -495,32 +501,17 @@ class mpi_communicator final : public communicator,
 
   void same_layout(std::string_view what, const tensor& in, const tensor& out) const {
     typed(what, in);
-    if (in.type() != out.type() || in.shape() != out.shape()) {
-      fail(what, fmt::format("the output {} is not of the input's dtype and shape {}",
-                             out.describe(), in.describe()));
-    }
+    require(what, checks::not_same_layout(in, out));
   }
 
-  // whole = size() blocks of `part` along dimension 0.
   void blocks(std::string_view what, const tensor& whole, const tensor& part,
               std::string_view whole_role, std::string_view part_role) const {
     typed(what, part);
-    const bool ok = whole.type() == part.type() && whole.rank() == part.rank() && part.rank() >= 1 &&
-                    whole.shape()[0] == part.shape()[0] * size_ && [&] {
-                      for (std::size_t d = 1; d < part.rank(); ++d) {
-                        if (whole.shape()[d] != part.shape()[d]) return false;
-                      }
-                      return true;
-                    }();
-    if (!ok) {
-      fail(what, fmt::format("the {} must be {} blocks of the {} along dimension 0, of its dtype "
-                             "(rank 1 or more)",
-                             whole_role, size_, part_role));
-    }
+    require(what, checks::not_blocks(whole, part, size_, whole_role, part_role));
   }
 
   void peer(std::string_view what, int r, std::string_view role) const {
-    if (r < 0 || r >= size_) fail(what, fmt::format("{} {} is not a rank of {}", role, r, size_));
+    require(what, checks::not_peer(r, size_, role));
   }
 
   static void tagged(std::string_view what, int tag) {

@@ -347,7 +347,9 @@ TEST_F(Partitioner, ColocatedNodesShareTheDeviceThePlacerChose) {
   const auto sig = signature_of(g, {"x"}, {"read_v"}, {"update"});
   const std::vector<bool> needed = passes::needed_nodes(g, sig);
   std::vector<placement_decision> decisions;
-  const auto placed = runtime::place_nodes(g, needed, devices, session_options{}, decisions);
+  std::vector<std::int32_t> task_of;
+  const auto placed = runtime::place_nodes(g, needed, devices, session_options{},
+                                           runtime::cluster_view{}, task_of, decisions);
   // The update's request moves its variable with it.
   EXPECT_EQ(placed[static_cast<std::size_t>(g.find("v")->id)], devices[1].get());
   EXPECT_EQ(placed[static_cast<std::size_t>(g.find("update")->id)], devices[1].get());

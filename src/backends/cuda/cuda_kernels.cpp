@@ -14,6 +14,7 @@ void register_cuda_kernels(kernel_registry& registry) {
   cuda::register_reduction_kernels(registry);
   cuda::register_normalization_kernels(registry);
   cuda::register_nn_kernels(registry);
+  cuda::register_nccl_kernels(registry);
 }
 
 }  // namespace loom

@@ -17,6 +17,8 @@ void register_nn_kernels(kernel_registry& registry);           // nn_kernels.cpp
 void register_nn_matmul_kernels(kernel_registry& registry);    // nn_matmul.cpp (matmul, fused_matmul)
 void register_optimizer_kernels(kernel_registry& registry);    // optimizer_kernels.cpp
 void register_fused_kernels(kernel_registry& registry);        // fused_elementwise.cpp
+// all_reduce, broadcast, all_gather, reduce_scatter (nccl_communicator.cpp)
+void register_nccl_kernels(kernel_registry& registry);
 
 }  // namespace loom::cuda
 

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nccl.h>
 #include <nvrtc.h>
 
 #include <cstdlib>
@@ -40,6 +41,8 @@ struct library {
 library cublas_lib{LOOM_CUBLAS_SONAME, "CUDA's cuBLAS (libcublas)", {}, nullptr, {}};
 library cublaslt_lib{LOOM_CUBLASLT_SONAME, "CUDA's cuBLASLt (libcublasLt)", {}, nullptr, {}};
 library nvrtc_lib{LOOM_NVRTC_SONAME, "CUDA's NVRTC (libnvrtc)", {}, nullptr, {}};
+// NCCL: loaded only by a process that makes an NCCL communicator (loom/distributed/nccl.hpp).
+library nccl_lib{"libnccl.so.2", "NCCL (libnccl2, or the CUDA toolkit's libnccl)", {}, nullptr, {}};
 
 // The folders to try after the soname alone: $CUDA_HOME and $CUDA_PATH (lib64, lib), then the
 // toolkit's library folder of the build.
@@ -97,6 +100,11 @@ const std::string& load_libraries() {
   return why;
 }
 
+const std::string& load_nccl() {
+  (void)handle_of(nccl_lib);
+  return nccl_lib.error;
+}
+
 library_sonames sonames() noexcept {
   return {LOOM_CUBLAS_SONAME, LOOM_CUBLASLT_SONAME, LOOM_NVRTC_SONAME};
 }
@@ -113,6 +121,7 @@ bool library_loaded(const char* soname) {
 using loom::cuda::cublas_lib;
 using loom::cuda::cublaslt_lib;
 using loom::cuda::nvrtc_lib;
+using loom::cuda::nccl_lib;
 
 // One forwarding definition: RET NAME PARAMS { ... return real ARGS; }, or FAIL when the
 // library is missing. The declarations (and their C linkage) are NVIDIA's headers'.
@@ -199,3 +208,41 @@ LOOM_NVRTC(nvrtcGetCUBINSize, (nvrtcProgram prog, size_t* bytes), (prog, bytes))
 LOOM_NVRTC(nvrtcGetCUBIN, (nvrtcProgram prog, char* cubin), (prog, cubin))
 LOOM_NVRTC(nvrtcGetProgramLogSize, (nvrtcProgram prog, size_t* bytes), (prog, bytes))
 LOOM_NVRTC(nvrtcGetProgramLog, (nvrtcProgram prog, char* log), (prog, log))
+
+// ---- NCCL ------------------------------------------------------------------------------------
+#define LOOM_NCCL(name, params, args) \
+  LOOM_FORWARD(nccl_lib, ncclResult_t, ncclSystemError, name, params, args)
+LOOM_NCCL(ncclGetUniqueId, (ncclUniqueId * id), (id))
+LOOM_NCCL(ncclCommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId id, int rank),
+          (comm, nranks, id, rank))
+LOOM_NCCL(ncclCommDestroy, (ncclComm_t comm), (comm))
+LOOM_NCCL(ncclCommAbort, (ncclComm_t comm), (comm))
+LOOM_NCCL(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* error), (comm, error))
+LOOM_NCCL(ncclGroupStart, (), ())
+LOOM_NCCL(ncclGroupEnd, (), ())
+LOOM_NCCL(ncclAllReduce,
+          (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+           ncclComm_t comm, cudaStream_t stream),
+          (send, recv, count, type, op, comm, stream))
+LOOM_NCCL(ncclBroadcast,
+          (const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+           ncclComm_t comm, cudaStream_t stream),
+          (send, recv, count, type, root, comm, stream))
+LOOM_NCCL(ncclAllGather,
+          (const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm,
+           cudaStream_t stream),
+          (send, recv, count, type, comm, stream))
+LOOM_NCCL(ncclReduceScatter,
+          (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+           ncclComm_t comm, cudaStream_t stream),
+          (send, recv, count, type, op, comm, stream))
+LOOM_NCCL(ncclSend,
+          (const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+           cudaStream_t stream),
+          (send, count, type, peer, comm, stream))
+LOOM_NCCL(ncclRecv,
+          (void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+           cudaStream_t stream),
+          (recv, count, type, peer, comm, stream))
+LOOM_FORWARD(nccl_lib, const char*, loom::cuda::missing(nccl_lib), ncclGetErrorString,
+             (ncclResult_t result), (result))

@@ -9,6 +9,10 @@ namespace loom::cuda {
 /// there, else why not (the library and dlopen's message, and what to install).
 [[nodiscard]] const std::string& load_libraries();
 
+/// Loads NCCL (libnccl.so.2) now, once per process: "" when it is there, else why not. Only
+/// NCCL communicators load it (loom/distributed/nccl.hpp).
+[[nodiscard]] const std::string& load_nccl();
+
 /// The sonames loom loads: "libcublas.so.13" and so on.
 struct library_sonames {
   const char* cublas;
