@@ -100,3 +100,19 @@ def test_data_parallel_under_mpirun(tmp_path):
         assert words[5] == "2" and int(words[7]) >= 2, line  # 2 ranks, several buckets
         assert float(words[9]) < 1e-5, line  # the global batch's loss: one process's
         assert words[11] == "True" and words[13] == "True", line
+
+
+def test_collectives_added_through_graph_op_are_chained_in_order():
+    # Note [collective order]: however a collective is added, it waits for the previous one.
+    import json
+    g = loom.Graph()
+    x = g.placeholder("x", loom.float32, [4])
+    a = g.op("all_reduce", [x], reduction="sum", name="a")
+    b = g.op("all_reduce", [x], reduction="max", name="b")
+    c = g.op("broadcast", [x], root=0, name="c")
+    nodes = {n["name"]: n for n in json.loads(g.to_json(0))["nodes"]}
+    assert "^a" in nodes["b"]["inputs"] and "^b" in nodes["c"]["inputs"]
+    assert not any(i.startswith("^") for i in nodes["a"]["inputs"])
+    s = loom.Session(g)
+    for v in s.run([a, b, c], {x: np.arange(4, dtype=np.float32)}):
+        assert np.asarray(v).tolist() == [0, 1, 2, 3]

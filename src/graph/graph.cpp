@@ -304,6 +304,23 @@ const node& graph::add_node(node_spec spec) {
   n.def = def;
   n.inputs = std::move(spec.inputs);
   n.control_inputs = std::move(spec.control_inputs);
+  // Note [collective order]
+  // MPI (and NCCL) need every rank to start a communicator's collectives in the same order.
+  // The executor runs ready nodes in whatever order its threads reach them, which differs
+  // from rank to rank, so two collectives without a path between them could start as A, B
+  // on one rank and B, A on another: a deadlock, or worse, two reductions mixed up. Each
+  // node of such an op therefore waits (a control input) for the previous one added to the
+  // graph, whatever its group: the collectives of a graph form one chain, in the order they
+  // were added, the same on every rank that builds the same graph. They still overlap with
+  // the rest of the graph (a data-parallel step's gradient all_reduces with the backward
+  // pass of earlier layers); they do not overlap with each other.
+  if (def->ordered_across_processes) {
+    if (last_ordered_ >= 0 && std::find(n.control_inputs.begin(), n.control_inputs.end(),
+                                        last_ordered_) == n.control_inputs.end()) {
+      n.control_inputs.push_back(last_ordered_);
+    }
+    last_ordered_ = n.id;
+  }
   n.attrs = std::move(attrs);
   n.requested_device = std::move(spec.device);
   n.outputs = std::move(outputs);

@@ -153,8 +153,8 @@ struct data_parallel {
 // holds bucket_bytes (the first at 1 MiB, so the exchange starts early, as DDP's first
 // bucket does). A bucket of several gradients is flattened and concatenated into one
 // tensor, all-reduced, and split back; a bucket of one is all-reduced as it is. The
-// collectives chain in bucket order (Note [collective order] in
-// src/graph/ops/collective_ops.cpp), and each runs as soon as its gradients and the bucket
+// collectives chain in bucket order (Note [collective order] in src/graph/graph.cpp), and
+// each runs as soon as its gradients and the bucket
 // before are done: on threads of its own (Note [blocking nodes] in
 // src/runtime/executor.cpp), beside the backward pass of the layers below. Without
 // `overlap`, the first bucket also waits for every gradient. Every rank then applies the

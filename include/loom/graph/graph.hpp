@@ -127,6 +127,8 @@ class graph {
   const op_registry* ops_;
   std::deque<node> nodes_;
   std::unordered_map<std::string, node_id> by_name_;
+  // The last node of an op ordered across processes (op_def::ordered_across_processes), or -1.
+  node_id last_ordered_ = -1;
   // Next suffix to try per prefix, so naming n nodes of one op costs O(n), not O(n^2).
   mutable std::unordered_map<std::string, std::size_t> next_suffix_;
 };

@@ -74,6 +74,10 @@ struct op_def {
   /// True for ops whose kernels hold state (variables) or have effects (assign): never
   /// pruned as dead when targeted, never folded or deduplicated.
   bool is_stateful = false;
+  /// For ops that every process of a job must start in one order (the collectives): the
+  /// graph gives each such node a control input from the previous one added (Note
+  /// [collective order] in src/graph/graph.cpp), whoever adds it (a builder, Python, JSON).
+  bool ordered_across_processes = false;
   /// For ops that update a variable (assign, assign_add): the input whose producer (the
   /// variable) this node must be placed with. -1: none.
   int colocate_with_input = -1;

@@ -11,7 +11,7 @@
 // still writes it. Neither step waits on the host. A graph's collective node is one more
 // kernel in stream order: it queues the operation and returns (NCCL keeps the ranks' calls
 // in the order they were queued, and the graph's collectives are queued in one order on
-// every rank: Note [collective order] in src/graph/ops/collective_ops.cpp).
+// every rank: Note [collective order] in src/graph/graph.cpp).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <nccl.h>

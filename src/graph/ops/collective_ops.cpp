@@ -1,9 +1,6 @@
 // all_reduce, broadcast, all_gather, reduce_scatter: op definitions and builders.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <array>
-
 #include "loom/core/reduce_op.hpp"
 #include "loom/graph/op_registry.hpp"
 #include "loom/graph/ops/collective.hpp"
@@ -13,13 +10,6 @@ namespace loom {
 namespace {
 
 using namespace op_helpers;
-
-constexpr std::array<std::string_view, 4> collective_ops{"all_reduce", "broadcast", "all_gather",
-                                                         "reduce_scatter"};
-
-bool is_collective(std::string_view op) {
-  return std::find(collective_ops.begin(), collective_ops.end(), op) != collective_ops.end();
-}
 
 // The reduction attribute names a reduce_op that takes the input's dtype.
 void check_reduction(inference_context& c) {
@@ -70,6 +60,7 @@ op_def collective(std::string name, std::string summary) {
   d.outputs = {typed("output")};
   d.attrs = {type_attr("T"), attr("group", attr_type::string, attr_value(std::string("world")))};
   d.is_stateful = true;  // its value depends on the other ranks: never folded or merged
+  d.ordered_across_processes = true;  // Note [collective order] in src/graph/graph.cpp
   return d;
 }
 
@@ -115,28 +106,9 @@ void register_collective_ops(op_registry& r) {
 namespace ops {
 namespace {
 
-// Note [collective order]
-// MPI requires every rank to start a communicator's collectives in the same order. The
-// executor runs ready nodes in whatever order its threads reach them, which differs from
-// rank to rank, so two collectives without a path between them could start as A, B on one
-// rank and B, A on another: a deadlock, or worse, two reductions mixed up. Each collective
-// node therefore gets a control input from the previous collective node of its graph (in
-// the order they were added, which is the same on every rank that builds the same graph),
-// whatever its group: the collectives of a graph form one chain. They still overlap with
-// the rest of the graph (a data-parallel step's gradient all_reduces with the backward pass
-// of earlier layers); they do not overlap with each other.
+// The graph chains the collectives (Note [collective order] in src/graph/graph.cpp).
 output add_collective(output x, std::string_view op, attr_map attrs, const node_options& o) {
-  graph& g = x.builder().g();
-  std::optional<node_id> previous;
-  for (std::size_t i = g.num_nodes(); i-- > 0;) {
-    if (is_collective(g.at(static_cast<node_id>(i)).op())) {
-      previous = static_cast<node_id>(i);
-      break;
-    }
-  }
-  output y = x.builder().add1(op, {x}, std::move(attrs), o);
-  if (previous) g.add_control_input(y.ep().node, *previous);
-  return y;
+  return x.builder().add1(op, {x}, std::move(attrs), o);
 }
 
 }  // namespace

@@ -4,10 +4,11 @@
 //
 // Every rank builds the same graph and runs the same fetches, so every rank meets the same
 // collectives; MPI needs them started in the same order everywhere, which the dataflow
-// executor alone would not keep (two ready collectives may start in either order). So each
-// builder gives its node a control input from the graph's previous collective node: the
-// collectives of a graph run one after another, in the order they were added, on every rank
-// (Note [collective order] in src/graph/ops/collective_ops.cpp). Collectives are stateful:
+// executor alone would not keep (two ready collectives may start in either order). So the
+// graph gives each collective node a control input from its previous collective node, however
+// the node is added (these builders, Python's Graph.op, a JSON graph): the collectives of a
+// graph run one after another, in the order they were added, on every rank (Note
+// [collective order] in src/graph/graph.cpp). Collectives are stateful:
 // no pass folds, merges or drops them.
 //
 // `group` names a communicator registered with loom::distributed::register_group ("world",
