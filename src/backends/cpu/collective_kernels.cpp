@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cpu_kernels.hpp"
+#include "kernel/common/collective_shapes.hpp"
 #include "loom/distributed/communicator.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
@@ -99,10 +100,10 @@ class blocks_kernel : public collective_kernel {
       : collective_kernel(c), group_size_(c.attr<std::int64_t>("group_size")) {}
 
  protected:
-  void check_size(kernel_context& ctx, const distributed::communicator& c) const {
-    if (group_size_ != 0 && group_size_ != c.size()) {
-      ctx.fail("the node was built for {} ranks, but group '{}' has {}", group_size_, group_, c.size());
-    }
+  // Also the GPU kernels' rule (kernel/common/collective_shapes.hpp).
+  [[nodiscard]] shape output_shape(kernel_context& ctx, const tensor& x, bool gather,
+                                   const distributed::communicator& c) const {
+    return common::collective_blocks_shape(ctx, x, gather, group_size_, c.size(), group_);
   }
   std::int64_t group_size_;
 };
@@ -112,12 +113,8 @@ class all_gather_kernel final : public blocks_kernel {
   using blocks_kernel::blocks_kernel;
   void compute(kernel_context& ctx) override {
     const auto c = comm(ctx);
-    check_size(ctx, *c);
     const tensor x = ctx.input_contiguous(0);
-    if (x.rank() == 0) ctx.fail("all_gather needs a tensor of rank 1 or more, got {}", x.describe());
-    shape s = x.shape();
-    s[0] *= c->size();
-    tensor& y = ctx.allocate_output(0, s);
+    tensor& y = ctx.allocate_output(0, output_shape(ctx, x, true, *c));
     run(ctx, [&] { return c->all_gather(x, y); });
   }
 };
@@ -129,15 +126,8 @@ class reduce_scatter_kernel final : public blocks_kernel {
         op_(distributed::reduce_op_from_string(c.attr<std::string>("reduction"))) {}
   void compute(kernel_context& ctx) override {
     const auto c = comm(ctx);
-    check_size(ctx, *c);
     const tensor x = ctx.input_contiguous(0);
-    if (x.rank() == 0 || x.dim(0) % c->size() != 0) {
-      ctx.fail("reduce_scatter needs dimension 0 of {} to be a multiple of the group's {} ranks",
-               x.describe(), c->size());
-    }
-    shape s = x.shape();
-    s[0] /= c->size();
-    tensor& y = ctx.allocate_output(0, s);
+    tensor& y = ctx.allocate_output(0, output_shape(ctx, x, false, *c));
     run(ctx, [&] { return c->reduce_scatter(x, y, op_); });
   }
 

@@ -28,6 +28,7 @@
 #include "cuda_kernels.hpp"
 #include "cuda_libraries.hpp"
 #include "distributed/operation_checks.hpp"
+#include "kernel/common/collective_shapes.hpp"
 #include "loom/cuda/info.hpp"
 #include "loom/distributed/nccl.hpp"
 #include "loom/kernel/kernel_registry.hpp"
@@ -453,16 +454,7 @@ class gpu_blocks_kernel : public gpu_collective_kernel {
  private:
   shape output_shape(kernel_context& ctx, const tensor& x,
                      const distributed::communicator& c) const override {
-    if (group_size_ != 0 && group_size_ != c.size()) {
-      ctx.fail("the node was built for {} ranks, but group '{}' has {}", group_size_, group_, c.size());
-    }
-    if (x.rank() == 0 || (!gather_ && x.dim(0) % c.size() != 0)) {
-      ctx.fail("{} needs dimension 0 of {}{}", gather_ ? "all_gather" : "reduce_scatter", x.describe(),
-               gather_ ? "" : fmt::format(" to be a multiple of the group's {} ranks", c.size()));
-    }
-    shape s = x.shape();
-    s[0] = gather_ ? s[0] * c.size() : s[0] / c.size();
-    return s;
+    return common::collective_blocks_shape(ctx, x, gather_, group_size_, c.size(), group_);
   }
   bool gather_;
   std::int64_t group_size_;
