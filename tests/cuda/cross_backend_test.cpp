@@ -532,6 +532,10 @@ const std::map<std::string, std::string> covered_elsewhere = {
     {"fused_adamw", "optimizer_test"},
     {"fused_elementwise", "fused_elementwise_test (random fused graphs vs the CPU)"},
     {"relu_grad", "elementwise_test"},
+    {"all_reduce", "nccl_test (a one-rank NCCL group and an MPI one, on the GPU)"},
+    {"broadcast", "nccl_test"},
+    {"all_gather", "nccl_test"},
+    {"reduce_scatter", "nccl_test"},
 };
 
 TEST(CrossBackend, CoverageOfTheKernelTable) {

@@ -148,6 +148,15 @@ class Checker:
             if line.startswith("[") and loom_line:  # the options of the line above, continued
                 line = loom_line + " " + line
             words = line.split()
+            if words[0] == "mpirun":  # mpirun -np N [--oversubscribe] COMMAND: check COMMAND
+                rest = words[1:]
+                while rest and rest[0].startswith("-"):
+                    rest = rest[2:] if rest[0] in ("-np", "-n") else rest[1:]
+                if not rest:
+                    self.fail(where, f"mpirun without a command: {line}")
+                    continue
+                words = rest
+                line = " ".join(rest)
             if words[0] == "make":
                 for target in words[1:]:
                     if "=" in target:
