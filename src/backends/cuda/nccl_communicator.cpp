@@ -326,10 +326,14 @@ std::shared_ptr<communicator> make_nccl_communicator(const std::shared_ptr<commu
   if (why.empty() && (cuda_ordinal < 0 || cuda_ordinal >= cuda::device_count())) {
     why = fmt::format("there is no cuda:{} ({} GPUs)", cuda_ordinal, cuda::device_count());
   }
-  tensor ok = memory::host_tensor<std::int32_t>({1}, std::vector<std::int32_t>{why.empty() ? 1 : 0});
-  bootstrap->all_reduce(ok, ok, reduce_op::min)->wait();
+  if (bootstrap->size() > 1) {
+    tensor ok = memory::host_tensor<std::int32_t>({1}, std::vector<std::int32_t>{why.empty() ? 1 : 0});
+    bootstrap->all_reduce(ok, ok, reduce_op::min)->wait();
+    if (why.empty() && ok.data<std::int32_t>()[0] == 0) {
+      refuse("another rank cannot make its part (its error says why)");
+    }
+  }
   if (!why.empty()) refuse(why);
-  if (ok.data<std::int32_t>()[0] == 0) refuse("another rank cannot make its part (its error says why)");
 
   const cuda::device_guard guard(cuda_ordinal);
   ncclUniqueId id{};
@@ -338,8 +342,10 @@ std::shared_ptr<communicator> make_nccl_communicator(const std::shared_ptr<commu
     if (const ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess) refuse(ncclGetErrorString(rc));
     std::memcpy(id_bytes.raw_data(), &id, sizeof(id));
   }
-  bootstrap->broadcast(id_bytes, 0)->wait();
-  std::memcpy(&id, id_bytes.raw_data(), sizeof(id));
+  if (bootstrap->size() > 1) {
+    bootstrap->broadcast(id_bytes, 0)->wait();
+    std::memcpy(&id, id_bytes.raw_data(), sizeof(id));
+  }
   ncclComm_t comm = nullptr;
   if (const ncclResult_t rc = ncclCommInitRank(&comm, bootstrap->size(), id, rank); rc != ncclSuccess) {
     refuse(ncclGetErrorString(rc));
