@@ -285,11 +285,11 @@ void add_train_command(CLI::App& app) {
           opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch, opts.lr);
       if (opts.communicator != nullptr) {
         const int ranks = opts.communicator->size();
-        fmt::print("data parallel: {} ranks ({}), {} examples a rank a step, {} threads a rank\n",
+        fmt::print("data parallel: {} ranks ({}), {} examples a rank a step, {} thread{} a rank\n",
                    ranks, opts.communicator->backend(),
                    ranks > 0 && opts.batch % ranks == 0 ? fmt::format("{}", opts.batch / ranks)
                                                         : std::string("?"),
-                   opts.threads);
+                   opts.threads, opts.threads == 1 ? "" : "s");
       }
       std::fflush(stdout);
     }
