@@ -32,6 +32,8 @@ struct session::impl {
   variable_store variables;
   /// The processes of session_options::cluster (one: task 0 of 1).
   runtime::cluster_view cluster;
+  /// The session's duplicate of the cluster's communicator, named cluster.group.
+  std::unique_ptr<distributed::scoped_group> cluster_group;
 
   mutable std::shared_mutex plans_mutex;
   std::unordered_map<std::string, std::shared_ptr<const plan>> plans;
@@ -108,11 +110,10 @@ void session::join_cluster() {
     }
   }
   c.group = fmt::format("session@{}", static_cast<const void*>(impl_.get()));
-  distributed::register_group(c.group, comm->split(0, c.task));
+  impl_->cluster_group = std::make_unique<distributed::scoped_group>(c.group, comm->split(0, c.task));
 }
 
 session::~session() {
-  if (!impl_->cluster.group.empty()) distributed::unregister_group(impl_->cluster.group);
   // Variables first: their buffers go back to the devices' pools before the pools go.
   impl_->variables.clear();
   {

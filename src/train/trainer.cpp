@@ -489,16 +489,12 @@ void average_over_ranks(const data_parallel& dp, const train_options& o,
 }
 
 // Throws loom::invalid_argument, on every rank, when the ranks do not all have the same
-// `what` (compared by hash; `what` names the run's options, model and data).
+// `what` (it names the run's options, model and data).
 void check_ranks_agree(distributed::communicator& c, const std::string& what,
                        const std::string& subject) {
-  const auto mine = static_cast<std::int64_t>(std::hash<std::string>{}(what));
-  const tensor in = memory::host_tensor<std::int64_t>({1}, std::vector<std::int64_t>{mine});
-  tensor all = memory::host_tensor(dtype::i64, {c.size()});
-  c.all_gather(in, all)->wait();
-  const auto v = all.span<std::int64_t>();
-  for (int r = 1; r < c.size(); ++r) {
-    if (v[static_cast<std::size_t>(r)] != v[0]) {
+  const std::vector<std::string> all = distributed::all_gather_strings(c, what);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) {
       throw invalid_argument(
           fmt::format("data-parallel training: rank {} has other {} than rank 0 (every rank must "
                       "run the same; this is rank {}: {})",
@@ -527,22 +523,6 @@ data_parallel plan_data_parallel(const train_options& o) {
   return dp;
 }
 
-// The communicator named for the collective ops while training runs.
-class registered_group {
- public:
-  registered_group(const data_parallel& dp, const train_options& o) : name_(dp.group) {
-    if (!name_.empty()) distributed::register_group(name_, o.communicator);
-  }
-  ~registered_group() {
-    if (!name_.empty()) distributed::unregister_group(name_);
-  }
-  registered_group(const registered_group&) = delete;
-  registered_group& operator=(const registered_group&) = delete;
-
- private:
-  std::string name_;
-};
-
 }  // namespace
 
 std::filesystem::path checkpoint_file(const train_options& options) {
@@ -556,7 +536,8 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   if (!o.checkpoint_dir.empty()) create_output_directory(o.checkpoint_dir, "checkpoint directory");
   if (!o.trace_path.empty()) check_output_file(o.trace_path, "trace file");
   const data_parallel dp = plan_data_parallel(o);
-  const registered_group group(dp, o);
+  // The communicator named for the collective ops while training runs.
+  const distributed::scoped_group group(dp.group, o.communicator);
   graph g;
   step_graph sg = build_training_graph(g, train_set, o, dp);
   train_report report;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/core/error.hpp"
@@ -116,6 +117,24 @@ void register_group(const std::string& name, std::shared_ptr<communicator> comm)
 [[nodiscard]] std::shared_ptr<communicator> group(const std::string& name);
 /// Forgets the group `name` (nothing when there is none; "world" stays).
 void unregister_group(const std::string& name);
+
+/// `comm` registered as `name` for the guard's lifetime (register_group, then
+/// unregister_group); an empty name registers nothing.
+class scoped_group {
+ public:
+  scoped_group() = default;
+  scoped_group(std::string name, std::shared_ptr<communicator> comm) : name_(std::move(name)) {
+    if (!name_.empty()) register_group(name_, std::move(comm));
+  }
+  ~scoped_group() {
+    if (!name_.empty()) unregister_group(name_);
+  }
+  scoped_group(const scoped_group&) = delete;
+  scoped_group& operator=(const scoped_group&) = delete;
+
+ private:
+  std::string name_;
+};
 
 /// Every rank's `text`, in rank order (collective: two all-gathers, of the lengths and of
 /// the bytes).
