@@ -94,6 +94,9 @@ std::vector<training_row> training_rows(const distributed_bench_options& o) {
 
 distributed_bench_result run_distributed_bench(const distributed_bench_options& o) {
   const auto comm = distributed::world();  // initialises MPI
+  // The same all_reduce without the ranks' agreement check (communicator::set_checked).
+  const auto bare = comm->split(0, comm->rank());
+  bare->set_checked(false);
   distributed_bench_result r;
   r.ranks = comm->size();
   {
@@ -109,30 +112,36 @@ distributed_bench_result run_distributed_bench(const distributed_bench_options& 
     const tensor t = memory::host_tensor(dtype::f32, shape{n});
     std::fill_n(t.data<float>(), n, 1.0F / static_cast<float>(r.ranks));
     const auto via_loom = [&] { comm->all_reduce(t, t, distributed::reduce_op::sum)->wait(); };
+    const auto unchecked = [&] { bare->all_reduce(t, t, distributed::reduce_op::sum)->wait(); };
     const auto direct = [&] {
       MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     };
     // Calibrate on rank 0's estimate, shared: every rank must make the same number of calls.
     via_loom();
+    unchecked();
     direct();
     double once = round_seconds(1, direct);
     MPI_Bcast(&once, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     int calls = static_cast<int>(std::clamp(o.round_ms / 1e3 / std::max(once, 1e-7), 1.0, 10000.0));
     MPI_Bcast(&calls, 1, MPI_INT, 0, MPI_COMM_WORLD);
     std::vector<double> loom_s;
+    std::vector<double> unchecked_s;
     std::vector<double> mpi_s;
-    for (int k = 0; k < o.rounds; ++k) {  // alternate, so that drift hits both
+    for (int k = 0; k < o.rounds; ++k) {  // alternate, so that drift hits each alike
       loom_s.push_back(round_seconds(calls, via_loom) / calls);
+      unchecked_s.push_back(round_seconds(calls, unchecked) / calls);
       mpi_s.push_back(round_seconds(calls, direct) / calls);
     }
     distributed_bench_row row;
     row.bytes = n * 4;
     row.calls_per_round = calls;
     row.loom_us = median(loom_s) * 1e6;
+    row.unchecked_us = median(unchecked_s) * 1e6;
     row.mpi_us = median(mpi_s) * 1e6;
     row.loom_busbw_gbs = static_cast<double>(row.bytes) * bus_factor / (row.loom_us * 1e3);
     row.mpi_busbw_gbs = static_cast<double>(row.bytes) * bus_factor / (row.mpi_us * 1e3);
     row.ratio = row.mpi_us / row.loom_us;
+    row.unchecked_ratio = row.mpi_us / row.unchecked_us;
     r.rows.push_back(row);
   }
   if (o.train_steps > 0) {
@@ -145,15 +154,15 @@ distributed_bench_result run_distributed_bench(const distributed_bench_options& 
 
 std::string to_text(const distributed_bench_result& r) {
   std::string out = fmt::format("all_reduce (float32 sum, in place) on {} ranks, {}\n", r.ranks, r.mpi_version);
-  out += fmt::format("{:>10} {:>7} | {:>12} {:>12} | {:>12} {:>12} | {:>10}\n", "bytes", "calls", "loom us",
-                     "MPI us", "loom GB/s", "MPI GB/s", "loom/MPI");
+  out += fmt::format("{:>10} {:>7} | {:>10} {:>10} {:>10} | {:>10} {:>10} | {:>10} {:>10}\n", "bytes", "calls",
+                     "loom us", "unchk us", "MPI us", "loom GB/s", "MPI GB/s", "loom/MPI", "unchk/MPI");
   for (const auto& row : r.rows) {
-    out += fmt::format("{:>10} {:>7} | {:>12.1f} {:>12.1f} | {:>12.2f} {:>12.2f} | {:>9.3f}x\n", row.bytes,
-                       row.calls_per_round, row.loom_us, row.mpi_us, row.loom_busbw_gbs, row.mpi_busbw_gbs,
-                       row.ratio);
+    out += fmt::format("{:>10} {:>7} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>10.2f} {:>10.2f} | {:>9.3f}x {:>9.3f}x\n",
+                       row.bytes, row.calls_per_round, row.loom_us, row.unchecked_us, row.mpi_us,
+                       row.loom_busbw_gbs, row.mpi_busbw_gbs, row.ratio, row.unchecked_ratio);
   }
   out += r.ranks > 1 ? "GB/s: bus bandwidth, bytes x 2(N-1)/N per second (the slowest rank's time); "
-                       "loom/MPI: MPI's median time over loom's\n"
+                       "loom/MPI: MPI's median time over loom's; unchk: loom with set_checked(false), no agreement check or timeout\n"
                      : "one rank: bytes per second of a copy-free in-place all_reduce (run under mpirun -np N)\n";
   if (r.training.empty()) return out;
   out += fmt::format(
@@ -200,7 +209,9 @@ nlohmann::json to_json(const distributed_bench_result& r) {
                          {"mpi_us", row.mpi_us},
                          {"loom_busbw_gbs", row.loom_busbw_gbs},
                          {"mpi_busbw_gbs", row.mpi_busbw_gbs},
-                         {"loom_over_mpi", row.ratio}});
+                         {"loom_over_mpi", row.ratio},
+                         {"unchecked_us", row.unchecked_us},
+                         {"unchecked_over_mpi", row.unchecked_ratio}});
   }
   j["training"] = nlohmann::json::array();
   for (const auto& t : r.training) {

@@ -46,11 +46,13 @@ struct training_row {
 struct distributed_bench_row {
   std::int64_t bytes = 0;
   int calls_per_round = 0;
-  double loom_us = 0;  // median time per all_reduce
+  double loom_us = 0;       // median time per all_reduce
+  double unchecked_us = 0;  // the same with the communicator unchecked (set_checked(false))
   double mpi_us = 0;
   double loom_busbw_gbs = 0;
   double mpi_busbw_gbs = 0;
   double ratio = 0;  // mpi_us / loom_us: loom's bandwidth as a fraction of direct MPI's
+  double unchecked_ratio = 0;  // mpi_us / unchecked_us
 };
 
 struct distributed_bench_result {

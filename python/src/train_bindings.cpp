@@ -189,6 +189,9 @@ void bind_train(py::module_& m, py::module_& dist) {
             c.set_timeout(std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1e3)));
           },
           "Seconds an operation may take before it fails with DistributedError")
+      .def_property("checked", &communicator::checked, &communicator::set_checked,
+                    "Whether each collective first checks that every rank came to it with the same "
+                    "arguments (default True; False: the engine's call alone, with no timeout)")
       .def(
           "barrier",
           [](communicator& c) {

@@ -28,6 +28,11 @@ def test_world_of_one_process():
     assert w.timeout == 12.5
     with pytest.raises(ValueError):
         w.timeout = -1
+    assert w.checked
+    w.checked = False
+    w.barrier()
+    w.checked = True
+    assert w.checked
 
 
 def test_train_reports_and_one_rank_is_one_process():
@@ -66,6 +71,7 @@ def test_bad_input_is_named():
 
 
 JOB = textwrap.dedent("""
+    import sys
     import loom
     w = loom.distributed.world()
     args = dict(hidden=[32], epochs=2, batch=32, max_steps_per_epoch=6, examples=1000,
@@ -77,9 +83,11 @@ JOB = textwrap.dedent("""
         bad = "trained"
     except ValueError as e:
         bad = "does not split over" in str(e) and f"rank {w.rank}" in str(e)
-    print(f"rank {w.rank} of {w.size}: ranks {dp['ranks']} buckets {dp['buckets']} "
-          f"loss {abs(dp['epochs'][1]['loss'] - one['epochs'][1]['loss']):.3g} "
-          f"comm {dp['communication_seconds'] > 0} bad-batch {bad}", flush=True)
+    # A file a rank: mpirun may interleave the ranks' stdout mid-line.
+    with open(f"{sys.argv[1]}/rank{w.rank}.txt", "w") as f:
+        f.write(f"rank {w.rank} of {w.size}: ranks {dp['ranks']} buckets {dp['buckets']} "
+                f"loss {abs(dp['epochs'][1]['loss'] - one['epochs'][1]['loss']):.3g} "
+                f"comm {dp['communication_seconds'] > 0} bad-batch {bad}\\n")
 """)
 
 
@@ -89,10 +97,10 @@ def test_data_parallel_under_mpirun(tmp_path):
     script.write_text(JOB)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_mpi_yield_when_idle="1")
-    out = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", sys.executable, str(script)],
+    out = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", sys.executable, str(script), str(tmp_path)],
                          env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
-    lines = sorted(line for line in out.stdout.splitlines() if line.startswith("rank "))
+    lines = sorted(p.read_text().strip() for p in tmp_path.glob("rank*.txt"))
     assert len(lines) == 2, out.stdout + out.stderr
     for r, line in enumerate(lines):
         words = line.split()

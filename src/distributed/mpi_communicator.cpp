@@ -5,17 +5,20 @@
 //   (unless the program initialised MPI itself), and MPI_Finalize runs at exit when loom
 //   initialised it. A process that `mpirun` did not start is MPI's singleton: a world of
 //   one rank.
-// - Collectives run on a thread of the communicator's own, one after another in the order
-//   they were started, as MPI's blocking calls (MPI_Allreduce, MPI_Bcast, MPI_Allgather,
+// - Collectives are MPI's blocking calls (MPI_Allreduce, MPI_Bcast, MPI_Allgather,
 //   MPI_Reduce_scatter_block, MPI_Barrier): Open MPI's tuned algorithms, which its
 //   non-blocking collectives (libnbc) do not use. Measured on 2 ranks here, MPI_Iallreduce
-//   driven by MPI_Test took 1.9 to 5 times MPI_Allreduce's time (`loom bench distributed`);
-//   this is PyTorch's ProcessGroupMPI's design too. The caller gets a work handle at once
-//   and overlaps; the thread waits on a condition variable when there is nothing to do,
-//   after spinning briefly (back-to-back collectives then cost no wake-up). One thread per
-//   communicator also keeps its collectives in the order they were started, whichever
-//   threads started them. send and recv are MPI_Isend / MPI_Irecv, started by the caller:
-//   a send and a receive on one thread, in order, would wait for each other.
+//   driven by MPI_Test took 1.9 to 5 times MPI_Allreduce's time (`loom bench distributed`).
+//   Each communicator keeps a queue of the collectives started on it, run one at a time in
+//   the order they were started, whichever threads started them. The caller gets a work
+//   handle at once; the first job in the queue is run by the thread that waits for it (or
+//   for a later one) when no thread is running one, so a collective waited for at once
+//   costs no hand-over between threads (a 4 KB all_reduce took 3 times MPI's own time when
+//   every one went through a thread); a job nobody waits for is taken by the communicator's
+//   own thread within about a millisecond, so that it progresses while its caller computes
+//   (PyTorch's ProcessGroupMPI runs every collective on such a thread). send and recv are MPI_Isend /
+//   MPI_Irecv, started by the caller: a send and a receive on one thread, in order, would
+//   wait for each other.
 // - Each loom communicator is a duplicate of the communicator it was made from (so its
 //   traffic never matches a program's own), with MPI_ERRORS_RETURN: a failure is a return
 //   code, turned into a distributed_error naming the call, the tensors, the rank and
@@ -24,10 +27,15 @@
 //   as 16-bit words and reduce through MPI user operations that compute in float and round
 //   once per combination (as a 16-bit sum does anywhere). avg is the sum, then a division
 //   by the number of ranks in the tensor's dtype; integers and bool have no avg.
-// - Completion: wait() waits until the operation is done or the communicator's timeout
-//   passes (a send or receive polls MPI_Test: MPI has no timed wait). A timeout leaves the
-//   operation pending in MPI, so the communicator is marked broken and refuses further
-//   operations with the reason; its thread is left behind and MPI is not finalised.
+// - Completion and timeouts: MPI has no timed wait, and a blocking collective that a rank
+//   never joins never returns. So each collective starts with a small non-blocking exchange
+//   between the ranks (Note [agreeing ranks]), polled until the communicator's timeout: once
+//   it completes every rank has come to the collective, and the blocking call that follows
+//   cannot wait for a missing one (a rank that dies in between ends the job: mpirun ends the
+//   others). When the timeout passes first, wait() throws and the communicator is marked
+//   broken and refuses further operations with the reason; a thread of the job's own goes on
+//   waiting for the ranks and makes the call, so that ranks that come late complete it rather
+//   than hang. A send or receive polls MPI_Test; one that times out stays pending in MPI.
 // - Argument checks that one rank can make (dtypes, shapes, density, roots, ranks, tags)
 //   happen before anything is started, so a bad call never leaves a half-started
 //   collective; what only the ranks together can see (another rank's shape) MPI reports,
@@ -134,10 +142,10 @@ struct mpi_state {
   half_ops half;
 };
 
-// Collectives inside an MPI call right now, on any communicator's thread. At exit, one that
-// timed out and never completed (its ranks never joined) would make MPI_Finalize wait for
-// ever: after a grace of 2 s for calls that are finishing, MPI is then left alone (mpirun
-// reports the process as ending without finalising, which it did).
+// Collectives started and not finished, on any communicator. At exit, one that timed out and
+// never completed (its ranks never joined) would make MPI_Finalize wait for ever: after a
+// grace of 2 s for calls that are finishing, MPI is then left alone (mpirun reports the
+// process as ending without finalising, which it did).
 std::atomic<int> in_mpi{0};
 
 void finalize_at_exit() {
@@ -211,6 +219,30 @@ MPI_Datatype mpi_type(dtype t) noexcept {
   }
 }
 
+// ---- operations ---------------------------------------------------------------------------
+
+// What an operation is, for its errors: formatted only when one is raised (a small collective
+// takes a few microseconds, and describing its tensors would cost about as much again).
+struct operation {
+  std::string_view kind;  // "all_reduce", "send", ...
+  std::optional<reduce_op> op;
+  tensor a;  // the input, or the tensor
+  tensor b;  // the output, where it is named
+  std::string_view peer_word;  // "from" or "to", before `peer`
+  int peer = -1;
+  int tag = -1;
+
+  [[nodiscard]] std::string describe() const {
+    std::string out(kind);
+    if (op) out += fmt::format(" ({})", to_string(*op));
+    if (a.defined()) out += fmt::format(" of {}", a.describe());
+    if (b.defined()) out += fmt::format(" into {}", b.describe());
+    if (peer >= 0) out += fmt::format(" {} rank {}", peer_word, peer);
+    if (tag >= 0) out += fmt::format(" (tag {})", tag);
+    return out;
+  }
+};
+
 // ---- work handles ------------------------------------------------------------------------
 
 class mpi_communicator;
@@ -228,9 +260,8 @@ void wait_quietly(work& w, bool done) {
 // A send or receive: its request, polled by wait() and test().
 class request_work final : public work {
  public:
-  request_work(std::shared_ptr<mpi_communicator> comm, MPI_Request request, std::string what,
-               std::vector<tensor> keep)
-      : comm_(std::move(comm)), request_(request), what_(std::move(what)), keep_(std::move(keep)) {}
+  request_work(std::shared_ptr<mpi_communicator> comm, MPI_Request request, operation op)
+      : comm_(std::move(comm)), request_(request), op_(std::move(op)) {}
   ~request_work() override { wait_quietly(*this, done_); }
   request_work(const request_work&) = delete;
   request_work& operator=(const request_work&) = delete;
@@ -241,8 +272,7 @@ class request_work final : public work {
  private:
   std::shared_ptr<mpi_communicator> comm_;
   MPI_Request request_;
-  std::string what_;
-  std::vector<tensor> keep_;
+  operation op_;  // holds the tensor until the transfer is done
   bool done_ = false;
 };
 
@@ -250,12 +280,14 @@ class request_work final : public work {
 // A collective that the ranks call with different arguments (another dtype, another element
 // count, another root, another reduction, or another collective altogether) does not fail
 // in MPI: it hangs, truncates, or reduces mismatched bytes into a plausible result. So each
-// collective is preceded, on the communicator's thread, by an MPI_Allgather of what this
-// rank is about to do (24 bytes); every rank then sees every rank's signature, and when
-// they differ every rank skips the collective and fails it with the same list of who asked
-// for what. The communicator stays usable. It costs one small all-gather per collective
-// (2 to 3 us between two processes here: a 4 KB all_reduce went from 5.2 to 7.9 us).
-enum class collective : std::int32_t { all_reduce = 1, broadcast, all_gather, reduce_scatter, barrier };
+// collective is preceded by an all-gather of what this rank is about to do (24 bytes,
+// MPI_Iallgather); every rank then sees every rank's signature, and when they differ every
+// rank skips the collective and fails it with the same list of who asked for what. The
+// communicator stays usable. The same exchange is the collective's arrival check: it is
+// polled against the timeout (Note [collectives on MPI]), so the blocking call that follows
+// starts only once every rank has come to it. It costs one small all-gather per collective:
+// 0.3 to 0.8 us between two processes here, against 2.6 to 4.8 us for a 4 KB all_reduce.
+enum class collective : std::int32_t { all_reduce = 1, broadcast, all_gather, reduce_scatter, barrier, split };
 
 struct signature {
   collective kind{};
@@ -271,20 +303,17 @@ bool operator==(const signature& a, const signature& b) noexcept {
 
 std::string describe(const signature& s) {
   static constexpr std::string_view kinds[] = {"?", "all_reduce", "broadcast", "all_gather",
-                                               "reduce_scatter", "barrier"};
+                                               "reduce_scatter", "barrier", "split"};
   const auto k = static_cast<std::int32_t>(s.kind);
-  std::string out(kinds[k >= 1 && k <= 5 ? k : 0]);
+  std::string out(kinds[k >= 1 && k <= 6 ? k : 0]);
   if (s.op >= 0) out += fmt::format(" ({})", to_string(static_cast<reduce_op>(s.op)));
   if (s.type >= 0) out += fmt::format(" of {} {} elements", s.count, to_string(static_cast<dtype>(s.type)));
   if (s.root >= 0) out += fmt::format(" from rank {}", s.root);
   return out;
 }
 
-// Every rank's signature through MPI_Allgather; "" when they agree, else who asked for what.
-std::string disagreement(const signature& mine, MPI_Comm comm, int size) {
-  std::vector<signature> all(static_cast<std::size_t>(size));
-  const int rc = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm);
-  if (rc != MPI_SUCCESS) return mpi_error_text(rc);
+// "" when every rank's signature is `mine`, else who asked for what.
+std::string disagreement(const signature& mine, const std::vector<signature>& all) {
   if (std::all_of(all.begin(), all.end(), [&](const signature& s) { return s == mine; })) return {};
   std::string out = "the ranks disagree:";
   for (std::size_t r = 0; r < all.size(); ++r) out += fmt::format(" rank {} {};", r, describe(all[r]));
@@ -292,19 +321,124 @@ std::string disagreement(const signature& mine, MPI_Comm comm, int size) {
   return out;
 }
 
-// A collective, run by the communicator's thread: done once `done` is set, with MPI's error
-// text in `error` (empty on success).
-struct completion {
-  std::mutex mutex;
-  std::condition_variable cv;
+using time_point = std::chrono::steady_clock::time_point;
+
+// A collective in a communicator's queue: the ranks' agreement (Note [agreeing ranks]),
+// then the blocking MPI call and what follows it (avg's division). Shared by the queue, the
+// work handle, and the thread that finishes it when its waiter gave up.
+struct job {
+  std::function<int()> run;  // the MPI call; its tensors held by the closure
+  std::function<void()> then;
+  std::optional<signature> sig;
+  MPI_Comm comm = MPI_COMM_NULL;
+  time_point queued;
+  // The agreement in flight.
+  std::vector<signature> all;
+  MPI_Request agreement = MPI_REQUEST_NULL;
+  bool started = false;
+  // Set under the queue's mutex (its condition variable notified): done, with MPI's error
+  // text in `error` (empty on success).
   std::atomic<bool> done{false};
   std::string error;
 };
 
+// A communicator's jobs, run one at a time in the order they were started, by whichever
+// thread gets to the first one: the caller that waits for it, or the communicator's thread.
+// Shared with those threads, so that one finishing a job its caller gave up on outlives the
+// communicator safely.
+struct job_queue {
+  std::mutex mutex;
+  std::condition_variable work;  // for the communicator's thread: a job queued, the queue free, stop
+  std::condition_variable done;  // for the waiters: a job done
+  std::deque<std::shared_ptr<job>> jobs;
+  int waiters = 0;  // threads asleep on `done`
+  bool running = false;  // a thread is running a job
+  bool sleeping = false;  // the communicator's thread waits for a job to be queued
+  bool stop = false;
+};
+
+// Runs `j` on this thread: the agreement, polled until `deadline` (none: until it completes),
+// then the MPI call. false: the deadline passed first (the agreement is left in flight, for
+// a later call to go on with); else the job is finished, with j.error set.
+bool execute(job& j, std::optional<time_point> deadline) {
+  std::string error;
+  if (j.sig) {
+    if (!j.started) {
+      j.started = true;
+      in_mpi.fetch_add(1);
+      int size = 1;
+      MPI_Comm_size(j.comm, &size);
+      j.all.resize(static_cast<std::size_t>(size));
+      const int rc = MPI_Iallgather(&*j.sig, sizeof(signature), MPI_BYTE, j.all.data(), sizeof(signature),
+                                    MPI_BYTE, j.comm, &j.agreement);
+      if (rc != MPI_SUCCESS) error = mpi_error_text(rc);
+    }
+    // Poll (MPI has no timed wait), yielding the core between polls once the exchange is not
+    // immediate: the other ranks may share these cores (mpirun --oversubscribe).
+    for (int polls = 0; error.empty(); ++polls) {
+      int flag = 0;
+      const int rc = MPI_Test(&j.agreement, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) error = mpi_error_text(rc);
+      if (rc != MPI_SUCCESS || flag != 0) break;
+      if (deadline && std::chrono::steady_clock::now() >= *deadline) return false;
+      if (polls > 64) std::this_thread::yield();
+    }
+    if (error.empty()) error = disagreement(*j.sig, j.all);
+  } else if (!j.started) {
+    j.started = true;
+    in_mpi.fetch_add(1);
+  }
+  if (error.empty()) {
+    const int rc = j.run();
+    if (rc != MPI_SUCCESS) {
+      error = mpi_error_text(rc);
+    } else if (j.then) {
+      j.then();
+    }
+  }
+  in_mpi.fetch_sub(1);
+  j.run = nullptr;  // release the tensors before the waiter hears it is done
+  j.then = nullptr;
+  j.error = std::move(error);
+  return true;
+}
+
+// Marks `j` done and the queue free (the caller holds the queue's mutex).
+void settle(job_queue& q, job& j) {
+  j.done.store(true, std::memory_order_release);
+  q.running = false;
+  if (q.waiters > 0) q.done.notify_all();
+  if (!q.jobs.empty()) q.work.notify_one();
+}
+
+// Runs the queue's first job on this thread (`lock` held on entry and on return; no other
+// thread is running one). false: `deadline` passed in its agreement; a thread of its own then
+// goes on waiting for the ranks and makes the call, so that ranks that come late still
+// complete it, and the queue stays taken until it is done.
+bool run_first(const std::shared_ptr<job_queue>& q, std::unique_lock<std::mutex>& lock,
+               std::optional<time_point> deadline) {
+  std::shared_ptr<job> j = std::move(q->jobs.front());
+  q->jobs.pop_front();
+  q->running = true;
+  lock.unlock();
+  const bool finished = execute(*j, deadline);
+  if (!finished) {
+    std::thread([q, j] {
+      (void)execute(*j, std::nullopt);
+      const std::lock_guard l(q->mutex);
+      settle(*q, *j);
+    }).detach();
+  }
+  lock.lock();
+  if (finished) settle(*q, *j);
+  return finished;
+}
+
 class queued_work final : public work {
  public:
-  queued_work(std::shared_ptr<mpi_communicator> comm, std::shared_ptr<completion> c, std::string what)
-      : comm_(std::move(comm)), c_(std::move(c)), what_(std::move(what)) {}
+  queued_work(std::shared_ptr<mpi_communicator> comm, std::shared_ptr<job_queue> q,
+              std::shared_ptr<job> j, operation op)
+      : comm_(std::move(comm)), q_(std::move(q)), j_(std::move(j)), op_(std::move(op)) {}
   ~queued_work() override { wait_quietly(*this, finished_); }
   queued_work(const queued_work&) = delete;
   queued_work& operator=(const queued_work&) = delete;
@@ -316,8 +450,9 @@ class queued_work final : public work {
   void finished();
 
   std::shared_ptr<mpi_communicator> comm_;
-  std::shared_ptr<completion> c_;
-  std::string what_;
+  std::shared_ptr<job_queue> q_;
+  std::shared_ptr<job> j_;
+  operation op_;
   bool finished_ = false;
 };
 
@@ -331,18 +466,17 @@ class mpi_communicator final : public communicator,
     MPI_Comm_size(comm_, &size_);
   }
   ~mpi_communicator() override {
+    bool taken = false;
     {
       std::lock_guard lock(queue_->mutex);
       queue_->stop = true;
+      taken = queue_->running;  // only by a job whose waiter gave up: no handle is left
     }
-    queue_->cv.notify_all();
-    if (worker_.joinable()) {
-      // A thread still in a collective that timed out may never return: it is left to end
-      // on its own (it holds its queue; the communicator is not freed).
-      const bool stuck = queue_->in_call.load();
-      stuck ? worker_.detach() : worker_.join();
-      if (stuck) return;
-    }
+    queue_->work.notify_one();
+    if (worker_.joinable()) worker_.join();
+    // A job that timed out may still be waiting for its ranks: the MPI communicator is left
+    // to it.
+    if (taken) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized == 0) MPI_Comm_free(&comm_);
@@ -355,186 +489,196 @@ class mpi_communicator final : public communicator,
   [[nodiscard]] std::string backend() const override { return "mpi"; }
 
   std::shared_ptr<communicator> split(int color, int key) override {
-    usable("split");
-    if (color < 0) fail("split", fmt::format("color {} is negative", color));
-    // Through the thread: MPI_Comm_split is a collective on this communicator too.
+    const operation o{.kind = "split"};
+    usable(o);
+    if (color < 0) fail(o, fmt::format("color {} is negative", color));
+    // Through the queue: MPI_Comm_split is a collective on this communicator too.
     auto sub = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
     const MPI_Comm comm = comm_;
-    enqueue("split", [comm, color, key, sub] { return MPI_Comm_split(comm, color, key, sub.get()); },
-            nullptr)
+    enqueue(o, [comm, color, key, sub] { return MPI_Comm_split(comm, color, key, sub.get()); }, nullptr,
+            signature{collective::split, -1, -1, -1, 0})
         ->wait();
     auto c = std::make_shared<mpi_communicator>(*sub);
     c->set_timeout(timeout());
+    c->set_checked(checked());
     return c;
   }
 
   std::unique_ptr<work> all_reduce(const tensor& in, const tensor& out, reduce_op op) override {
-    const std::string what = fmt::format("all_reduce ({}) of {}", to_string(op), in.describe());
-    dense("all_reduce", in, "input");
-    dense("all_reduce", out, "output");
-    same_layout("all_reduce", in, out);
-    const MPI_Op mop = reduction(what, in.type(), op);
-    const int n = count(what, in);
+    const operation o{.kind = "all_reduce", .op = op, .a = in};
+    dense(o, in, "input");
+    dense(o, out, "output");
+    same_layout(o, in, out);
+    const MPI_Op mop = reduction(o, in.type(), op);
+    const int n = count(o, in);
     const MPI_Datatype type = mpi_type(in.type());
     const MPI_Comm comm = comm_;
     return enqueue(
-        what,
+        o,
         [in, out, n, type, mop, comm] {
           const bool in_place = in.raw_data() == out.raw_data();
           return MPI_Allreduce(in_place ? MPI_IN_PLACE : in.raw_data(), out.raw_data(), n, type, mop, comm);
         },
-        averaging(op, out), signature{collective::all_reduce, static_cast<std::int32_t>(in.type()), static_cast<std::int32_t>(op), -1, n});
+        averaging(op, out),
+        signature{collective::all_reduce, static_cast<std::int32_t>(in.type()), static_cast<std::int32_t>(op), -1, n});
   }
 
   std::unique_ptr<work> broadcast(const tensor& t, int root) override {
-    const std::string what = fmt::format("broadcast of {} from rank {}", t.describe(), root);
-    dense("broadcast", t, "tensor");
-    typed("broadcast", t);
-    peer(what, root, "root");
-    const int n = count(what, t);
+    const operation o{.kind = "broadcast", .a = t, .peer_word = "from", .peer = root};
+    dense(o, t, "tensor");
+    typed(o, t);
+    peer(o, root, "root");
+    const int n = count(o, t);
     const MPI_Datatype type = mpi_type(t.type());
     const MPI_Comm comm = comm_;
-    return enqueue(what, [t, n, type, root, comm] { return MPI_Bcast(t.raw_data(), n, type, root, comm); },
+    return enqueue(o, [t, n, type, root, comm] { return MPI_Bcast(t.raw_data(), n, type, root, comm); },
                    nullptr, signature{collective::broadcast, static_cast<std::int32_t>(t.type()), -1, root, n});
   }
 
   std::unique_ptr<work> all_gather(const tensor& in, const tensor& out) override {
-    const std::string what = fmt::format("all_gather of {} into {}", in.describe(), out.describe());
-    dense("all_gather", in, "input");
-    dense("all_gather", out, "output");
-    typed("all_gather", in);
-    blocks(what, out, in, "output", "input");
-    const int n = count(what, in);
+    const operation o{.kind = "all_gather", .a = in, .b = out};
+    dense(o, in, "input");
+    dense(o, out, "output");
+    typed(o, in);
+    blocks(o, out, in, "output", "input");
+    const int n = count(o, in);
     const MPI_Datatype type = mpi_type(in.type());
     const MPI_Comm comm = comm_;
     return enqueue(
-        what, [in, out, n, type, comm] { return MPI_Allgather(in.raw_data(), n, type, out.raw_data(), n, type, comm); },
+        o, [in, out, n, type, comm] { return MPI_Allgather(in.raw_data(), n, type, out.raw_data(), n, type, comm); },
         nullptr, signature{collective::all_gather, static_cast<std::int32_t>(in.type()), -1, -1, n});
   }
 
   std::unique_ptr<work> reduce_scatter(const tensor& in, const tensor& out, reduce_op op) override {
-    const std::string what =
-        fmt::format("reduce_scatter ({}) of {} into {}", to_string(op), in.describe(), out.describe());
-    dense("reduce_scatter", in, "input");
-    dense("reduce_scatter", out, "output");
-    blocks(what, in, out, "input", "output");
-    const MPI_Op mop = reduction(what, in.type(), op);
-    const int n = count(what, out);
+    const operation o{.kind = "reduce_scatter", .op = op, .a = in, .b = out};
+    dense(o, in, "input");
+    dense(o, out, "output");
+    blocks(o, in, out, "input", "output");
+    const MPI_Op mop = reduction(o, in.type(), op);
+    const int n = count(o, out);
     const MPI_Datatype type = mpi_type(in.type());
     const MPI_Comm comm = comm_;
     return enqueue(
-        what,
+        o,
         [in, out, n, type, mop, comm] {
           return MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), n, type, mop, comm);
         },
-        averaging(op, out), signature{collective::reduce_scatter, static_cast<std::int32_t>(in.type()), static_cast<std::int32_t>(op), -1, n});
+        averaging(op, out),
+        signature{collective::reduce_scatter, static_cast<std::int32_t>(in.type()), static_cast<std::int32_t>(op), -1, n});
   }
 
   std::unique_ptr<work> barrier() override {
-    usable("barrier");
+    const operation o{.kind = "barrier"};
+    usable(o);
     const MPI_Comm comm = comm_;
-    return enqueue("barrier", [comm] { return MPI_Barrier(comm); }, nullptr, signature{collective::barrier, -1, -1, -1, 0});
+    return enqueue(o, [comm] { return MPI_Barrier(comm); }, nullptr, signature{collective::barrier, -1, -1, -1, 0});
   }
 
   std::unique_ptr<work> send(const tensor& t, int dst, int tag) override {
-    const std::string what = fmt::format("send of {} to rank {} (tag {})", t.describe(), dst, tag);
-    dense("send", t, "tensor");
-    typed("send", t);
-    peer(what, dst, "destination");
-    tagged(what, tag);
+    operation o{.kind = "send", .a = t, .peer_word = "to", .peer = dst, .tag = tag};
+    dense(o, t, "tensor");
+    typed(o, t);
+    peer(o, dst, "destination");
+    tagged(o, tag);
     MPI_Request r = MPI_REQUEST_NULL;
-    check(what, MPI_Isend(t.raw_data(), count(what, t), mpi_type(t.type()), dst, tag, comm_, &r));
-    return std::make_unique<request_work>(shared_from_this(), r, what, std::vector<tensor>{t});
+    check(o, MPI_Isend(t.raw_data(), count(o, t), mpi_type(t.type()), dst, tag, comm_, &r));
+    return std::make_unique<request_work>(shared_from_this(), r, std::move(o));
   }
 
   std::unique_ptr<work> recv(const tensor& t, int src, int tag) override {
-    const std::string what = fmt::format("recv of {} from rank {} (tag {})", t.describe(), src, tag);
-    dense("recv", t, "tensor");
-    typed("recv", t);
-    peer(what, src, "source");
-    tagged(what, tag);
+    operation o{.kind = "recv", .a = t, .peer_word = "from", .peer = src, .tag = tag};
+    dense(o, t, "tensor");
+    typed(o, t);
+    peer(o, src, "source");
+    tagged(o, tag);
     MPI_Request r = MPI_REQUEST_NULL;
-    check(what, MPI_Irecv(t.raw_data(), count(what, t), mpi_type(t.type()), src, tag, comm_, &r));
-    return std::make_unique<request_work>(shared_from_this(), r, what, std::vector<tensor>{t});
+    check(o, MPI_Irecv(t.raw_data(), count(o, t), mpi_type(t.type()), src, tag, comm_, &r));
+    return std::make_unique<request_work>(shared_from_this(), r, std::move(o));
   }
 
   // ---- used by the work handles --------------------------------------------------------------
 
-  [[noreturn]] void fail(std::string_view what, std::string_view why) const {
-    throw distributed_error(fmt::format("rank {} of {}: {}: {}", rank_, size_, what, why), rank_);
+  [[noreturn]] void fail(const operation& o, std::string_view why) const {
+    throw distributed_error(fmt::format("rank {} of {}: {}: {}", rank_, size_, o.describe(), why), rank_);
   }
 
-  void check(std::string_view what, int rc) const {
-    if (rc != MPI_SUCCESS) fail(what, mpi_error_text(rc));
+  void check(const operation& o, int rc) const {
+    if (rc != MPI_SUCCESS) fail(o, mpi_error_text(rc));
   }
 
-  // A pending operation timed out: nothing more may be started here.
-  void mark_broken(std::string why) {
+  // An operation timed out: nothing more may be started here.
+  void mark_broken(const operation& o) {
     std::lock_guard lock(mutex_);
-    broken_why_ = std::move(why);
+    broken_why_ = fmt::format("{} did not complete within {} ms (a rank that died, hangs or never calls it)",
+                              o.describe(), timeout().count());
     broken_.store(true);
   }
 
+  [[noreturn]] void timed_out(const operation& o) {
+    mark_broken(o);
+    fail(o, fmt::format("timed out after {} ms", timeout().count()));
+  }
+
  private:
-  void usable(std::string_view what) const {
+  void usable(const operation& o) const {
     if (broken_.load()) {
       std::lock_guard lock(mutex_);
-      fail(what, fmt::format("the communicator is unusable: {}", broken_why_));
+      fail(o, fmt::format("the communicator is unusable: {}", broken_why_));
     }
   }
 
   // The checks every communicator makes (operation_checks.hpp), raised as this one's errors.
-  void require(std::string_view what, const std::string& why) const {
-    if (!why.empty()) fail(what, why);
+  void require(const operation& o, const std::string& why) const {
+    if (!why.empty()) fail(o, why);
   }
 
-  void dense(std::string_view what, const tensor& t, std::string_view role) const {
-    usable(what);
-    require(what, checks::not_dense(t, role));
+  void dense(const operation& o, const tensor& t, std::string_view role) const {
+    usable(o);
+    require(o, checks::not_dense(t, role));
   }
 
-  void typed(std::string_view what, const tensor& t) const {
-    if (mpi_type(t.type()) == MPI_DATATYPE_NULL) {
-      fail(what, fmt::format("no MPI type for {}", to_string(t.type())));
-    }
+  void typed(const operation& o, const tensor& t) const { typed(o, t.type()); }
+
+  void typed(const operation& o, dtype t) const {
+    if (mpi_type(t) == MPI_DATATYPE_NULL) fail(o, fmt::format("no MPI type for {}", to_string(t)));
   }
 
-  void same_layout(std::string_view what, const tensor& in, const tensor& out) const {
-    typed(what, in);
-    require(what, checks::not_same_layout(in, out));
+  void same_layout(const operation& o, const tensor& in, const tensor& out) const {
+    typed(o, in);
+    require(o, checks::not_same_layout(in, out));
   }
 
-  void blocks(std::string_view what, const tensor& whole, const tensor& part,
-              std::string_view whole_role, std::string_view part_role) const {
-    typed(what, part);
-    require(what, checks::not_blocks(whole, part, size_, whole_role, part_role));
+  void blocks(const operation& o, const tensor& whole, const tensor& part, std::string_view whole_role,
+              std::string_view part_role) const {
+    typed(o, part);
+    require(o, checks::not_blocks(whole, part, size_, whole_role, part_role));
   }
 
-  void peer(std::string_view what, int r, std::string_view role) const {
-    require(what, checks::not_peer(r, size_, role));
+  void peer(const operation& o, int r, std::string_view role) const {
+    require(o, checks::not_peer(r, size_, role));
   }
 
-  static void tagged(std::string_view what, int tag) {
+  static void tagged(const operation& o, int tag) {
     int* ub = nullptr;
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     const int max_tag = flag != 0 && ub != nullptr ? *ub : 32767;
     if (tag < 0 || tag > max_tag) {
-      throw invalid_argument(fmt::format("{}: tag {} outside [0, {}]", what, tag, max_tag));
+      throw invalid_argument(fmt::format("{}: tag {} outside [0, {}]", o.describe(), tag, max_tag));
     }
   }
 
-  int count(std::string_view what, const tensor& t) const {
+  int count(const operation& o, const tensor& t) const {
     const std::int64_t n = t.num_elements();
     if (n > std::numeric_limits<int>::max()) {
-      fail(what, fmt::format("{} elements are more than MPI's int count holds", n));
+      fail(o, fmt::format("{} elements are more than MPI's int count holds", n));
     }
     return static_cast<int>(n);
   }
 
-  MPI_Op reduction(std::string_view what, dtype t, reduce_op op) const {
-    typed(what, t);
-    if (const std::string why = reduce_op_refusal(op, t); !why.empty()) fail(what, why);
+  MPI_Op reduction(const operation& o, dtype t, reduce_op op) const {
+    typed(o, t);
+    if (const std::string why = reduce_op_refusal(op, t); !why.empty()) fail(o, why);
     if (t == dtype::f16 || t == dtype::bf16) {
       return state().half.op[t == dtype::f16 ? 0 : 1][op_slot(op)];
     }
@@ -553,11 +697,6 @@ class mpi_communicator final : public communicator,
         return MPI_PROD;
     }
     return MPI_SUM;
-  }
-
-  // typed() for a dtype alone.
-  void typed(std::string_view what, dtype t) const {
-    if (mpi_type(t) == MPI_DATATYPE_NULL) fail(what, fmt::format("no MPI type for {}", to_string(t)));
   }
 
   // avg: the sum divided by size() once the sum has arrived.
@@ -590,90 +729,70 @@ class mpi_communicator final : public communicator,
     };
   }
 
-  // Hands `run` (a blocking MPI call; its tensors held by the closure) and `then` to the
-  // communicator's thread, starting it on first use.
-  std::unique_ptr<work> enqueue(std::string_view what, std::function<int()> run,
-                                std::function<void()> then, std::optional<signature> sig = {}) {
-    usable(what);
-    auto c = std::make_shared<completion>();
+  // Queues `run` (a blocking MPI call; its tensors held by the closure) and `then`, preceded
+  // by the ranks' agreement on `sig` unless the communicator is unchecked; starts the communicator's thread on first use, and
+  // wakes it when it sleeps.
+  std::unique_ptr<work> enqueue(operation o, std::function<int()> run, std::function<void()> then,
+                                signature sig) {
+    usable(o);
+    auto j = std::make_shared<job>();
+    j->run = std::move(run);
+    j->then = std::move(then);
+    if (checked()) j->sig = sig;
+    j->comm = comm_;
+    j->queued = std::chrono::steady_clock::now();
     {
       std::lock_guard lock(queue_->mutex);
-      if (!worker_.joinable()) worker_ = std::thread([q = queue_] { worker_loop(*q); });
-      queue_->jobs.push_back({std::move(run), std::move(then), c, sig, comm_, size_});
-      queue_->pending.fetch_add(1);
+      if (!worker_.joinable()) worker_ = std::thread([q = queue_] { worker_loop(q); });
+      queue_->jobs.push_back(j);
+      if (queue_->sleeping) {
+        queue_->sleeping = false;
+        queue_->work.notify_one();
+      }
     }
-    queue_->cv.notify_one();
-    return std::make_unique<queued_work>(shared_from_this(), std::move(c), std::string(what));
+    return std::make_unique<queued_work>(shared_from_this(), queue_, std::move(j), std::move(o));
   }
 
-  struct job {
-    std::function<int()> run;
-    std::function<void()> then;
-    std::shared_ptr<completion> c;
-    std::optional<signature> sig;  // checked across the ranks first (Note [agreeing ranks])
-    MPI_Comm comm = MPI_COMM_NULL;
-    int size = 1;
-  };
+  // How long a queued job is left for its caller to run in wait() before the communicator's
+  // thread takes it.
+  static constexpr std::chrono::microseconds grace{20};
+  // How often the thread looks for jobs that nobody waits for while the communicator is in
+  // use, and after how many looks that found nothing it sleeps until a job is queued.
+  static constexpr std::chrono::milliseconds tick{1};
+  static constexpr int idle_ticks = 100;
 
-  // What the communicator's thread works from; shared with it, so that a thread left in a
-  // call that timed out outlives the communicator safely.
-  struct job_queue {
-    std::mutex mutex;
-    std::condition_variable cv;
-    std::deque<job> jobs;
-    std::atomic<int> pending{0};
-    std::atomic<bool> in_call{false};
-    bool stop = false;
-  };
-
-  // The communicator's thread: the queued collectives, in order. Between them it spins for
-  // about 50 us (yielding the core), so that back-to-back collectives cost no wake-up, then
-  // sleeps on the queue's condition variable.
-  static void worker_loop(job_queue& q) {
-    for (;;) {
-      const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-      while (q.pending.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
-        std::this_thread::yield();
-      }
-      job j;
-      {
-        std::unique_lock lock(q.mutex);
-        q.cv.wait(lock, [&] { return !q.jobs.empty() || q.stop; });
-        if (q.jobs.empty()) return;  // stopping
-        j = std::move(q.jobs.front());
-        q.jobs.pop_front();
-        q.pending.fetch_sub(1);
-      }
-      q.in_call.store(true);
-      in_mpi.fetch_add(1);
-      std::string error = j.sig ? disagreement(*j.sig, j.comm, j.size) : std::string();
-      if (error.empty()) {
-        const int rc = j.run();
-        if (rc != MPI_SUCCESS) {
-          error = mpi_error_text(rc);
-        } else if (j.then) {
-          j.then();
+  // The communicator's thread: runs the jobs that nobody waits for, so that a started
+  // collective progresses while its caller computes. Starting a job does not wake it (a
+  // wake-up per collective cost more than a small collective itself: two processes share
+  // two cores here); it looks at the queue every `tick` instead, and sleeps for good once
+  // the communicator is idle (the next job then wakes it).
+  static void worker_loop(const std::shared_ptr<job_queue>& q) {
+    std::unique_lock lock(q->mutex);
+    int idle = 0;
+    while (!q->stop) {
+      if (!q->running && !q->jobs.empty()) {
+        idle = 0;
+        const time_point due = q->jobs.front()->queued + grace;
+        if (std::chrono::steady_clock::now() >= due) {
+          (void)run_first(q, lock, std::nullopt);
+        } else {
+          q->work.wait_until(lock, due);
         }
+      } else if (++idle < idle_ticks || q->running) {
+        q->work.wait_for(lock, tick);
+      } else {
+        q->sleeping = true;
+        q->work.wait(lock, [&] { return q->stop || !q->sleeping; });
+        idle = 0;
       }
-      in_mpi.fetch_sub(1);
-      q.in_call.store(false);
-      j.run = nullptr;  // release the tensors before the caller hears it is done
-      {
-        std::lock_guard lock(j.c->mutex);
-        j.c->error = std::move(error);
-        j.c->done.store(true, std::memory_order_release);
-      }
-      j.c->cv.notify_all();
     }
   }
-
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
   std::atomic<bool> broken_{false};
   mutable std::mutex mutex_;
   std::string broken_why_;
-  // The thread and its queue.
   std::shared_ptr<job_queue> queue_ = std::make_shared<job_queue>();
   std::thread worker_;
 };
@@ -682,10 +801,10 @@ bool request_work::test() {
   if (done_) return true;
   int flag = 0;
   MPI_Status status;
-  comm_->check(what_, MPI_Test(&request_, &flag, &status));
+  comm_->check(op_, MPI_Test(&request_, &flag, &status));
   if (flag == 0) return false;
   done_ = true;
-  keep_.clear();
+  op_.a = tensor();
   return true;
 }
 
@@ -697,11 +816,8 @@ void request_work::wait() {
   for (int polls = 0;; ++polls) {
     if (test()) return;
     if (std::chrono::steady_clock::now() >= deadline) {
-      comm_->mark_broken(fmt::format("{} did not complete within {} ms (a rank that died, hangs or "
-                                     "never calls it)",
-                                     what_, comm_->timeout().count()));
       done_ = true;  // abandoned: the request stays pending inside MPI
-      comm_->fail(what_, fmt::format("timed out after {} ms", comm_->timeout().count()));
+      comm_->timed_out(op_);
     }
     if (polls > 64) std::this_thread::yield();
   }
@@ -709,36 +825,46 @@ void request_work::wait() {
 
 void queued_work::finished() {
   finished_ = true;
-  std::string error;
-  {
-    std::lock_guard lock(c_->mutex);
-    error = c_->error;
-  }
-  if (!error.empty()) comm_->fail(what_, error);
+  if (!j_->error.empty()) comm_->fail(op_, j_->error);
+  op_.a = tensor();
+  op_.b = tensor();
 }
 
 bool queued_work::test() {
   if (finished_) return true;
-  if (!c_->done.load(std::memory_order_acquire)) return false;
+  if (!j_->done.load(std::memory_order_acquire)) return false;
   finished();
   return true;
 }
 
 void queued_work::wait() {
   if (finished_) return;
-  // A short spin first: a small collective is often done within microseconds.
-  for (int i = 0; i < 256 && !c_->done.load(std::memory_order_acquire); ++i) std::this_thread::yield();
-  if (!c_->done.load(std::memory_order_acquire)) {
-    std::unique_lock lock(c_->mutex);
-    const bool done = c_->cv.wait_for(lock, comm_->timeout(), [&] { return c_->done.load(); });
-    if (!done) {
-      lock.unlock();
-      comm_->mark_broken(fmt::format("{} did not complete within {} ms (a rank that died, hangs or "
-                                     "never calls it)",
-                                     what_, comm_->timeout().count()));
-      finished_ = true;  // abandoned: the communicator's thread is still in MPI
-      comm_->fail(what_, fmt::format("timed out after {} ms", comm_->timeout().count()));
+  // An unchecked job has no timeout: once it runs, its MPI call returns when MPI's does.
+  const bool timed = j_->sig.has_value();
+  const time_point deadline = std::chrono::steady_clock::now() + comm_->timeout();
+  {
+    std::unique_lock lock(q_->mutex);
+    while (!j_->done.load(std::memory_order_acquire)) {
+      if (!q_->running && !q_->jobs.empty()) {
+        // Nobody runs the queue: this thread does, in order, up to its own job (a small
+        // collective then costs no hand-over between threads).
+        if (!run_first(q_, lock, timed ? std::optional(deadline) : std::nullopt)) break;
+        continue;
+      }
+      bool late = false;
+      ++q_->waiters;
+      if (timed) {
+        late = q_->done.wait_until(lock, deadline) == std::cv_status::timeout;
+      } else {
+        q_->done.wait(lock);
+      }
+      --q_->waiters;
+      if (late) break;
     }
+  }
+  if (!j_->done.load(std::memory_order_acquire)) {
+    finished_ = true;  // abandoned: a thread still waits for the ranks to complete it
+    comm_->timed_out(op_);
   }
   finished();
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -224,6 +225,61 @@ TEST(Communicator, OperationsOverlapWithWorkAndBarrierCompletes) {
   EXPECT_TRUE(op->test());
   EXPECT_EQ(get(big, 5), expected(dtype::f32, reduce_op::sum, 5, c->size()));
   c->barrier()->wait();
+}
+
+// Nobody waits: the communicator's own thread runs it, and test() sees it done.
+TEST(Communicator, ACollectiveNobodyWaitsForCompletesOnTheCommunicatorsThread) {
+  const auto c = w();
+  const tensor x = filled(dtype::i32, shape{1000}, c->rank(), reduce_op::sum);
+  auto op = c->all_reduce(x, x, reduce_op::sum);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!op->test() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(op->test()) << "the all_reduce made no progress without wait()";
+  for (std::int64_t i = 0; i < 1000; ++i) ASSERT_EQ(get(x, i), expected(dtype::i32, reduce_op::sum, i, c->size()));
+}
+
+// Started in one order on one thread, waited for in the reverse order on three: each completes
+// with its own result (the queue runs them in the order they were started).
+TEST(Communicator, CollectivesWaitedForOnOtherThreadsInAnotherOrderComplete) {
+  const auto c = w();
+  std::vector<tensor> xs;
+  std::vector<std::unique_ptr<work>> ops;
+  for (int k = 0; k < 3; ++k) {
+    xs.push_back(filled(dtype::f64, shape{100 + 50 * k}, c->rank() + k, reduce_op::max));
+    ops.push_back(c->all_reduce(xs.back(), xs.back(), reduce_op::max));
+  }
+  std::vector<std::thread> waiters;
+  for (int k = 2; k >= 0; --k) waiters.emplace_back([&, k] { ops[static_cast<std::size_t>(k)]->wait(); });
+  for (auto& t : waiters) t.join();
+  for (int k = 0; k < 3; ++k) {
+    for (std::int64_t i = 0; i < xs[static_cast<std::size_t>(k)].num_elements(); ++i) {
+      double want = value(k, i, dtype::f64, reduce_op::max);
+      for (int r = 1; r < c->size(); ++r) want = std::max(want, value(r + k, i, dtype::f64, reduce_op::max));
+      ASSERT_EQ(get(xs[static_cast<std::size_t>(k)], i), want) << "collective " << k << ", element " << i;
+    }
+  }
+}
+
+// Unchecked (set_checked(false)): the same results, sub-groups inherit it, and what one rank
+// can see wrong is still refused before anything starts.
+TEST(Communicator, AnUncheckedCommunicatorGivesTheSameResults) {
+  const auto c = w()->split(0, w()->rank());
+  c->set_checked(false);
+  const auto sub = c->split(0, c->rank());
+  EXPECT_FALSE(sub->checked());
+  for (const dtype t : {dtype::f32, dtype::i64, dtype::bf16}) {
+    const tensor x = filled(t, shape{33}, sub->rank(), reduce_op::sum);
+    sub->all_reduce(x, x, reduce_op::sum)->wait();
+    for (std::int64_t i = 0; i < 33; ++i) ASSERT_EQ(get(x, i), expected(t, reduce_op::sum, i, sub->size())) << to_string(t);
+  }
+  const tensor b = filled(dtype::f32, shape{5}, sub->rank(), reduce_op::sum);
+  sub->broadcast(b, sub->size() - 1)->wait();
+  for (std::int64_t i = 0; i < 5; ++i) ASSERT_EQ(get(b, i), value(sub->size() - 1, i, dtype::f32, reduce_op::sum));
+  EXPECT_THROW((void)sub->all_reduce(b, make(dtype::f32, shape{6}), reduce_op::sum), distributed_error);
+  sub->barrier()->wait();
+  EXPECT_TRUE(w()->checked());
 }
 
 TEST(Communicator, SplitMakesSubGroups) {
