@@ -1,23 +1,31 @@
-// conv_layout: convolutions keep their activations channels-last (NHWC) between them.
+// conv_layout: convolutions keep their activations in the layout they compute in between
+// them: channel blocks (NCHW16c) where the CPU's rule says so, else channels-last (NHWC).
 //
-// oneDNN's fastest float32 / bfloat16 convolutions compute in NHWC; a conv2d on NCHW
-// tensors reorders its input into that layout and its output back on every run (Note
-// [blocked layouts]), which on a network of small convolutions (depthwise-separable ones
-// above all) costs more than the convolutions. This pass makes every NCHW conv2d and
-// fused_conv2d of float32 or bfloat16 with a rank-4 input its NHWC form between transposes,
+// oneDNN's fastest float32 / bfloat16 convolutions compute in NHWC, or on AVX-512 in
+// channel blocks (Note [channel blocks] in nn_rules.hpp: loom's rule picks them for float32
+// convolutions of 16 channels or more); a conv2d on NCHW tensors reorders its input into
+// that layout and its output back on every run (Note [blocked layouts]), which on a network
+// of small convolutions (depthwise-separable ones above all) costs more than the
+// convolutions. This pass makes every NCHW conv2d and fused_conv2d of float32 or bfloat16
+// with a rank-4 input its form in that layout between conversions:
 //     y = conv(x, w, [bias], [r])
+//  -> y = from_channel_blocks(conv_blocked(to_channel_blocks(x), w, [bias], [to_channel_blocks(r)]),
+//                             channels)     (the rule says channel blocks, and the options allow them)
 //  -> y = transpose(conv_nhwc(transpose(x, [0, 2, 3, 1]), w, [bias], [transpose(r, ...)]),
-//                   [0, 3, 1, 2])
-// and then drops every transpose of a transpose that undoes it (the reader takes the value
+//                   [0, 3, 1, 2])           (otherwise)
+// and then drops every conversion of a conversion that undoes it (the reader takes the value
 // itself): a chain of convolutions whose epilogues took their bias, residual and activation
-// transposes its activations once where the chain starts and once where a value leaves it.
-// A value read by several convolutions is transposed once.
+// converts its activations once where the chain starts and once where a value leaves it.
+// A value read by several convolutions is converted once. (Undoing from_channel_blocks by
+// to_channel_blocks gives back the same blocks, zeros included: the channels past the last
+// are zero in every blocked tensor.)
 //
-// Answers do not change: the NHWC node asks oneDNN for the same primitive as the NCHW one
-// (format_tag::any for the activations, so the implementation, and with it every sum, does
-// not depend on the layout the tensors arrive in), the NHWC epilogue applies the same steps
-// to the same values, and a transpose moves values unchanged. Convolutions of other dtypes
-// (the reference loops) are left alone, as are nodes waiting for control inputs.
+// Answers do not change: the converted node asks oneDNN for the same primitive as the NCHW
+// one (format_tag::any for the activations, or nChw16c where the rule says channel blocks,
+// whatever layout the tensors arrive in: the implementation, and with it every sum, does not
+// depend on it), its epilogue applies the same steps to the same values, and the conversions
+// move values unchanged. Convolutions of other dtypes (the reference loops) are left alone,
+// as are nodes waiting for control inputs.
 #include <fmt/format.h>
 
 #include <optional>
@@ -36,13 +44,32 @@ using ints = std::vector<std::int64_t>;
 const ints to_nhwc{0, 2, 3, 1};
 const ints to_nchw{0, 3, 1, 2};
 
+// The conversions made by the pass, of a value to NHWC or to channel blocks.
 using transposes = std::unordered_map<endpoint, endpoint, endpoint_hash>;
+
+struct made_conversions {
+  transposes nhwc;
+  transposes blocks;
+};
 
 class conv_layout final : public graph_pass {
  public:
   conv_layout() : graph_pass("conv_layout") {}
 
  private:
+  // Whether the CPU computes the candidate `id` in channel blocks (Note [channel blocks]).
+  static bool in_blocks(const graph_editor& ed, const pass_context& ctx, node_id id) {
+    if (!ctx.options().channel_blocks) return false;
+    const node& n = ed.at(id);
+    const auto& xs = ed.type_of(ed.inputs(id)[0]).shape;
+    const auto& ws = ed.type_of(ed.inputs(id)[1]).shape;
+    if (!xs || !ws || ws->rank() != 4 || (*ws)[0] < 0 || (*ws)[1] < 0) return false;
+    const nn_rules::conv_window win = nn_rules::conv_window_of(
+        n.attr<std::int64_t>("groups"), n.attr<ints>("strides"), n.attr<ints>("dilations"), n.attr<ints>("padding"));
+    const nn_rules::conv_geometry g = nn_rules::conv2d_geometry(*xs, *ws, win);
+    return g.c >= 0 && g.fits() && nn_rules::conv_computes_in_channel_blocks(g, n.outputs[0].type);
+  }
+
   static bool candidate(const graph_editor& ed, node_id id) {
     const node& n = ed.at(id);
     if (n.op() != "conv2d" && n.op() != "fused_conv2d") return false;
@@ -74,34 +101,78 @@ class conv_layout final : public graph_pass {
     return t;
   }
 
-  static void rewrite(graph_editor& ed, pass_context& ctx, node_id id,
-                      transposes& made) {
+  // `e` in channel blocks, one to_channel_blocks per value made by this pass.
+  static endpoint blocked(graph_editor& ed, transposes& made, endpoint e, const std::string& name,
+                          const std::string& device) {
+    if (auto it = made.find(e); it != made.end()) return it->second;
+    const endpoint b{ed.add({.name = ed.g().unique_name(name),
+                             .op = "to_channel_blocks",
+                             .inputs = {e},
+                             .attrs = {},
+                             .device = device,
+                             .control_inputs = {}}),
+                     0};
+    made.emplace(e, b);
+    return b;
+  }
+
+  static void rewrite(graph_editor& ed, pass_context& ctx, node_id id, made_conversions& made,
+                      bool blocks) {
     const node& conv = ed.at(id);
     const std::string name = conv.name;
     const std::string device = conv.requested_device;
+    const std::string layout = blocks ? "NCHW16c" : "NHWC";
+    const std::string suffix = blocks ? "/blocks" : "/nhwc";
+    const auto convert = [&](endpoint e, const std::string& what) {
+      return blocks ? blocked(ed, made.blocks, e, name + "/blocks_" + what, device)
+                    : transposed(ed, made.nhwc, e, name + "/nhwc_" + what, device);
+    };
     std::vector<endpoint> inputs = ed.inputs(id);
-    inputs[0] = transposed(ed, made, inputs[0], name + "/nhwc_input", device);
+    inputs[0] = convert(inputs[0], "input");
     const bool residual = conv.op() == "fused_conv2d" && conv.attr<bool>("has_residual");
-    if (residual) {
-      inputs.back() = transposed(ed, made, inputs.back(), name + "/nhwc_residual", device);
-    }
+    if (residual) inputs.back() = convert(inputs.back(), "residual");
+    const std::int64_t channels = blocks ? (*ed.type_of(inputs[1]).shape)[0] : 0;  // in_blocks knows it
     attr_map attrs = conv.attrs;
     attrs.erase("T");
     attrs.erase("num_args");
-    attrs["data_format"] = std::string("NHWC");
+    attrs["data_format"] = layout;
     const std::string op = conv.op();
-    const node_id nhwc = ed.add({.name = ed.g().unique_name(name + "/nhwc"),
-                                 .op = op,
-                                 .inputs = std::move(inputs),
-                                 .attrs = std::move(attrs),
-                                 .device = device,
-                                 .control_inputs = {}});
-    const endpoint back = transpose(ed, {nhwc, 0}, to_nchw, name + "/nchw", device);
+    const node_id converted = ed.add({.name = ed.g().unique_name(name + suffix),
+                                      .op = op,
+                                      .inputs = std::move(inputs),
+                                      .attrs = std::move(attrs),
+                                      .device = device,
+                                      .control_inputs = {}});
+    const endpoint back =
+        blocks ? endpoint{ed.add({.name = ed.g().unique_name(name + "/nchw"),
+                                  .op = "from_channel_blocks",
+                                  .inputs = {{converted, 0}},
+                                  .attrs = {{"channels", channels}},
+                                  .device = device,
+                                  .control_inputs = {}}),
+                          0}
+               : transpose(ed, {converted, 0}, to_nchw, name + "/nchw", device);
     ed.replace_uses({id, 0}, back);
     ed.replace_node(id, back.node);
     ed.erase(id);
-    ctx.rewrote({name}, fmt::format("{} '{}' computes in NHWC between transposes", op,
-                                    ed.at(nhwc).name));
+    ctx.rewrote({name}, fmt::format("{} '{}' computes in {} between {}", op, ed.at(converted).name, layout,
+                                    blocks ? "conversions" : "transposes"));
+  }
+
+  // to_channel_blocks of from_channel_blocks: its readers (and a fetch) read the blocks the
+  // latter read (the same values, zeros included).
+  static bool cancel_blocks(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& outer = ed.at(id);
+    if (outer.op() != "to_channel_blocks") return false;
+    const endpoint in = ed.inputs(id)[0];
+    const node& inner = ed.at(in.node);
+    if (inner.op() != "from_channel_blocks" || !same_request(outer, inner)) return false;
+    if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
+    ed.replace_uses({id, 0}, ed.inputs(in.node)[0]);
+    ctx.rewrote({outer.name, inner.name},
+                fmt::format("'{}' undoes '{}': its readers read '{}'", outer.name, inner.name,
+                            ed.g().endpoint_name(ed.inputs(in.node)[0])));
+    return true;
   }
 
   // perm `outer` applied after `inner` is the identity.
@@ -188,16 +259,16 @@ class conv_layout final : public graph_pass {
   bool do_run(pass_context& ctx) override {
     graph_editor& ed = ctx.editor();
     bool changed = false;
-    transposes made;
+    made_conversions made;
     for (node_id id : ed.topological_order()) {
       if (!ed.alive(id) || !candidate(ed, id)) continue;
-      rewrite(ed, ctx, id, made);
+      rewrite(ed, ctx, id, made, in_blocks(ed, ctx, id));
       changed = true;
     }
     if (!changed) return false;
     // In topological order a moved transpose is met again below its new reader.
     for (node_id id : ed.topological_order()) {
-      if (ed.alive(id) && !sink(ed, ctx, id)) cancel(ed, ctx, id);
+      if (ed.alive(id) && !sink(ed, ctx, id) && !cancel(ed, ctx, id)) cancel_blocks(ed, ctx, id);
     }
     return true;
   }

@@ -75,6 +75,14 @@ session::session(graph g, session_options options)
   impl_->devices = factories.create_devices(impl_->options.devices);
   if (impl_->devices.empty())
     throw invalid_argument("session: the device factories made no devices");
+  // Only CPU kernels read channel blocks (Note [channel blocks]): with another device, a
+  // convolution placed there could not run.
+  if (std::any_of(impl_->devices.begin(), impl_->devices.end(),
+                  [](const auto& d) { return d->type() != device_type::cpu; }) &&
+      impl_->options.passes.channel_blocks) {
+    impl_->options.passes.channel_blocks = false;
+    impl_->pipeline = passes::pass_manager(impl_->options.passes);
+  }
   if (impl_->options.cluster != nullptr && impl_->options.cluster->size() > 1) join_cluster();
 }
 

@@ -25,6 +25,7 @@
 #include "loom/graph/fused_expr.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "passes/pattern_test_support.hpp"
 
 namespace loom {
@@ -805,6 +806,47 @@ TEST(PassDifferential, ConvLayoutChainsComputeInNhwc) {
       expect_all_same(r, {"y", "y5"}, bitwise, "conv_layout");
     }
   }
+}
+
+// A chain of float32 convolutions of 16 channels or more (20 and 24: a part-filled last
+// block), depthwise, 1x1 and 3x3, a residual, a sigmoid epilogue (which makes a zero channel
+// 0.5: the blocks' spare channels must be zeroed again), special values in the input: where
+// the CPU computes such convolutions in channel blocks (Note [channel blocks]) the chain runs
+// in NCHW16c with one conversion in and one out, bit for bit the NCHW graph's answers; else
+// in NHWC.
+TEST(PassDifferential, ConvLayoutChainsComputeInChannelBlocks) {
+  const dtype t = dtype::f32;
+  std::mt19937 rng(12);
+  const shape xs{2, 20, 9, 7};
+  auto xv = sprinkled(t, rng, xs.num_elements(), 29, 1);
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", t, xs);
+  std::vector<feed> feeds{{"x", make(t, xs, xv)}};
+  const auto value = [&](const std::string& name, const shape& s) {
+    feeds.emplace_back(name, make(t, s, ordinary(rng, s.num_elements())));
+    return ops::placeholder(b, name, t, s);
+  };
+  ops::conv2d_options same;
+  same.padding = {1, 1};
+  ops::conv2d_options depthwise = same;
+  depthwise.groups = 24;
+  auto c1 = ops::sigmoid(ops::bias_add(ops::conv2d(x, value("w1", {24, 20, 1, 1})), value("b1", {24}), "NCHW"));
+  auto c2 = ops::relu(ops::conv2d(c1, value("w2", {24, 1, 3, 3}), depthwise));
+  auto c3 = ops::conv2d(c2, value("w3", {24, 24, 3, 3}), same) + c1;  // the residual
+  auto c4 = ops::conv2d(ops::relu(c3), value("w4", {20, 24, 1, 1}));
+  ops::identity(c4, {.name = "y"});
+  const auto r = run_off_on(g, feeds, {"y"});
+  const std::string log = log_text(r.log);
+  if (nn_rules::cpu_computes_in_channel_blocks()) {
+    EXPECT_EQ(count_op(r.planned, "to_channel_blocks"), 1u) << log;
+    EXPECT_EQ(count_op(r.planned, "from_channel_blocks"), 1u) << log;
+    EXPECT_EQ(count_op(r.planned, "transpose"), 0u) << log;
+    EXPECT_NE(log.find("computes in NCHW16c"), std::string::npos) << log;
+  } else {
+    EXPECT_EQ(count_op(r.planned, "transpose"), 2u) << log;
+  }
+  expect_all_same(r, {"y"}, bitwise, "conv_layout");
 }
 
 // ---- layer_norm_fusion ---------------------------------------------------------------------

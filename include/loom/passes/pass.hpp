@@ -54,6 +54,10 @@ struct pass_options {
   std::size_t max_folded_bytes = std::size_t{1} << 20;
   /// Element-wise fusion stops a group at this many ops.
   std::size_t max_fused_ops = 64;
+  /// conv_layout may keep convolutions' activations in channel blocks (NCHW16c, Note
+  /// [channel blocks]) where the CPU computes them so; a session whose devices are not all
+  /// CPUs switches it off (only CPU kernels read channel blocks).
+  bool channel_blocks = true;
 
   [[nodiscard]] bool runs(std::string_view pass) const;
 };

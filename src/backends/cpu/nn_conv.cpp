@@ -1,11 +1,13 @@
-// conv2d on CPU: oneDNN's convolution_forward for float32 and bfloat16 (NCHW or NHWC
-// activations, OIHW filters; oneDNN picks the layouts it computes in: Note [blocked
-// layouts]), a reference loop for float64 and for whatever oneDNN cannot do on the machine
-// (on the NCHW view of NHWC tensors, through a transposed copy).
+// conv2d on CPU: oneDNN's convolution_forward for float32 and bfloat16 (NCHW, NHWC or
+// NCHW16c activations, OIHW filters; oneDNN picks the layouts it computes in, Note [blocked
+// layouts], except where loom's rule says channel blocks, Note [channel blocks]), a
+// reference loop for float64 and for whatever oneDNN cannot do on the machine (on the NCHW
+// view of NHWC tensors, through a transposed copy).
 #include <algorithm>
 #include <array>
 #include <cstring>
 
+#include "cpu_isa.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -79,18 +81,36 @@ class conv2d_kernel final : public op_kernel {
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
         window_(conv_window_of(c)),
-        nchw_(nn_rules::is_nchw(c.attr<std::string>("data_format"))),
-        constant_filter_(onednn::input_is_constant(c, 1)) {}
+        format_(c.attr<std::string>("data_format")),
+        nchw_(nn_rules::is_nchw(format_)),
+        blocked_(nn_rules::is_channel_blocked(format_)),
+        constant_filter_(onednn::input_is_constant(c, 1)) {
+    if (blocked_ && !onednn::data_type_of(type_)) {
+      c.fail(fmt::format("a convolution in channel blocks (NCHW16c) computes through oneDNN, which "
+                         "takes float32 or bfloat16, not {}",
+                         to_string(type_)));
+    }
+  }
 
   void compute(kernel_context& ctx) override {
     const tensor& xin = ctx.input(0);
     const tensor& win = ctx.input(1);
-    if (xin.rank() != 4 || win.rank() != 4) {
-      ctx.fail("conv2d needs an {} input and an OIHW filter of rank 4, got {} and {}",
-               nchw_ ? "NCHW" : "NHWC", xin.describe(), win.describe());
+    if (xin.rank() != (blocked_ ? 5U : 4U) || win.rank() != 4) {
+      ctx.fail("conv2d needs an {} input of rank {} and an OIHW filter of rank 4, got {} and {}",
+               format_, blocked_ ? 5 : 4, xin.describe(), win.describe());
     }
-    const conv_geometry g = nn_rules::conv2d_geometry(nn_rules::conv_nchw_view(xin.shape(), nchw_),
-                                                      win.shape(), window_);
+    // The NCHW view; of channel blocks, with the channels the filter takes (Note [channel
+    // blocks]).
+    const shape& xs = xin.shape();
+    const shape view = blocked_ ? shape{xs[0], win.dim(1) * window_.groups, xs[2], xs[3]}
+                                : nn_rules::conv_nchw_view(xs, nchw_);
+    if (blocked_ && (xs[1] != nn_rules::channel_blocks(view[1]) || xs[4] != nn_rules::channel_block)) {
+      ctx.fail("the NCHW16c input {} does not hold the {} channels the filter {} takes in {} groups "
+               "({} blocks of {})",
+               xin.describe(), view[1], win.describe(), window_.groups, nn_rules::channel_blocks(view[1]),
+               nn_rules::channel_block);
+    }
+    const conv_geometry g = nn_rules::conv2d_geometry(view, win.shape(), window_);
     if (!g.fits()) {
       ctx.fail("filter {} does not fit input {} in {} groups", win.describe(), xin.describe(),
                g.groups);
@@ -98,7 +118,8 @@ class conv2d_kernel final : public op_kernel {
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the filter {} is larger than the padded input {}", win.describe(), xin.describe());
     }
-    tensor& out = ctx.allocate_output(0, g.output_shape(nchw_));
+    tensor& out = ctx.allocate_output(
+        0, blocked_ ? nn_rules::blocked_shape(g.output_shape()) : g.output_shape(nchw_));
     if (out.num_elements() == 0) return;
     if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: zeros
       std::memset(out.raw_data(), 0, out.nbytes());
@@ -107,6 +128,18 @@ class conv2d_kernel final : public op_kernel {
     const tensor x = ctx.input_contiguous(0);
     const tensor w = ctx.input_contiguous(1);
     if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, w, out, g, *dt)) {
+      return;
+    }
+    if (blocked_) {
+      // The reference loop on the NCHW tensors, between copies out of and into the blocks.
+      tensor xr = ctx.allocate_temp(type_, view);
+      tensor yr = ctx.allocate_temp(type_, g.output_shape());
+      from_channel_blocks(x, xr);
+      visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
+        using T = decltype(tag);
+        reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), yr.data<T>(), g);
+      });
+      to_channel_blocks(yr, out);
       return;
     }
     // The reference loop computes NCHW: an NHWC input is transposed to it, and the result
@@ -134,20 +167,27 @@ class conv2d_kernel final : public op_kernel {
         static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw};
     const auto plan = cache_.get(key, [&] {
       onednn::use_threads(threads);
-      const tag layout = nchw_ ? tag::nchw : tag::nhwc;  // oneDNN's dims are NCHW either way
+      // oneDNN's dims are NCHW whatever the layout.
+      const tag layout = blocked_ ? tag::nChw16c : nchw_ ? tag::nchw : tag::nhwc;
       const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, layout);
       const dnnl::memory::desc wei_md =
           g.groups == 1
               ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
               : dnnl::memory::desc({g.groups, g.o / g.groups, g.cg, g.kh, g.kw}, dt, tag::goihw);
       const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, layout);
-      // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]).
+      // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]), unless
+      // loom's rule says channel blocks (Note [channel blocks]): the same primitive whatever
+      // the tensors' layout, so the same bits.
+      const bool in_blocks = nn_rules::conv_computes_in_channel_blocks(g, type_);
       const auto any = [](const dnnl::memory::desc& md) {
         return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
       };
+      const auto activation = [&](const dnnl::memory::desc& md) {
+        return in_blocks ? dnnl::memory::desc(md.dims(), md.data_type(), tag::nChw16c) : any(md);
+      };
       const dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(src_md),
-          any(wei_md), any(dst_md), {g.stride[0], g.stride[1]},
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, activation(src_md),
+          any(wei_md), activation(dst_md), {g.stride[0], g.stride[1]},
           {g.dilation[0] - 1, g.dilation[1] - 1}, {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
       const dnnl::convolution_forward::primitive_desc pd(desc, onednn::user_scratchpad_attr(),
                                                          onednn::engine());
@@ -165,13 +205,34 @@ class conv2d_kernel final : public op_kernel {
 
   dtype type_;
   nn_rules::conv_window window_;
+  std::string format_;
   bool nchw_;
+  bool blocked_;
   bool constant_filter_;
   onednn::primitive_cache cache_;
   onednn::constant_reorders constants_;
 };
 
 }  // namespace
+}  // namespace loom::cpu
+
+namespace loom {
+
+bool nn_rules::cpu_computes_in_channel_blocks() noexcept {
+  static const bool yes = [] {
+    if (cpu::widest_cpu_isa() != cpu::isa_cap::avx512) return false;
+    try {
+      return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return yes;
+}
+
+}  // namespace loom
+
+namespace loom::cpu {
 
 void register_nn_conv_kernels(kernel_registry& r) {
   r.add(make_kernel_def<conv2d_kernel>(

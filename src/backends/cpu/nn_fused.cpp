@@ -256,6 +256,7 @@ class fused_kernel : public op_kernel {
     if (out.num_elements() == 0 || (!has_bias_ && !has_residual_ && act_ == activation::none)) {
       return;
     }
+    if (blocked_) return blocked_epilogue(ctx, out);
     const shape& s = out.shape();
     const std::size_t axis = channel(s);
     std::int64_t inner = 1;
@@ -286,7 +287,57 @@ class fused_kernel : public op_kernel {
     visit_float_type(ctx, type_, node().op(), run);
   }
 
+ protected:
+  // An NCHW16c output (Note [channel blocks]).
+  bool blocked_ = false;
+
  private:
+  // The epilogue over an NCHW16c output [n, blocks, h, w, 16]: per (image, block), rows of 16
+  // channels, the bias's 16 values of the block (zeros past the last channel); the channels
+  // past the last are set to zero again afterwards, whatever the activation made of them.
+  void blocked_epilogue(kernel_context& ctx, const tensor& out) {
+    const shape& s = out.shape();
+    const std::int64_t channels = ctx.input(1).dim(0);  // the filter's output channels
+    const std::int64_t blocks = s[1];
+    const std::int64_t plane = s[2] * s[3];
+    const std::int64_t block = nn_rules::channel_block;
+    const tensor bias = has_bias_ ? ctx.input_contiguous(2) : tensor();
+    const tensor residual = has_residual_ ? ctx.input_contiguous(residual_input()) : tensor();
+    const double per_element = act_ == activation::none ? 1.0 : 4.0;
+    const auto run = [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<T> padded;
+      if (has_bias_) {
+        padded.assign(static_cast<std::size_t>(blocks * block), T(0.0F));
+        std::copy_n(bias.data<T>(), channels, padded.begin());
+      }
+      visit_activation<T>(act_, clip_min_, clip_max_, [&](auto act) {
+        const auto slabs = [&](std::int64_t lo, std::int64_t hi) {
+          for (std::int64_t k = lo; k < hi; ++k) {
+            const std::int64_t at = k * plane * block;
+            epilogue_units_widest<T>(out.data<T>() + at,
+                                     has_bias_ ? padded.data() + (k % blocks) * block : nullptr,
+                                     has_residual_ ? residual.data<T>() + at : nullptr, 0, plane, block,
+                                     1, act);
+            if ((k % blocks) == blocks - 1 && channels % block != 0) {
+              for (std::int64_t p = 0; p < plane; ++p) {
+                std::fill(out.data<T>() + at + p * block + channels % block, out.data<T>() + at + (p + 1) * block,
+                          T(0.0F));
+              }
+            }
+          }
+        };
+        const double cost = per_element * static_cast<double>(plane * block);
+        if (plain_->uses_all_threads()) {
+          onednn::parallel_for(ctx.num_threads(), s[0] * blocks, cost, slabs);
+        } else {
+          ctx.parallel_for(s[0] * blocks, cost, slabs);
+        }
+      });
+    };
+    visit_float_type(ctx, type_, node().op(), run);
+  }
+
   [[nodiscard]] std::size_t residual_input() const noexcept { return has_bias_ ? 3 : 2; }
 
   [[nodiscard]] std::size_t channel(const shape& out) const noexcept {
@@ -296,8 +347,8 @@ class fused_kernel : public op_kernel {
   // Fails unless the bias is [out[channel]] and the residual has shape `out`.
   void check_args(kernel_context& ctx, const shape& out) const {
     common::apply_rule(ctx, [&] {
-      nn_rules::check_epilogue_args(out, channel(out), has_bias_ ? &ctx.input(2) : nullptr,
-                                    has_residual_ ? &ctx.input(residual_input()) : nullptr);
+      nn_rules::check_epilogue_args(out, blocked_ ? 1 : channel(out), has_bias_ ? &ctx.input(2) : nullptr,
+                                    has_residual_ ? &ctx.input(residual_input()) : nullptr, blocked_);
     });
   }
 
@@ -318,9 +369,12 @@ class fused_matmul_kernel final : public fused_kernel {
 
 class fused_conv2d_kernel final : public fused_kernel {
  public:
-  // The bias runs along dimension 1 of an NCHW output, the last of an NHWC one.
+  // The bias runs along dimension 1 of an NCHW output, the last of an NHWC one, and along
+  // dimensions 1 and 4 of an NCHW16c one.
   explicit fused_conv2d_kernel(const kernel_construction& c)
-      : fused_kernel(c, "conv2d", nn_rules::is_nchw(c.attr<std::string>("data_format")) ? 1 : -1) {}
+      : fused_kernel(c, "conv2d", nn_rules::is_nchw(c.attr<std::string>("data_format")) ? 1 : -1) {
+    blocked_ = nn_rules::is_channel_blocked(c.attr<std::string>("data_format"));
+  }
 };
 
 }  // namespace

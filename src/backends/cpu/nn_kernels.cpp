@@ -94,6 +94,7 @@ class bias_add_kernel final : public op_kernel {
 void register_nn_kernels(kernel_registry& r) {
   register_nn_matmul_kernels(r);
   register_nn_conv_kernels(r);
+  register_nn_channel_block_kernels(r);
   register_nn_pool_kernels(r);
   register_nn_conv_backward_kernels(r);
   register_nn_pool_backward_kernels(r);

@@ -29,6 +29,15 @@ void register_nn_pool_backward_kernels(kernel_registry& registry);
 void register_nn_fused_kernels(kernel_registry& registry);
 // resize (nn_resize.cpp)
 void register_nn_resize_kernels(kernel_registry& registry);
+// to_channel_blocks, from_channel_blocks (nn_channel_blocks.cpp)
+void register_nn_channel_block_kernels(kernel_registry& registry);
+
+/// Copies the dense NCHW tensor `nchw` [n, c, h, w] into the dense NCHW16c tensor `blocked`
+/// [n, ceil(c / 16), h, w, 16], zeros past channel c (Note [channel blocks]).
+void to_channel_blocks(const tensor& nchw, const tensor& blocked);
+/// Copies the first nchw.dim(1) channels of the dense NCHW16c tensor `blocked` into the dense
+/// NCHW tensor `nchw`.
+void from_channel_blocks(const tensor& blocked, const tensor& nchw);
 
 namespace nn_detail {
 

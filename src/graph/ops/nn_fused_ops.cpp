@@ -99,7 +99,9 @@ void check_epilogue(const inference_context& c, const tensor_type& out, std::siz
     }
     if (bias.shape && out.shape && channel < out.shape->rank()) {
       const std::int64_t want = (*out.shape)[channel];
-      const std::int64_t have = (*bias.shape)[0];
+      // An NCHW16c output: the bias has one value per channel, the output a block per 16.
+      const bool blocked = channel_name == "channel blocks";
+      const std::int64_t have = blocked ? nn_rules::channel_blocks((*bias.shape)[0]) : (*bias.shape)[0];
       if (want >= 0 && have >= 0 && want != have) {
         c.fail(fmt::format("bias {} does not match the {} {} of the {} {}", to_string(*bias.shape),
                            want, channel_name, what, to_string(*out.shape)));
@@ -160,8 +162,10 @@ void register_nn_fused_ops(op_registry& r) {
       attr_map attrs;
       for (const auto& a : conv2d->attrs) attrs.emplace(a.name, c.attr_value_of(a.name));
       const tensor_type out = infer_core(c, *conv2d, attrs);
-      check_epilogue(c, out, nn_rules::is_nchw(c.attr<std::string>("data_format")) ? 1 : 3,
-                     "output", "channels");
+      const std::string format = c.attr<std::string>("data_format");
+      const bool blocked = nn_rules::is_channel_blocked(format);
+      check_epilogue(c, out, nn_rules::is_nchw(format) || blocked ? 1 : 3, "output",
+                     blocked ? "channel blocks" : "channels");
       c.set_output(0, out);
     };
     r.add(std::move(d));

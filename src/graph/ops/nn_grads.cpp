@@ -77,6 +77,10 @@ attr_map conv_attrs(const gradient_context& c) {
 // transposed to it, and dx back.
 grads conv2d_input_grads(const gradient_context& c, output dy) {
   graph_builder& b = c.builder();
+  if (nn_rules::is_channel_blocked(c.attr<std::string>("data_format"))) {
+    c.fail("a convolution in channel blocks (data_format NCHW16c, an inference layout) has no gradient: "
+           "differentiate the NCHW or NHWC graph");
+  }
   const bool nchw = nn_rules::is_nchw(c.attr<std::string>("data_format"));
   output x = c.input(0);
   if (!nchw) {
@@ -203,6 +207,14 @@ void register_nn_gradients(gradient_registry& r) {
   r.add("bias_add", bias_add_grad);
   r.add("conv2d", conv2d_grad);
   r.add("conv_transpose2d", conv_transpose2d_grad);
+  // Conversions into and out of channel blocks (Note [channel blocks]): each other's adjoint
+  // (the blocks' zero channels take no gradient).
+  r.add("to_channel_blocks", [](const gradient_context& c) -> grads {
+    return {c.builder().add1("from_channel_blocks", {c.grad(0)}, {{"channels", c.input_shape(0)[1]}})};
+  });
+  r.add("from_channel_blocks", [](const gradient_context& c) -> grads {
+    return {c.builder().add1("to_channel_blocks", {c.grad(0)}, {})};
+  });
   // resize: differentiable in principle, but without a backward op yet; asking is an error
   // naming the node (never a silent zero).
   r.add("resize", [](const gradient_context& c) -> grads {

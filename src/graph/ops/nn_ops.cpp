@@ -140,16 +140,39 @@ void infer_conv2d(inference_context& c) {
   const tensor_type& w = c.input(1);
   const std::string format = c.attr<std::string>("data_format");
   const bool nchw = nn_rules::is_nchw(format);
-  if (x.shape && x.shape->rank() != 4) {
-    c.fail(fmt::format("conv2d needs an {} input of rank 4, got {}", format, to_string(*x.shape)));
+  const bool blocked = nn_rules::is_channel_blocked(format);
+  const std::size_t rank = blocked ? 5 : 4;
+  if (x.shape && x.shape->rank() != rank) {
+    c.fail(fmt::format("conv2d needs an {} input of rank {}, got {}", format, rank, to_string(*x.shape)));
   }
   if (w.shape && w.shape->rank() != 4) {
     c.fail(fmt::format("conv2d needs an OIHW filter of rank 4, got {}", to_string(*w.shape)));
   }
   if (!x.shape || !w.shape) {
-    // Rank 4 whatever the ranks not known yet: N from x, channels from w.
+    // The rank the format has whatever is not known yet: N from x, channels from w.
     const shape out{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1};
-    c.set_output(0, x.type, nchw ? out : shape{out[0], -1, -1, out[1]});
+    c.set_output(0, x.type,
+                 blocked ? nn_rules::blocked_shape(out) : nchw ? out : shape{out[0], -1, -1, out[1]});
+    return;
+  }
+  if (blocked) {
+    // Note [channel blocks]: the filter says how many channels the blocks hold.
+    const shape& s = *x.shape;
+    const std::int64_t groups = c.attr<std::int64_t>("groups");
+    const std::int64_t channels = (*w.shape)[1] >= 0 ? (*w.shape)[1] * groups : -1;
+    if (s[4] >= 0 && s[4] != nn_rules::channel_block) {
+      c.fail(fmt::format("an NCHW16c input's last dimension holds {} channels, got {}",
+                         nn_rules::channel_block, to_string(s)));
+    }
+    if (channels >= 0 && s[1] >= 0 && s[1] != nn_rules::channel_blocks(channels)) {
+      c.fail(fmt::format("the NCHW16c input {} has {} channel blocks, but the filter {} in {} groups takes "
+                         "{} channels ({} blocks)",
+                         to_string(s), s[1], to_string(*w.shape), groups, channels,
+                         nn_rules::channel_blocks(channels)));
+    }
+    const shape out = conv_forward_shape(c, shape{s[0], channels, s[2], s[3]}, *w.shape, read_conv_attrs(c),
+                                         fmt::format("input (the NCHW view of the NCHW16c {})", to_string(s)));
+    c.set_output(0, x.type, nn_rules::blocked_shape(out));
     return;
   }
   const std::string x_name =
@@ -157,6 +180,35 @@ void infer_conv2d(inference_context& c) {
   const shape out = conv_forward_shape(c, nn_rules::conv_nchw_view(*x.shape, nchw), *w.shape,
                                        read_conv_attrs(c), x_name);
   c.set_output(0, x.type, nchw ? out : shape{out[0], out[2], out[3], out[1]});
+}
+
+// to_channel_blocks(x): [n, c, h, w] -> [n, ceil(c / 16), h, w, 16] (Note [channel blocks]).
+void infer_to_channel_blocks(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  if (x.shape && x.shape->rank() != 4) {
+    c.fail(fmt::format("to_channel_blocks needs an NCHW input of rank 4, got {}", to_string(*x.shape)));
+  }
+  c.set_output(0, x.type, nn_rules::blocked_shape(x.shape ? *x.shape : shape{-1, -1, -1, -1}));
+}
+
+// from_channel_blocks(x, channels): [n, blocks, h, w, 16] -> [n, channels, h, w].
+void infer_from_channel_blocks(inference_context& c) {
+  const tensor_type& x = c.input(0);
+  const auto channels = c.attr<std::int64_t>("channels");
+  if (x.shape) {
+    const shape& s = *x.shape;
+    if (s.rank() != 5 || (s[4] >= 0 && s[4] != nn_rules::channel_block)) {
+      c.fail(fmt::format("from_channel_blocks needs an NCHW16c input [n, blocks, h, w, 16], got {}",
+                         to_string(s)));
+    }
+    if (s[1] >= 0 && s[1] != nn_rules::channel_blocks(channels)) {
+      c.fail(fmt::format("{} channels take {} blocks, but the input {} has {}", channels,
+                         nn_rules::channel_blocks(channels), to_string(s), s[1]));
+    }
+  }
+  const shape out = x.shape ? shape{(*x.shape)[0], channels, (*x.shape)[2], (*x.shape)[3]}
+                            : shape{-1, channels, -1, -1};
+  c.set_output(0, x.type, out);
 }
 
 // conv_transpose2d(input, filter): the rule's shape (nn_rules::conv_transpose2d_output).
@@ -380,8 +432,37 @@ void register_nn_ops(op_registry& r) {
     d.inputs = {typed("input"), typed("filter")};
     d.outputs = {typed("output")};
     d.attrs = conv_attr_defs();
-    d.attrs.push_back(data_format_attr("NCHW"));
+    auto format = attr("data_format", attr_type::string, std::string("NCHW"));
+    format.validate = [](const attr_value& v) {
+      const auto f = v.as<std::string>();
+      if (f != "NHWC" && f != "NCHW" && f != "NCHW16c") {
+        throw invalid_argument("must be \"NCHW\", \"NHWC\" or \"NCHW16c\"");
+      }
+    };
+    d.attrs.push_back(std::move(format));
     d.infer = infer_conv2d;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "to_channel_blocks";
+    d.summary = "NCHW -> NCHW16c: channels in zero-padded blocks of 16 (Note [channel blocks])";
+    d.inputs = {typed("input")};
+    d.outputs = {typed("output")};
+    d.attrs = {type_attr("T", float_types())};
+    d.infer = infer_to_channel_blocks;
+    r.add(std::move(d));
+  }
+  {
+    op_def d;
+    d.name = "from_channel_blocks";
+    d.summary = "NCHW16c -> NCHW: the first `channels` channels of the blocks";
+    d.inputs = {typed("input")};
+    d.outputs = {typed("output")};
+    auto channels = attr("channels", attr_type::integer, std::int64_t{0});
+    channels.validate = at_least(0);
+    d.attrs = {type_attr("T", float_types()), std::move(channels)};
+    d.infer = infer_from_channel_blocks;
     r.add(std::move(d));
   }
   {

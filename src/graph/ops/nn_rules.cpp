@@ -272,8 +272,12 @@ void check_epilogue_inputs(std::size_t inputs, bool has_bias, bool has_residual)
 }
 
 void check_epilogue_args(const shape& out, std::size_t channel, const tensor* bias,
-                         const tensor* residual) {
-  if (bias != nullptr && (bias->rank() != 1 || bias->dim(0) != out[channel])) {
+                         const tensor* residual, bool blocked) {
+  if (blocked && bias != nullptr && (bias->rank() != 1 || channel_blocks(bias->dim(0)) != out[channel])) {
+    throw invalid_argument(fmt::format("bias {} does not fill the {} channel blocks of the NCHW16c output {}",
+                                       bias->describe(), out[channel], to_string(out)));
+  }
+  if (!blocked && bias != nullptr && (bias->rank() != 1 || bias->dim(0) != out[channel])) {
     throw invalid_argument(
         fmt::format("bias {} does not match the {} channels (dimension {}) of the output {}",
                     bias->describe(), out[channel], channel, to_string(out)));
@@ -282,6 +286,13 @@ void check_epilogue_args(const shape& out, std::size_t channel, const tensor* bi
     throw invalid_argument(fmt::format("residual {} must have the output's shape {}",
                                        residual->describe(), to_string(out)));
   }
+}
+
+bool conv_computes_in_channel_blocks(const conv_geometry& g, dtype t) {
+  if (t != dtype::f32 || g.c < channel_block || !cpu_computes_in_channel_blocks()) return false;
+  const bool depthwise = g.cg == 1 && g.o == g.groups;
+  const bool whole_blocks = g.cg % channel_block == 0 && (g.o / g.groups) % channel_block == 0;
+  return g.groups == 1 || depthwise || whole_blocks;
 }
 
 }  // namespace loom::nn_rules

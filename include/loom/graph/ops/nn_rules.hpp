@@ -172,6 +172,47 @@ inline conv_geometry conv2d_geometry(const shape& x, const shape& w, const conv_
   return g;
 }
 
+// Note [channel blocks]
+// Under data_format "NCHW16c" a convolution's activations are oneDNN's nChw16c: the channels
+// cut into blocks of 16, each block's 16 values contiguous for every pixel, a tensor
+// [n, ceil(c / 16), h, w, 16]; the channels past c (the last block's tail) are zero. It is
+// the layout oneDNN's fastest AVX-512 float32 convolutions of depthwise and 1x1 filters
+// compute in (for dense 3x3 ones, as fast as channels-last), and the conv_layout pass keeps
+// chains of such convolutions in it (docs/passes.md). The filter stays OIHW and says how
+// many channels there are. Blocked tensors come from to_channel_blocks and go back through
+// from_channel_blocks; only CPU kernels read them.
+
+/// Channels per block of data_format "NCHW16c".
+inline constexpr std::int64_t channel_block = 16;
+
+/// True for the data_format "NCHW16c" (Note [channel blocks]).
+inline bool is_channel_blocked(std::string_view data_format) noexcept {
+  return data_format == "NCHW16c";
+}
+
+/// The blocks that hold c channels (-1 when c is unknown).
+inline std::int64_t channel_blocks(std::int64_t c) noexcept {
+  return c < 0 ? -1 : (c + channel_block - 1) / channel_block;
+}
+
+/// The blocked shape [n, ceil(c / 16), h, w, 16] of an NCHW shape [n, c, h, w].
+inline shape blocked_shape(const shape& nchw) {
+  return shape{nchw[0], channel_blocks(nchw[1]), nchw[2], nchw[3], channel_block};
+}
+
+/// Whether a CPU convolution of geometry g and dtype t computes in channel blocks
+/// (oneDNN's nChw16c) whatever layout its tensors are in: float32 on a CPU whose oneDNN
+/// runs AVX-512 (cpu_computes_in_channel_blocks), 16 input channels or more, and groups
+/// that oneDNN's blocked kernels take (one group, depthwise, or groups of whole blocks).
+/// The kernels and the conv_layout pass ask this one rule, so that a convolution the pass
+/// moves into channel blocks runs the primitive it ran before and gives the same bits.
+bool conv_computes_in_channel_blocks(const conv_geometry& g, dtype t);
+
+/// Whether this machine's CPU convolutions compute in channel blocks at all (defined by the
+/// CPU backend: oneDNN's effective instruction set is AVX-512 or wider, and LOOM_MAX_CPU_ISA
+/// does not cap loom below it).
+bool cpu_computes_in_channel_blocks() noexcept;
+
 /// The window attributes of the pooling ops and their gradients.
 struct pool_window {
   std::array<std::int64_t, 2> kernel{};
@@ -384,9 +425,10 @@ void check_clip_bounds(activation a, double lo, double hi);
 /// has_residual. Throws invalid_argument.
 void check_epilogue_inputs(std::size_t inputs, bool has_bias, bool has_residual);
 
-/// At run time: the bias (when not null) is [out[channel]], the residual (when not null)
-/// has shape `out`. Throws invalid_argument.
+/// At run time: the bias (when not null) is [out[channel]] (blocked, an NCHW16c output: one
+/// value per channel, out[channel] blocks of them), the residual (when not null) has shape
+/// `out`. Throws invalid_argument.
 void check_epilogue_args(const shape& out, std::size_t channel, const tensor* bias,
-                         const tensor* residual);
+                         const tensor* residual, bool blocked = false);
 
 }  // namespace loom::nn_rules

@@ -1,0 +1,96 @@
+// Channel blocks (Note [channel blocks] in nn_rules.hpp): to_channel_blocks and
+// from_channel_blocks against the layout's definition computed here element by element, and
+// a conv2d on NCHW16c tensors against the NCHW conv2d, bit for bit; bad input is a typed
+// error naming what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kernels/kernel_test_support.hpp"
+#include "loom/core/half.hpp"
+
+namespace loom::testing {
+namespace {
+
+double at(const tensor& t, std::int64_t i) {
+  switch (t.type()) {
+    case dtype::f32: return t.data<float>()[i];
+    case dtype::f64: return t.data<double>()[i];
+    case dtype::bf16: return static_cast<float>(t.data<bfloat16>()[i]);
+    default: return static_cast<float>(t.data<half>()[i]);
+  }
+}
+
+TEST(ChannelBlocks, ToAndFromFollowTheLayoutsDefinition) {
+  for (const dtype t : {dtype::f32, dtype::f64, dtype::bf16, dtype::f16}) {
+    for (const std::int64_t c : {1, 16, 20, 33}) {
+      SCOPED_TRACE(std::string(to_string(t)) + " channels " + std::to_string(c));
+      const shape s{2, c, 3, 5};
+      const tensor x = random(t, s, 3);
+      const tensor b = run_op1("to_channel_blocks", {x});
+      const std::int64_t blocks = (c + 15) / 16;
+      ASSERT_EQ(b.shape(), (shape{2, blocks, 3, 5, 16}));
+      for (std::int64_t n = 0; n < 2; ++n) {
+        for (std::int64_t k = 0; k < blocks; ++k) {
+          for (std::int64_t p = 0; p < 15; ++p) {
+            for (std::int64_t l = 0; l < 16; ++l) {
+              const std::int64_t ch = k * 16 + l;
+              const double want = ch < c ? at(x, (n * c + ch) * 15 + p) : 0.0;
+              ASSERT_EQ(at(b, (((n * blocks + k) * 15) + p) * 16 + l), want) << n << " " << ch << " " << p;
+            }
+          }
+        }
+      }
+      const tensor back = run_op1("from_channel_blocks", {b}, {{"channels", c}});
+      ASSERT_EQ(back.shape(), s);
+      EXPECT_EQ(std::memcmp(back.raw_data(), x.raw_data(), x.nbytes()), 0);
+    }
+  }
+}
+
+// conv2d in NCHW16c = the NCHW conv2d's output in blocks, bit for bit: the same primitive
+// (nn_rules::conv_computes_in_channel_blocks decides for both).
+TEST(ChannelBlocks, AConvolutionInBlocksGivesTheNchwAnswerInBlocks) {
+  for (const std::int64_t groups : {1, 24}) {
+    SCOPED_TRACE("groups " + std::to_string(groups));
+    const tensor x = random(dtype::f32, {2, 24, 8, 6}, 5);
+    const std::int64_t o = groups == 1 ? 40 : 24;
+    const tensor w = random(dtype::f32, {o, 24 / groups, 3, 3}, 6);
+    const tensor plain = run_op1("conv2d", {x, w},
+                                 {{"padding", std::vector<std::int64_t>{1, 1, 1, 1}}, {"groups", groups}});
+    const tensor in_blocks = run_op1(
+        "conv2d", {run_op1("to_channel_blocks", {x}), w},
+        {{"padding", std::vector<std::int64_t>{1, 1, 1, 1}}, {"groups", groups}, {"data_format", std::string("NCHW16c")}});
+    const tensor want = run_op1("to_channel_blocks", {plain});
+    ASSERT_EQ(in_blocks.shape(), (shape{2, (o + 15) / 16, 8, 6, 16}));
+    EXPECT_EQ(std::memcmp(in_blocks.raw_data(), want.raw_data(), want.nbytes()), 0);
+  }
+}
+
+TEST(ChannelBlocks, BadInputIsATypedErrorNamingIt) {
+  const tensor b = run_op1("to_channel_blocks", {random(dtype::f32, {1, 20, 2, 2}, 1)});
+  try {
+    (void)run_op1("from_channel_blocks", {b}, {{"channels", std::int64_t{40}}});
+    FAIL() << "40 channels from 2 blocks";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("40 channels take 3 blocks"), std::string::npos) << e.what();
+  }
+  // A filter of 40 input channels for 2 blocks.
+  EXPECT_THROW((void)run_op1("conv2d", {b, random(dtype::f32, {8, 40, 1, 1}, 2)},
+                             {{"data_format", std::string("NCHW16c")}}),
+               error);
+  // float64 has no blocked convolution (oneDNN computes channel blocks).
+  const tensor b64 = run_op1("to_channel_blocks", {random(dtype::f64, {1, 20, 2, 2}, 1)});
+  try {
+    (void)run_op1("conv2d", {b64, random(dtype::f64, {8, 20, 1, 1}, 2)}, {{"data_format", std::string("NCHW16c")}});
+    FAIL() << "a float64 convolution in channel blocks";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("float32 or bfloat16, not float64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)run_op1("conv2d", {random(dtype::f32, {1, 20, 2, 2}, 1), random(dtype::f32, {8, 20, 1, 1}, 2)},
+                             {{"data_format", std::string("NCHW16")}}),
+               error);
+}
+
+}  // namespace
+}  // namespace loom::testing
