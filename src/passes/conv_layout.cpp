@@ -204,6 +204,38 @@ class conv_layout final : public graph_pass {
     return true;
   }
 
+  // A conversion between NCHW and channel blocks next to a transpose between NHWC and NCHW
+  // becomes one conversion from or to NHWC (a chain of NHWC convolutions, those of fewer
+  // than 16 channels, meeting one in blocks): to_channel_blocks(transpose(v, to_nchw)) ->
+  // to_channel_blocks(v, NHWC); transpose(from_channel_blocks(v), to_nhwc) ->
+  // from_channel_blocks(v, NHWC). The same elements move to the same places, once.
+  static bool merge_conversion(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& outer = ed.at(id);
+    const bool into_blocks = outer.op() == "to_channel_blocks";
+    if (!into_blocks && !(outer.op() == "transpose" && outer.attr<ints>("perm") == to_nhwc)) return false;
+    if (into_blocks && outer.attr<std::string>("data_format") != "NCHW") return false;
+    const endpoint in = ed.inputs(id)[0];
+    const node& inner = ed.at(in.node);
+    const bool fits = into_blocks ? inner.op() == "transpose" && inner.attr<ints>("perm") == to_nchw
+                                  : inner.op() == "from_channel_blocks" &&
+                                        inner.attr<std::string>("data_format") == "NCHW";
+    if (!fits || !same_request(outer, inner)) return false;
+    if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
+    attr_map attrs{{"data_format", std::string("NHWC")}};
+    if (!into_blocks) attrs.emplace("channels", inner.attr<std::int64_t>("channels"));
+    const std::string name = outer.name;
+    const node_id merged = ed.add({.name = ed.g().unique_name(name + "/nhwc"),
+                                   .op = into_blocks ? "to_channel_blocks" : "from_channel_blocks",
+                                   .inputs = {ed.inputs(in.node)[0]},
+                                   .attrs = std::move(attrs),
+                                   .device = outer.requested_device,
+                                   .control_inputs = {}});
+    ed.replace_uses({id, 0}, {merged, 0});
+    ctx.rewrote({name, inner.name},
+                fmt::format("'{}' converts between NHWC and channel blocks at once", ed.at(merged).name));
+    return true;
+  }
+
   // The input of `e` when e is the output of an NHWC -> NCHW transpose.
   static std::optional<endpoint> from_nhwc(const graph_editor& ed, endpoint e) {
     const node& n = ed.at(e.node);
@@ -268,7 +300,9 @@ class conv_layout final : public graph_pass {
     if (!changed) return false;
     // In topological order a moved transpose is met again below its new reader.
     for (node_id id : ed.topological_order()) {
-      if (ed.alive(id) && !sink(ed, ctx, id) && !cancel(ed, ctx, id)) cancel_blocks(ed, ctx, id);
+      if (ed.alive(id) && !sink(ed, ctx, id) && !cancel(ed, ctx, id) && !cancel_blocks(ed, ctx, id)) {
+        merge_conversion(ed, ctx, id);
+      }
     }
     return true;
   }

@@ -4,6 +4,7 @@
 // error naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernel_test_support.hpp"
@@ -64,6 +65,55 @@ TEST(ChannelBlocks, AConvolutionInBlocksGivesTheNchwAnswerInBlocks) {
     const tensor want = run_op1("to_channel_blocks", {plain});
     ASSERT_EQ(in_blocks.shape(), (shape{2, (o + 15) / 16, 8, 6, 16}));
     EXPECT_EQ(std::memcmp(in_blocks.raw_data(), want.raw_data(), want.nbytes()), 0);
+  }
+}
+
+// The NHWC forms: to_channel_blocks of an NHWC tensor is to_channel_blocks of its NCHW
+// transpose, and from_channel_blocks to NHWC the transpose of the NCHW one.
+TEST(ChannelBlocks, NhwcConversionsAreTheNchwOnesTransposed) {
+  for (const std::int64_t c : {3, 16, 40}) {
+    SCOPED_TRACE("channels " + std::to_string(c));
+    const tensor nchw = random(dtype::f32, {2, c, 5, 3}, 9);
+    const tensor nhwc = run_op1("transpose", {nchw}, {{"perm", std::vector<std::int64_t>{0, 2, 3, 1}}});
+    const tensor a = run_op1("to_channel_blocks", {nchw});
+    const tensor b = run_op1("to_channel_blocks", {nhwc}, {{"data_format", std::string("NHWC")}});
+    ASSERT_EQ(a.shape(), b.shape());
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+    const tensor back = run_op1("from_channel_blocks", {a}, {{"channels", c}, {"data_format", std::string("NHWC")}});
+    ASSERT_EQ(back.shape(), nhwc.shape());
+    EXPECT_EQ(std::memcmp(back.raw_data(), nhwc.raw_data(), nhwc.nbytes()), 0);
+  }
+}
+
+// A batch the convolution runs in several chunks (Note [convolutions in chunks]): fused_conv2d
+// = its epilogue's steps applied to conv2d's output in float, bit for bit, in NCHW and in
+// channel blocks alike.
+TEST(ChannelBlocks, AFusedConvolutionInChunksIsItsStepsBitForBit) {
+  const std::int64_t n = 11;  // 512 KiB an image: chunks of 8 and 3
+  const tensor x = random(dtype::f32, {n, 16, 64, 64}, 21);
+  const tensor w = random(dtype::f32, {20, 16, 1, 1}, 22);
+  const tensor bias = random(dtype::f32, {20}, 23);
+  const attr_map epilogue{{"has_bias", true}, {"has_residual", false}, {"activation", std::string("sigmoid")}};
+  const tensor plain = run_op1("conv2d", {x, w});
+  tensor want = run_op1("conv2d", {x, w});
+  const std::int64_t plane = 64 * 64;
+  for (std::int64_t i = 0; i < want.num_elements(); ++i) {
+    const float v = want.data<float>()[i] + bias.data<float>()[(i / plane) % 20];
+    want.data<float>()[i] = 1.0F / (1.0F + std::exp(-v));
+  }
+  const tensor fused = run_op1("fused_conv2d", {x, w, bias}, epilogue);
+  const tensor sigmoid = run_op1("sigmoid", {run_op1("bias_add", {plain, bias}, {{"data_format", std::string("NCHW")}})});
+  ASSERT_EQ(fused.shape(), sigmoid.shape());
+  EXPECT_EQ(std::memcmp(fused.raw_data(), sigmoid.raw_data(), fused.nbytes()), 0);
+  attr_map blocked = epilogue;
+  blocked.emplace("data_format", std::string("NCHW16c"));
+  const tensor in_blocks = run_op1("fused_conv2d", {run_op1("to_channel_blocks", {x}), w, bias}, blocked);
+  const tensor want_blocks = run_op1("to_channel_blocks", {sigmoid});
+  ASSERT_EQ(in_blocks.shape(), want_blocks.shape());
+  EXPECT_EQ(std::memcmp(in_blocks.raw_data(), want_blocks.raw_data(), want_blocks.nbytes()), 0);
+  // And close to the float reference (the sigmoid kernel's own formula may differ in the last bit).
+  for (std::int64_t i = 0; i < want.num_elements(); i += 997) {
+    ASSERT_NEAR(fused.data<float>()[i], want.data<float>()[i], 1e-6);
   }
 }
 

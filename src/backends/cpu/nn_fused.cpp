@@ -171,6 +171,39 @@ template <class T, class Act>
   }
 }
 
+// out = act(out + bias + residual) over `pixels` rows of one channel block (Note [channel
+// blocks]): 16 channels a row, the block's 16 bias values in registers, each row one vector
+// step (the trip count is a constant). bias16 and residual may be null.
+template <bool Bias, bool Residual, class T, class Act>
+[[gnu::always_inline]] inline void epilogue_block_as(T* out, const T* bias16, const T* residual,
+                                                     std::int64_t pixels, Act act) {
+  using C = ew::compute_t<T>;
+  constexpr int lanes = static_cast<int>(nn_rules::channel_block);
+  C b[lanes];
+  for (int l = 0; l < lanes; ++l) b[l] = Bias ? ew::load(bias16[l]) : C{};
+  for (std::int64_t p = 0; p < pixels; ++p) {
+    T* o = out + p * lanes;
+    for (int l = 0; l < lanes; ++l) {
+      C v = ew::load(o[l]);
+      if constexpr (Bias) v = ew::round_to<T>(v + b[l]);
+      if constexpr (Residual) v = ew::round_to<T>(v + ew::load(residual[p * lanes + l]));
+      o[l] = ew::store<T>(act(v));
+    }
+  }
+}
+
+template <class T, class Act>
+[[gnu::always_inline]] inline void epilogue_block(T* out, const T* bias16, const T* residual,
+                                                  std::int64_t pixels, Act act) {
+  if (bias16 != nullptr) {
+    residual != nullptr ? epilogue_block_as<true, true>(out, bias16, residual, pixels, act)
+                        : epilogue_block_as<true, false>(out, bias16, residual, pixels, act);
+  } else {
+    residual != nullptr ? epilogue_block_as<false, true>(out, bias16, residual, pixels, act)
+                        : epilogue_block_as<false, false>(out, bias16, residual, pixels, act);
+  }
+}
+
 // Note [epilogue instruction sets]
 // The epilogue is compiled for each instruction set, as the fused element-wise kernel is
 // (Note [fused instruction sets]; cpu_isa.hpp): the same bits in every variant, 4, 8 or 16
@@ -185,14 +218,24 @@ template <class T, class Act>
                                         std::int64_t inner, Act act) {                          \
     epilogue_units<T>(out, bias, residual, lo, hi, channels, inner, act);                       \
   }
+#define LOOM_EPILOGUE_BLOCK_VARIANT(isa, target_attr)                                             \
+  template <class T, class Act>                                                                   \
+  target_attr void epilogue_block_##isa(T* out, const T* bias16, const T* residual, std::int64_t pixels, \
+                                        Act act) {                                                \
+    epilogue_block<T>(out, bias16, residual, pixels, act);                                        \
+  }
 LOOM_EPILOGUE_VARIANT(baseline, LOOM_ISA_BASELINE)
+LOOM_EPILOGUE_BLOCK_VARIANT(baseline, LOOM_ISA_BASELINE)
 #if LOOM_ISA_HAS_AVX2
 LOOM_EPILOGUE_VARIANT(avx2, LOOM_ISA_AVX2)
+LOOM_EPILOGUE_BLOCK_VARIANT(avx2, LOOM_ISA_AVX2)
 #endif
 #if LOOM_ISA_HAS_AVX512
 LOOM_EPILOGUE_VARIANT(avx512, LOOM_ISA_AVX512)
+LOOM_EPILOGUE_BLOCK_VARIANT(avx512, LOOM_ISA_AVX512)
 #endif
 #undef LOOM_EPILOGUE_VARIANT
+#undef LOOM_EPILOGUE_BLOCK_VARIANT
 
 // epilogue_units in the widest variant allowed.
 template <class T, class Act>
@@ -211,6 +254,24 @@ void epilogue_units_widest(T* out, const T* bias, const T* residual, std::int64_
       break;
   }
   epilogue_units_baseline<T>(out, bias, residual, lo, hi, channels, inner, act);
+}
+
+// epilogue_block in the widest variant allowed.
+template <class T, class Act>
+void epilogue_block_widest(T* out, const T* bias16, const T* residual, std::int64_t pixels, Act act) {
+  switch (widest_cpu_isa()) {
+    case isa_cap::avx512:
+#if LOOM_ISA_HAS_AVX512
+      return epilogue_block_avx512<T>(out, bias16, residual, pixels, act);
+#endif
+    case isa_cap::avx2:
+#if LOOM_ISA_HAS_AVX2
+      return epilogue_block_avx2<T>(out, bias16, residual, pixels, act);
+#endif
+    case isa_cap::baseline:
+      break;
+  }
+  epilogue_block_baseline<T>(out, bias16, residual, pixels, act);
 }
 
 // The highest-priority CPU kernel of the plain op `op` for the fused node.
@@ -250,13 +311,32 @@ class fused_kernel : public op_kernel {
   }
 
   void compute(kernel_context& ctx) override {
-    plain_->compute(ctx);
-    tensor out = ctx.output(0);
-    check_args(ctx, out.shape());
-    if (out.num_elements() == 0 || (!has_bias_ && !has_residual_ && act_ == activation::none)) {
+    const bool epilogue = has_bias_ || has_residual_ || act_ != activation::none;
+    // A convolution runs in batch chunks, each chunk's epilogue right after it, while its
+    // output is in cache (Note [convolutions in chunks] in nn_conv.cpp).
+    if (auto* chunked = dynamic_cast<chunked_kernel*>(plain_.get()); chunked != nullptr && epilogue) {
+      bool checked = false;
+      chunked->compute_in_chunks(ctx, [&](std::int64_t lo, std::int64_t hi, std::int64_t n) {
+        const tensor out = ctx.output(0);
+        if (!checked) check_args(ctx, out.shape());
+        checked = true;
+        apply_epilogue(ctx, out, lo, hi, n);
+      });
+      if (!checked) check_args(ctx, ctx.output(0).shape());
       return;
     }
-    if (blocked_) return blocked_epilogue(ctx, out);
+    plain_->compute(ctx);
+    const tensor out = ctx.output(0);
+    check_args(ctx, out.shape());
+    if (epilogue) apply_epilogue(ctx, out, 0, 1, 1);
+  }
+
+ private:
+  // The epilogue over parts [lo, hi) of `out` cut into `parts` equal parts along dimension 0.
+  void apply_epilogue(kernel_context& ctx, const tensor& out, std::int64_t lo, std::int64_t hi,
+                      std::int64_t parts) {
+    if (out.num_elements() == 0) return;
+    if (blocked_) return blocked_epilogue(ctx, out, lo, hi, parts);
     const shape& s = out.shape();
     const std::size_t axis = channel(s);
     std::int64_t inner = 1;
@@ -266,15 +346,16 @@ class fused_kernel : public op_kernel {
     const double per_element = act_ == activation::none ? 1.0 : 4.0;
     const tensor bias = has_bias_ ? ctx.input_contiguous(2) : tensor();
     const tensor residual = has_residual_ ? ctx.input_contiguous(residual_input()) : tensor();
+    const std::int64_t per_part = out.num_elements() / unit / parts;
     const auto run = [&](auto tag) {
       using T = decltype(tag);
       visit_activation<T>(act_, clip_min_, clip_max_, [&](auto act) {
-        const auto units = [&](std::int64_t lo, std::int64_t hi) {
+        const auto units = [&](std::int64_t a, std::int64_t b) {
           epilogue_units_widest<T>(out.data<T>(), has_bias_ ? bias.data<T>() : nullptr,
-                                   has_residual_ ? residual.data<T>() : nullptr, lo, hi,
-                                   channels, inner, act);
+                                   has_residual_ ? residual.data<T>() : nullptr, lo * per_part + a,
+                                   lo * per_part + b, channels, inner, act);
         };
-        const std::int64_t n = out.num_elements() / unit;
+        const std::int64_t n = (hi - lo) * per_part;
         const double cost = per_element * static_cast<double>(unit);
         // After oneDNN, on oneDNN's threads (Note [work after a primitive]).
         if (plain_->uses_all_threads()) {
@@ -295,7 +376,8 @@ class fused_kernel : public op_kernel {
   // The epilogue over an NCHW16c output [n, blocks, h, w, 16]: per (image, block), rows of 16
   // channels, the bias's 16 values of the block (zeros past the last channel); the channels
   // past the last are set to zero again afterwards, whatever the activation made of them.
-  void blocked_epilogue(kernel_context& ctx, const tensor& out) {
+  void blocked_epilogue(kernel_context& ctx, const tensor& out, std::int64_t lo, std::int64_t hi,
+                        std::int64_t parts) {
     const shape& s = out.shape();
     const std::int64_t channels = ctx.input(1).dim(0);  // the filter's output channels
     const std::int64_t blocks = s[1];
@@ -312,13 +394,13 @@ class fused_kernel : public op_kernel {
         std::copy_n(bias.data<T>(), channels, padded.begin());
       }
       visit_activation<T>(act_, clip_min_, clip_max_, [&](auto act) {
-        const auto slabs = [&](std::int64_t lo, std::int64_t hi) {
-          for (std::int64_t k = lo; k < hi; ++k) {
+        const std::int64_t per_part = s[0] * blocks / parts;
+        const auto slabs = [&](std::int64_t a, std::int64_t b) {
+          for (std::int64_t k = lo * per_part + a; k < lo * per_part + b; ++k) {
             const std::int64_t at = k * plane * block;
-            epilogue_units_widest<T>(out.data<T>() + at,
+            epilogue_block_widest<T>(out.data<T>() + at,
                                      has_bias_ ? padded.data() + (k % blocks) * block : nullptr,
-                                     has_residual_ ? residual.data<T>() + at : nullptr, 0, plane, block,
-                                     1, act);
+                                     has_residual_ ? residual.data<T>() + at : nullptr, plane, act);
             if ((k % blocks) == blocks - 1 && channels % block != 0) {
               for (std::int64_t p = 0; p < plane; ++p) {
                 std::fill(out.data<T>() + at + p * block + channels % block, out.data<T>() + at + (p + 1) * block,
@@ -329,9 +411,9 @@ class fused_kernel : public op_kernel {
         };
         const double cost = per_element * static_cast<double>(plane * block);
         if (plain_->uses_all_threads()) {
-          onednn::parallel_for(ctx.num_threads(), s[0] * blocks, cost, slabs);
+          onednn::parallel_for(ctx.num_threads(), (hi - lo) * per_part, cost, slabs);
         } else {
-          ctx.parallel_for(s[0] * blocks, cost, slabs);
+          ctx.parallel_for((hi - lo) * per_part, cost, slabs);
         }
       });
     };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -32,12 +33,24 @@ void register_nn_resize_kernels(kernel_registry& registry);
 // to_channel_blocks, from_channel_blocks (nn_channel_blocks.cpp)
 void register_nn_channel_block_kernels(kernel_registry& registry);
 
-/// Copies the dense NCHW tensor `nchw` [n, c, h, w] into the dense NCHW16c tensor `blocked`
-/// [n, ceil(c / 16), h, w, 16], zeros past channel c (Note [channel blocks]).
-void to_channel_blocks(const tensor& nchw, const tensor& blocked);
-/// Copies the first nchw.dim(1) channels of the dense NCHW16c tensor `blocked` into the dense
-/// NCHW tensor `nchw`.
-void from_channel_blocks(const tensor& blocked, const tensor& nchw);
+/// A kernel that can compute its output in chunks along dimension 0 and hand each chunk to
+/// its caller as soon as it is done, while it is in cache (conv2d, for fused_conv2d's
+/// epilogue: Note [convolutions in chunks] in nn_conv.cpp). after(lo, hi, n): images
+/// [lo, hi) of n are done; the output is allocated by then (ctx.output(0)).
+class chunked_kernel {
+ public:
+  using chunk_done = std::function<void(std::int64_t lo, std::int64_t hi, std::int64_t n)>;
+  virtual ~chunked_kernel() = default;
+  virtual void compute_in_chunks(kernel_context& ctx, const chunk_done& after) = 0;
+};
+
+/// Copies the dense NCHW (or, nhwc, NHWC) tensor `plain` into the dense NCHW16c tensor
+/// `blocked` [n, ceil(c / 16), h, w, 16], zeros past channel c (Note [channel blocks]), on
+/// the device's threads.
+void to_channel_blocks(kernel_context& ctx, const tensor& plain, const tensor& blocked, bool nhwc = false);
+/// Copies the channels `plain` has (NCHW, or nhwc, NHWC) out of the dense NCHW16c tensor
+/// `blocked`.
+void from_channel_blocks(kernel_context& ctx, const tensor& blocked, const tensor& plain, bool nhwc = false);
 
 namespace nn_detail {
 

@@ -210,10 +210,13 @@ void register_nn_gradients(gradient_registry& r) {
   // Conversions into and out of channel blocks (Note [channel blocks]): each other's adjoint
   // (the blocks' zero channels take no gradient).
   r.add("to_channel_blocks", [](const gradient_context& c) -> grads {
-    return {c.builder().add1("from_channel_blocks", {c.grad(0)}, {{"channels", c.input_shape(0)[1]}})};
+    const std::string format = c.attr<std::string>("data_format");
+    const shape& s = c.input_shape(0);
+    return {c.builder().add1("from_channel_blocks", {c.grad(0)},
+                             {{"channels", format == "NHWC" ? s[3] : s[1]}, {"data_format", format}})};
   });
   r.add("from_channel_blocks", [](const gradient_context& c) -> grads {
-    return {c.builder().add1("to_channel_blocks", {c.grad(0)}, {})};
+    return {c.builder().add1("to_channel_blocks", {c.grad(0)}, {{"data_format", c.attr<std::string>("data_format")}})};
   });
   // resize: differentiable in principle, but without a backward op yet; asking is an error
   // naming the node (never a silent zero).

@@ -182,19 +182,24 @@ void infer_conv2d(inference_context& c) {
   c.set_output(0, x.type, nchw ? out : shape{out[0], out[2], out[3], out[1]});
 }
 
-// to_channel_blocks(x): [n, c, h, w] -> [n, ceil(c / 16), h, w, 16] (Note [channel blocks]).
+// to_channel_blocks(x): [n, c, h, w] (or NHWC [n, h, w, c]) -> [n, ceil(c / 16), h, w, 16]
+// (Note [channel blocks]).
 void infer_to_channel_blocks(inference_context& c) {
   const tensor_type& x = c.input(0);
+  const bool nhwc = c.attr<std::string>("data_format") == "NHWC";
   if (x.shape && x.shape->rank() != 4) {
-    c.fail(fmt::format("to_channel_blocks needs an NCHW input of rank 4, got {}", to_string(*x.shape)));
+    c.fail(fmt::format("to_channel_blocks needs an {} input of rank 4, got {}", nhwc ? "NHWC" : "NCHW",
+                       to_string(*x.shape)));
   }
-  c.set_output(0, x.type, nn_rules::blocked_shape(x.shape ? *x.shape : shape{-1, -1, -1, -1}));
+  const shape s = x.shape ? *x.shape : shape{-1, -1, -1, -1};
+  c.set_output(0, x.type, nn_rules::blocked_shape(nhwc ? shape{s[0], s[3], s[1], s[2]} : s));
 }
 
-// from_channel_blocks(x, channels): [n, blocks, h, w, 16] -> [n, channels, h, w].
+// from_channel_blocks(x, channels): [n, blocks, h, w, 16] -> [n, channels, h, w] (or NHWC).
 void infer_from_channel_blocks(inference_context& c) {
   const tensor_type& x = c.input(0);
   const auto channels = c.attr<std::int64_t>("channels");
+  const bool nhwc = c.attr<std::string>("data_format") == "NHWC";
   if (x.shape) {
     const shape& s = *x.shape;
     if (s.rank() != 5 || (s[4] >= 0 && s[4] != nn_rules::channel_block)) {
@@ -206,9 +211,8 @@ void infer_from_channel_blocks(inference_context& c) {
                          nn_rules::channel_blocks(channels), to_string(s), s[1]));
     }
   }
-  const shape out = x.shape ? shape{(*x.shape)[0], channels, (*x.shape)[2], (*x.shape)[3]}
-                            : shape{-1, channels, -1, -1};
-  c.set_output(0, x.type, out);
+  const shape s = x.shape ? *x.shape : shape{-1, -1, -1, -1, nn_rules::channel_block};
+  c.set_output(0, x.type, nhwc ? shape{s[0], s[2], s[3], channels} : shape{s[0], channels, s[2], s[3]});
 }
 
 // conv_transpose2d(input, filter): the rule's shape (nn_rules::conv_transpose2d_output).
@@ -446,22 +450,22 @@ void register_nn_ops(op_registry& r) {
   {
     op_def d;
     d.name = "to_channel_blocks";
-    d.summary = "NCHW -> NCHW16c: channels in zero-padded blocks of 16 (Note [channel blocks])";
+    d.summary = "NCHW (or NHWC) -> NCHW16c: channels in zero-padded blocks of 16 (Note [channel blocks])";
     d.inputs = {typed("input")};
     d.outputs = {typed("output")};
-    d.attrs = {type_attr("T", float_types())};
+    d.attrs = {type_attr("T", float_types()), data_format_attr("NCHW")};
     d.infer = infer_to_channel_blocks;
     r.add(std::move(d));
   }
   {
     op_def d;
     d.name = "from_channel_blocks";
-    d.summary = "NCHW16c -> NCHW: the first `channels` channels of the blocks";
+    d.summary = "NCHW16c -> NCHW (or NHWC): the first `channels` channels of the blocks";
     d.inputs = {typed("input")};
     d.outputs = {typed("output")};
     auto channels = attr("channels", attr_type::integer, std::int64_t{0});
     channels.validate = at_least(0);
-    d.attrs = {type_attr("T", float_types()), std::move(channels)};
+    d.attrs = {type_attr("T", float_types()), std::move(channels), data_format_attr("NCHW")};
     d.infer = infer_from_channel_blocks;
     r.add(std::move(d));
   }
