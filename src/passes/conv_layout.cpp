@@ -20,6 +20,9 @@
 // to_channel_blocks gives back the same blocks, zeros included: the channels past the last
 // are zero in every blocked tensor.)
 //
+// A first layer of fewer than 16 channels that the rule computes NCHW in and blocks out
+// (conv_blocks::output) reads its NCHW input as it is.
+//
 // Answers do not change: the converted node asks oneDNN for the same primitive as the NCHW
 // one (format_tag::any for the activations, or nChw16c where the rule says channel blocks,
 // whatever layout the tensors arrive in: the implementation, and with it every sum, does not
@@ -57,17 +60,17 @@ class conv_layout final : public graph_pass {
   conv_layout() : graph_pass("conv_layout") {}
 
  private:
-  // Whether the CPU computes the candidate `id` in channel blocks (Note [channel blocks]).
-  static bool in_blocks(const graph_editor& ed, const pass_context& ctx, node_id id) {
-    if (!ctx.options().channel_blocks) return false;
+  // How the CPU computes the candidate `id` (Note [channel blocks]).
+  static nn_rules::conv_blocks in_blocks(const graph_editor& ed, const pass_context& ctx, node_id id) {
+    if (!ctx.options().channel_blocks) return nn_rules::conv_blocks::none;
     const node& n = ed.at(id);
     const auto& xs = ed.type_of(ed.inputs(id)[0]).shape;
     const auto& ws = ed.type_of(ed.inputs(id)[1]).shape;
-    if (!xs || !ws || ws->rank() != 4 || (*ws)[0] < 0 || (*ws)[1] < 0) return false;
+    if (!xs || !ws || ws->rank() != 4 || (*ws)[0] < 0 || (*ws)[1] < 0) return nn_rules::conv_blocks::none;
     const nn_rules::conv_window win = nn_rules::conv_window_of(
         n.attr<std::int64_t>("groups"), n.attr<ints>("strides"), n.attr<ints>("dilations"), n.attr<ints>("padding"));
     const nn_rules::conv_geometry g = nn_rules::conv2d_geometry(*xs, *ws, win);
-    return g.c >= 0 && g.fits() && nn_rules::conv_computes_in_channel_blocks(g, n.outputs[0].type);
+    return g.c >= 0 && g.fits() ? nn_rules::conv_channel_blocks(g, n.outputs[0].type) : nn_rules::conv_blocks::none;
   }
 
   static bool candidate(const graph_editor& ed, node_id id) {
@@ -117,7 +120,8 @@ class conv_layout final : public graph_pass {
   }
 
   static void rewrite(graph_editor& ed, pass_context& ctx, node_id id, made_conversions& made,
-                      bool blocks) {
+                      nn_rules::conv_blocks how) {
+    const bool blocks = how != nn_rules::conv_blocks::none;
     const node& conv = ed.at(id);
     const std::string name = conv.name;
     const std::string device = conv.requested_device;
@@ -128,7 +132,8 @@ class conv_layout final : public graph_pass {
                     : transposed(ed, made.nhwc, e, name + "/nhwc_" + what, device);
     };
     std::vector<endpoint> inputs = ed.inputs(id);
-    inputs[0] = convert(inputs[0], "input");
+    // A first layer (conv_blocks::output) reads its input as it is, NCHW.
+    if (how != nn_rules::conv_blocks::output) inputs[0] = convert(inputs[0], "input");
     const bool residual = conv.op() == "fused_conv2d" && conv.attr<bool>("has_residual");
     if (residual) inputs.back() = convert(inputs.back(), "residual");
     const std::int64_t channels = blocks ? (*ed.type_of(inputs[1]).shape)[0] : 0;  // in_blocks knows it

@@ -117,6 +117,20 @@ TEST(ChannelBlocks, AFusedConvolutionInChunksIsItsStepsBitForBit) {
   }
 }
 
+// A first layer (fewer than 16 input channels): NCHW in, channel blocks out, the NCHW
+// conv2d's answer in blocks, bit for bit.
+TEST(ChannelBlocks, AFirstLayerTakesNchwAndGivesBlocks) {
+  const tensor x = random(dtype::f32, {3, 3, 17, 15}, 31);
+  const tensor w = random(dtype::f32, {24, 3, 3, 3}, 32);
+  const attr_map window{{"strides", std::vector<std::int64_t>{2, 2}}, {"padding", std::vector<std::int64_t>{1, 1, 1, 1}}};
+  attr_map blocked = window;
+  blocked.emplace("data_format", std::string("NCHW16c"));
+  const tensor in_blocks = run_op1("conv2d", {x, w}, blocked);
+  const tensor want = run_op1("to_channel_blocks", {run_op1("conv2d", {x, w}, window)});
+  ASSERT_EQ(in_blocks.shape(), (shape{3, 2, 9, 8, 16}));
+  EXPECT_EQ(std::memcmp(in_blocks.raw_data(), want.raw_data(), want.nbytes()), 0);
+}
+
 TEST(ChannelBlocks, BadInputIsATypedErrorNamingIt) {
   const tensor b = run_op1("to_channel_blocks", {random(dtype::f32, {1, 20, 2, 2}, 1)});
   try {

@@ -114,16 +114,17 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   void compute_in_chunks(kernel_context& ctx, const chunk_done& after) override {
     const tensor& xin = ctx.input(0);
     const tensor& win = ctx.input(1);
-    if (xin.rank() != (blocked_ ? 5U : 4U) || win.rank() != 4) {
+    // Note [channel blocks]: under NCHW16c the input is in blocks (rank 5) or NCHW (rank 4).
+    const bool blocked_in = blocked_ && xin.rank() != 4;
+    if (xin.rank() != (blocked_in ? 5U : 4U) || win.rank() != 4) {
       ctx.fail("conv2d needs an {} input of rank {} and an OIHW filter of rank 4, got {} and {}",
-               format_, blocked_ ? 5 : 4, xin.describe(), win.describe());
+               format_, blocked_in ? 5 : 4, xin.describe(), win.describe());
     }
-    // The NCHW view; of channel blocks, with the channels the filter takes (Note [channel
-    // blocks]).
+    // The NCHW view; of channel blocks, with the channels the filter takes.
     const shape& xs = xin.shape();
-    const shape view = blocked_ ? shape{xs[0], win.dim(1) * window_.groups, xs[2], xs[3]}
-                                : nn_rules::conv_nchw_view(xs, nchw_);
-    if (blocked_ && (xs[1] != nn_rules::channel_blocks(view[1]) || xs[4] != nn_rules::channel_block)) {
+    const shape view = blocked_in ? shape{xs[0], win.dim(1) * window_.groups, xs[2], xs[3]}
+                                  : nn_rules::conv_nchw_view(xs, nchw_ || blocked_);
+    if (blocked_in && (xs[1] != nn_rules::channel_blocks(view[1]) || xs[4] != nn_rules::channel_block)) {
       ctx.fail("the NCHW16c input {} does not hold the {} channels the filter {} takes in {} groups "
                "({} blocks of {})",
                xin.describe(), view[1], win.describe(), window_.groups, nn_rules::channel_blocks(view[1]),
@@ -147,21 +148,24 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     }
     const tensor x = ctx.input_contiguous(0);
     const tensor w = ctx.input_contiguous(1);
-    if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, w, out, g, *dt, after)) {
+    if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, w, out, g, *dt, blocked_in, after)) {
       return;
     }
-    run_reference(ctx, x, w, out, g, view);
+    run_reference(ctx, x, w, out, g, view, blocked_in);
     if (after) after(0, g.n, g.n);
   }
 
  private:
   void run_reference(kernel_context& ctx, const tensor& x, const tensor& w, tensor& out, const conv_geometry& g,
-                     const shape& view) {
+                     const shape& view, bool blocked_in) {
     if (blocked_) {
       // The reference loop on the NCHW tensors, between copies out of and into the blocks.
-      tensor xr = ctx.allocate_temp(type_, view);
+      tensor xr = x;
+      if (blocked_in) {
+        xr = ctx.allocate_temp(type_, view);
+        from_channel_blocks(ctx, x, xr);
+      }
       tensor yr = ctx.allocate_temp(type_, g.output_shape());
-      from_channel_blocks(ctx, x, xr);
       visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
         using T = decltype(tag);
         reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), yr.data<T>(), g);
@@ -188,14 +192,15 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   // Runs the primitive on chunks of images (Note [convolutions in chunks]), calling `after`
   // for each; false when oneDNN has no implementation.
   bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, tensor& out,
-                  const conv_geometry& whole, dnnl::memory::data_type dt, const chunk_done& after) {
+                  const conv_geometry& whole, dnnl::memory::data_type dt, bool blocked_in,
+                  const chunk_done& after) {
     const std::int64_t chunk = images_per_chunk(whole, type_);
     const auto x_image = static_cast<std::int64_t>(x.nbytes()) / whole.n;
     const auto out_image = static_cast<std::int64_t>(out.nbytes()) / whole.n;
     for (std::int64_t lo = 0; lo < whole.n; lo += chunk) {
       conv_geometry g = whole;
       g.n = std::min(chunk, whole.n - lo);
-      const auto plan = plan_for(ctx, g, dt);
+      const auto plan = plan_for(ctx, g, dt, blocked_in);
       if (!plan->primitive) return false;  // (then at lo == 0: plans differ in the batch only)
       // The filter is argument 1 (Note [constant reorders]).
       onednn::execute(ctx, *plan,
@@ -208,7 +213,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   }
 
   std::shared_ptr<const onednn::plan> plan_for(kernel_context& ctx, const conv_geometry& g,
-                                               dnnl::memory::data_type dt) {
+                                               dnnl::memory::data_type dt, bool blocked_in) {
     using tag = dnnl::memory::format_tag;
     const int threads = ctx.num_threads();
     const onednn::primitive_cache::key key{
@@ -217,7 +222,8 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
       onednn::use_threads(threads);
       // oneDNN's dims are NCHW whatever the layout.
       const tag layout = blocked_ ? tag::nChw16c : nchw_ ? tag::nchw : tag::nhwc;
-      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, layout);
+      const tag in_layout = blocked_ && !blocked_in ? tag::nchw : layout;
+      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, in_layout);
       const dnnl::memory::desc wei_md =
           g.groups == 1
               ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
@@ -226,16 +232,21 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
       // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]), unless
       // loom's rule says channel blocks (Note [channel blocks]): the same primitive whatever
       // the tensors' layout, so the same bits.
-      const bool in_blocks = nn_rules::conv_computes_in_channel_blocks(g, type_);
+      const nn_rules::conv_blocks in_blocks = nn_rules::conv_channel_blocks(g, type_);
       const auto any = [](const dnnl::memory::desc& md) {
         return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
       };
-      const auto activation = [&](const dnnl::memory::desc& md) {
-        return in_blocks ? dnnl::memory::desc(md.dims(), md.data_type(), tag::nChw16c) : any(md);
+      const auto fixed = [](const dnnl::memory::desc& md, tag t) {
+        return dnnl::memory::desc(md.dims(), md.data_type(), t);
       };
+      const dnnl::memory::desc src = in_blocks == nn_rules::conv_blocks::both     ? fixed(src_md, tag::nChw16c)
+                                     : in_blocks == nn_rules::conv_blocks::output ? fixed(src_md, tag::nchw)
+                                                                                  : any(src_md);
+      const dnnl::memory::desc dst =
+          in_blocks == nn_rules::conv_blocks::none ? any(dst_md) : fixed(dst_md, tag::nChw16c);
       const dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, activation(src_md),
-          any(wei_md), activation(dst_md), {g.stride[0], g.stride[1]},
+          dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+          any(wei_md), dst, {g.stride[0], g.stride[1]},
           {g.dilation[0] - 1, g.dilation[1] - 1}, {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
       const dnnl::convolution_forward::primitive_desc pd(desc, onednn::user_scratchpad_attr(),
                                                          onednn::engine());

@@ -140,10 +140,13 @@ void infer_conv2d(inference_context& c) {
   const tensor_type& w = c.input(1);
   const std::string format = c.attr<std::string>("data_format");
   const bool nchw = nn_rules::is_nchw(format);
+  // Note [channel blocks]: an NCHW16c input has rank 5, or rank 4 for one in NCHW.
   const bool blocked = nn_rules::is_channel_blocked(format);
-  const std::size_t rank = blocked ? 5 : 4;
+  const bool blocked_in = blocked && (!x.shape || x.shape->rank() != 4);
+  const std::size_t rank = blocked_in ? 5 : 4;
   if (x.shape && x.shape->rank() != rank) {
-    c.fail(fmt::format("conv2d needs an {} input of rank {}, got {}", format, rank, to_string(*x.shape)));
+    c.fail(fmt::format("conv2d needs an {} input of rank {}{}, got {}", format, rank,
+                       blocked ? " (or an NCHW one of rank 4)" : "", to_string(*x.shape)));
   }
   if (w.shape && w.shape->rank() != 4) {
     c.fail(fmt::format("conv2d needs an OIHW filter of rank 4, got {}", to_string(*w.shape)));
@@ -153,6 +156,11 @@ void infer_conv2d(inference_context& c) {
     const shape out{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1};
     c.set_output(0, x.type,
                  blocked ? nn_rules::blocked_shape(out) : nchw ? out : shape{out[0], -1, -1, out[1]});
+    return;
+  }
+  if (blocked && !blocked_in) {
+    const shape out = conv_forward_shape(c, *x.shape, *w.shape, read_conv_attrs(c), "input");
+    c.set_output(0, x.type, nn_rules::blocked_shape(out));
     return;
   }
   if (blocked) {

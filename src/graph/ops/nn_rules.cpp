@@ -288,11 +288,14 @@ void check_epilogue_args(const shape& out, std::size_t channel, const tensor* bi
   }
 }
 
-bool conv_computes_in_channel_blocks(const conv_geometry& g, dtype t) {
-  if (t != dtype::f32 || g.c < channel_block || !cpu_computes_in_channel_blocks()) return false;
+conv_blocks conv_channel_blocks(const conv_geometry& g, dtype t) {
+  if (t != dtype::f32 || g.c < 0 || !cpu_computes_in_channel_blocks()) return conv_blocks::none;
+  if (g.c < channel_block) {
+    return g.groups == 1 && g.o >= channel_block ? conv_blocks::output : conv_blocks::none;
+  }
   const bool depthwise = g.cg == 1 && g.o == g.groups;
   const bool whole_blocks = g.cg % channel_block == 0 && (g.o / g.groups) % channel_block == 0;
-  return g.groups == 1 || depthwise || whole_blocks;
+  return g.groups == 1 || depthwise || whole_blocks ? conv_blocks::both : conv_blocks::none;
 }
 
 }  // namespace loom::nn_rules

@@ -179,7 +179,9 @@ inline conv_geometry conv2d_geometry(const shape& x, const shape& w, const conv_
 // the layout oneDNN's fastest AVX-512 float32 convolutions of depthwise and 1x1 filters
 // compute in (for dense 3x3 ones, as fast as channels-last), and the conv_layout pass keeps
 // chains of such convolutions in it (docs/passes.md). The filter stays OIHW and says how
-// many channels there are. Blocked tensors come from to_channel_blocks and go back through
+// many channels there are. The output of a conv2d under "NCHW16c" is in channel blocks, and
+// so is its input, unless it has rank 4: then it is NCHW (a first layer of a few channels,
+// conv_blocks::output). Blocked tensors come from to_channel_blocks and go back through
 // from_channel_blocks; only CPU kernels read them.
 
 /// Channels per block of data_format "NCHW16c".
@@ -200,13 +202,17 @@ inline shape blocked_shape(const shape& nchw) {
   return shape{nchw[0], channel_blocks(nchw[1]), nchw[2], nchw[3], channel_block};
 }
 
-/// Whether a CPU convolution of geometry g and dtype t computes in channel blocks
-/// (oneDNN's nChw16c) whatever layout its tensors are in: float32 on a CPU whose oneDNN
-/// runs AVX-512 (cpu_computes_in_channel_blocks), 16 input channels or more, and groups
-/// that oneDNN's blocked kernels take (one group, depthwise, or groups of whole blocks).
-/// The kernels and the conv_layout pass ask this one rule, so that a convolution the pass
-/// moves into channel blocks runs the primitive it ran before and gives the same bits.
-bool conv_computes_in_channel_blocks(const conv_geometry& g, dtype t);
+/// How a CPU convolution computes, whatever layout its tensors are in (Note [channel
+/// blocks]): in oneDNN's own choice of layouts (`none`), input and output in channel blocks
+/// (`both`: float32 on a CPU whose oneDNN runs AVX-512, cpu_computes_in_channel_blocks; 16
+/// input channels or more; one group, depthwise, or groups of whole blocks), or, for a
+/// first layer of fewer than 16 input channels and one group, NCHW in and channel blocks out
+/// (`output`: oneDNN's first-layer kernel, faster than its channels-last one and with no
+/// conversion before the blocks). The kernels and the conv_layout pass ask this one rule, so
+/// that a convolution the pass moves into channel blocks runs the primitive it ran before and
+/// gives the same bits.
+enum class conv_blocks { none, both, output };
+conv_blocks conv_channel_blocks(const conv_geometry& g, dtype t);
 
 /// Whether this machine's CPU convolutions compute in channel blocks at all (defined by the
 /// CPU backend: oneDNN's effective instruction set is AVX-512 or wider, and LOOM_MAX_CPU_ISA
