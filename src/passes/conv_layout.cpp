@@ -164,22 +164,6 @@ class conv_layout final : public graph_pass {
                                     blocks ? "conversions" : "transposes"));
   }
 
-  // to_channel_blocks of from_channel_blocks: its readers (and a fetch) read the blocks the
-  // latter read (the same values, zeros included).
-  static bool cancel_blocks(graph_editor& ed, pass_context& ctx, node_id id) {
-    const node& outer = ed.at(id);
-    if (outer.op() != "to_channel_blocks") return false;
-    const endpoint in = ed.inputs(id)[0];
-    const node& inner = ed.at(in.node);
-    if (inner.op() != "from_channel_blocks" || !same_request(outer, inner)) return false;
-    if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
-    ed.replace_uses({id, 0}, ed.inputs(in.node)[0]);
-    ctx.rewrote({outer.name, inner.name},
-                fmt::format("'{}' undoes '{}': its readers read '{}'", outer.name, inner.name,
-                            ed.g().endpoint_name(ed.inputs(in.node)[0])));
-    return true;
-  }
-
   // perm `outer` applied after `inner` is the identity.
   static bool undoes(const ints& outer, const ints& inner) {
     if (outer.size() != inner.size()) return false;
@@ -190,23 +174,38 @@ class conv_layout final : public graph_pass {
     return true;
   }
 
-  // A transpose whose input is a transpose it undoes: its readers (and a fetch) read the
-  // inner transpose's input instead.
-  static bool cancel(graph_editor& ed, pass_context& ctx, node_id id) {
+  // A node whose input is a node it undoes (`undoes_input` says so): its readers (and a
+  // fetch) read the inner node's input instead.
+  template <class F>
+  static bool drop_round_trip(graph_editor& ed, pass_context& ctx, node_id id, F&& undoes_input) {
     const node& outer = ed.at(id);
-    if (outer.op() != "transpose") return false;
     const endpoint in = ed.inputs(id)[0];
     const node& inner = ed.at(in.node);
-    if (inner.op() != "transpose" || !same_request(outer, inner) ||
-        !undoes(outer.attr<ints>("perm"), inner.attr<ints>("perm"))) {
-      return false;
-    }
+    if (!same_request(outer, inner) || !undoes_input(outer, inner)) return false;
     if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
     ed.replace_uses({id, 0}, ed.inputs(in.node)[0]);
     ctx.rewrote({outer.name, inner.name},
                 fmt::format("'{}' undoes '{}': its readers read '{}'", outer.name, inner.name,
                             ed.g().endpoint_name(ed.inputs(in.node)[0])));
     return true;
+  }
+
+  // A transpose of a transpose it undoes.
+  static bool cancel(graph_editor& ed, pass_context& ctx, node_id id) {
+    return ed.at(id).op() == "transpose" &&
+           drop_round_trip(ed, ctx, id, [](const node& outer, const node& inner) {
+             return inner.op() == "transpose" && undoes(outer.attr<ints>("perm"), inner.attr<ints>("perm"));
+           });
+  }
+
+  // to_channel_blocks of from_channel_blocks, both from / to the same layout: the same
+  // blocks, zeros included (the channels past the last are zero in every blocked tensor).
+  static bool cancel_blocks(graph_editor& ed, pass_context& ctx, node_id id) {
+    return ed.at(id).op() == "to_channel_blocks" &&
+           drop_round_trip(ed, ctx, id, [](const node& outer, const node& inner) {
+             return inner.op() == "from_channel_blocks" &&
+                    inner.attr<std::string>("data_format") == outer.attr<std::string>("data_format");
+           });
   }
 
   // A conversion between NCHW and channel blocks next to a transpose between NHWC and NCHW
