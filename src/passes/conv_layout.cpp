@@ -83,40 +83,28 @@ class conv_layout final : public graph_pass {
     return xs && xs->rank() == 4 && ed.control_inputs(id).empty();
   }
 
-  // A new transpose of `e` by `perm`.
-  static endpoint transpose(graph_editor& ed, endpoint e, const ints& perm, const std::string& name,
-                            const std::string& device) {
+  // A new node `op` of the one input `in`.
+  static endpoint add1(graph_editor& ed, const std::string& op, endpoint in, attr_map attrs,
+                       const std::string& name, const std::string& device) {
     return {ed.add({.name = ed.g().unique_name(name),
-                    .op = "transpose",
-                    .inputs = {e},
-                    .attrs = {{"perm", perm}},
+                    .op = op,
+                    .inputs = {in},
+                    .attrs = std::move(attrs),
                     .device = device,
                     .control_inputs = {}}),
             0};
   }
 
-  // `e` in NHWC, one transpose per value made by this pass.
-  static endpoint transposed(graph_editor& ed, transposes& made, endpoint e,
-                             const std::string& name, const std::string& device) {
-    if (auto it = made.find(e); it != made.end()) return it->second;
-    const endpoint t = transpose(ed, e, to_nhwc, name, device);
-    made.emplace(e, t);
-    return t;
+  static endpoint transpose(graph_editor& ed, endpoint e, const ints& perm, const std::string& name,
+                            const std::string& device) {
+    return add1(ed, "transpose", e, {{"perm", perm}}, name, device);
   }
 
-  // `e` in channel blocks, one to_channel_blocks per value made by this pass.
-  static endpoint blocked(graph_editor& ed, transposes& made, endpoint e, const std::string& name,
-                          const std::string& device) {
+  // `e` converted by `op`, once per value (`made`: the conversions of that kind so far).
+  static endpoint converted(graph_editor& ed, transposes& made, endpoint e, const std::string& op,
+                            const attr_map& attrs, const std::string& name, const std::string& device) {
     if (auto it = made.find(e); it != made.end()) return it->second;
-    const endpoint b{ed.add({.name = ed.g().unique_name(name),
-                             .op = "to_channel_blocks",
-                             .inputs = {e},
-                             .attrs = {},
-                             .device = device,
-                             .control_inputs = {}}),
-                     0};
-    made.emplace(e, b);
-    return b;
+    return made.emplace(e, add1(ed, op, e, attrs, name, device)).first->second;
   }
 
   static void rewrite(graph_editor& ed, pass_context& ctx, node_id id, made_conversions& made,
@@ -128,8 +116,8 @@ class conv_layout final : public graph_pass {
     const std::string layout = blocks ? "NCHW16c" : "NHWC";
     const std::string suffix = blocks ? "/blocks" : "/nhwc";
     const auto convert = [&](endpoint e, const std::string& what) {
-      return blocks ? blocked(ed, made.blocks, e, name + "/blocks_" + what, device)
-                    : transposed(ed, made.nhwc, e, name + "/nhwc_" + what, device);
+      return blocks ? converted(ed, made.blocks, e, "to_channel_blocks", {}, name + "/blocks_" + what, device)
+                    : converted(ed, made.nhwc, e, "transpose", {{"perm", to_nhwc}}, name + "/nhwc_" + what, device);
     };
     std::vector<endpoint> inputs = ed.inputs(id);
     // A first layer (conv_blocks::output) reads its input as it is, NCHW.
@@ -142,25 +130,19 @@ class conv_layout final : public graph_pass {
     attrs.erase("num_args");
     attrs["data_format"] = layout;
     const std::string op = conv.op();
-    const node_id converted = ed.add({.name = ed.g().unique_name(name + suffix),
+    const node_id conv_id = ed.add({.name = ed.g().unique_name(name + suffix),
                                       .op = op,
                                       .inputs = std::move(inputs),
                                       .attrs = std::move(attrs),
                                       .device = device,
                                       .control_inputs = {}});
-    const endpoint back =
-        blocks ? endpoint{ed.add({.name = ed.g().unique_name(name + "/nchw"),
-                                  .op = "from_channel_blocks",
-                                  .inputs = {{converted, 0}},
-                                  .attrs = {{"channels", channels}},
-                                  .device = device,
-                                  .control_inputs = {}}),
-                          0}
-               : transpose(ed, {converted, 0}, to_nchw, name + "/nchw", device);
+    const endpoint back = blocks ? add1(ed, "from_channel_blocks", {conv_id, 0}, {{"channels", channels}},
+                                        name + "/nchw", device)
+                                 : transpose(ed, {conv_id, 0}, to_nchw, name + "/nchw", device);
     ed.replace_uses({id, 0}, back);
     ed.replace_node(id, back.node);
     ed.erase(id);
-    ctx.rewrote({name}, fmt::format("{} '{}' computes in {} between {}", op, ed.at(converted).name, layout,
+    ctx.rewrote({name}, fmt::format("{} '{}' computes in {} between {}", op, ed.at(conv_id).name, layout,
                                     blocks ? "conversions" : "transposes"));
   }
 
@@ -174,20 +156,30 @@ class conv_layout final : public graph_pass {
     return true;
   }
 
-  // A node whose input is a node it undoes (`undoes_input` says so): its readers (and a
-  // fetch) read the inner node's input instead.
-  template <class F>
-  static bool drop_round_trip(graph_editor& ed, pass_context& ctx, node_id id, F&& undoes_input) {
+  // A node `id` over a node it pairs with (`pairs(outer, inner)`), both asked for the same
+  // devices: its readers (and a fetch) read what `replacement(outer, inner, inner's input)`
+  // gives instead, with the reason it gives for the log.
+  template <class Pairs, class Replacement>
+  static bool replace_pair(graph_editor& ed, pass_context& ctx, node_id id, Pairs&& pairs,
+                           Replacement&& replacement) {
     const node& outer = ed.at(id);
-    const endpoint in = ed.inputs(id)[0];
-    const node& inner = ed.at(in.node);
-    if (!same_request(outer, inner) || !undoes_input(outer, inner)) return false;
+    const node_id inner_id = ed.inputs(id)[0].node;
+    const node& inner = ed.at(inner_id);
+    if (!same_request(outer, inner) || !pairs(outer, inner)) return false;
     if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
-    ed.replace_uses({id, 0}, ed.inputs(in.node)[0]);
-    ctx.rewrote({outer.name, inner.name},
-                fmt::format("'{}' undoes '{}': its readers read '{}'", outer.name, inner.name,
-                            ed.g().endpoint_name(ed.inputs(in.node)[0])));
+    const auto [to, why] = replacement(outer, inner, ed.inputs(inner_id)[0]);
+    ed.replace_uses({id, 0}, to);
+    ctx.rewrote({outer.name, inner.name}, why);
     return true;
+  }
+
+  // A node over a node it undoes: its readers read the inner node's input.
+  template <class Undoes>
+  static bool drop_round_trip(graph_editor& ed, pass_context& ctx, node_id id, Undoes&& undoes_input) {
+    return replace_pair(ed, ctx, id, undoes_input, [&](const node& outer, const node& inner, endpoint v) {
+      return std::pair{v, fmt::format("'{}' undoes '{}': its readers read '{}'", outer.name, inner.name,
+                                      ed.g().endpoint_name(v))};
+    });
   }
 
   // A transpose of a transpose it undoes.
@@ -214,30 +206,21 @@ class conv_layout final : public graph_pass {
   // to_channel_blocks(v, NHWC); transpose(from_channel_blocks(v), to_nhwc) ->
   // from_channel_blocks(v, NHWC). The same elements move to the same places, once.
   static bool merge_conversion(graph_editor& ed, pass_context& ctx, node_id id) {
-    const node& outer = ed.at(id);
-    const bool into_blocks = outer.op() == "to_channel_blocks";
-    if (!into_blocks && !(outer.op() == "transpose" && outer.attr<ints>("perm") == to_nhwc)) return false;
-    if (into_blocks && outer.attr<std::string>("data_format") != "NCHW") return false;
-    const endpoint in = ed.inputs(id)[0];
-    const node& inner = ed.at(in.node);
-    const bool fits = into_blocks ? inner.op() == "transpose" && inner.attr<ints>("perm") == to_nchw
-                                  : inner.op() == "from_channel_blocks" &&
-                                        inner.attr<std::string>("data_format") == "NCHW";
-    if (!fits || !same_request(outer, inner)) return false;
-    if (ed.uses({id, 0}).empty() && !ed.is_fetched({id, 0})) return false;
-    attr_map attrs{{"data_format", std::string("NHWC")}};
-    if (!into_blocks) attrs.emplace("channels", inner.attr<std::int64_t>("channels"));
-    const std::string name = outer.name;
-    const node_id merged = ed.add({.name = ed.g().unique_name(name + "/nhwc"),
-                                   .op = into_blocks ? "to_channel_blocks" : "from_channel_blocks",
-                                   .inputs = {ed.inputs(in.node)[0]},
-                                   .attrs = std::move(attrs),
-                                   .device = outer.requested_device,
-                                   .control_inputs = {}});
-    ed.replace_uses({id, 0}, {merged, 0});
-    ctx.rewrote({name, inner.name},
-                fmt::format("'{}' converts between NHWC and channel blocks at once", ed.at(merged).name));
-    return true;
+    const node& n = ed.at(id);
+    const bool into_blocks = n.op() == "to_channel_blocks" && n.attr<std::string>("data_format") == "NCHW";
+    if (!into_blocks && !(n.op() == "transpose" && n.attr<ints>("perm") == to_nhwc)) return false;
+    const auto pairs = [&](const node& /*outer*/, const node& inner) {
+      return into_blocks ? inner.op() == "transpose" && inner.attr<ints>("perm") == to_nchw
+                         : inner.op() == "from_channel_blocks" && inner.attr<std::string>("data_format") == "NCHW";
+    };
+    return replace_pair(ed, ctx, id, pairs, [&](const node& outer, const node& inner, endpoint v) {
+      attr_map attrs{{"data_format", std::string("NHWC")}};
+      if (!into_blocks) attrs.emplace("channels", inner.attr<std::int64_t>("channels"));
+      const endpoint merged = add1(ed, into_blocks ? "to_channel_blocks" : "from_channel_blocks", v,
+                                   std::move(attrs), outer.name + "/nhwc", outer.requested_device);
+      return std::pair{merged, fmt::format("'{}' converts between NHWC and channel blocks at once",
+                                           ed.at(merged.node).name)};
+    });
   }
 
   // The input of `e` when e is the output of an NHWC -> NCHW transpose.

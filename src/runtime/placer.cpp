@@ -89,10 +89,13 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
                ? task_device_name(cluster.task, d->id())
                : d->name();
   };
-  const auto devices_of_task = [&](std::int32_t task) {
-    return task == cluster.task || static_cast<std::size_t>(task) >= cluster.remote.size()
+  // Each other task's stand-ins in priority order, sorted once.
+  std::vector<std::vector<device*>> remote_ordered;
+  for (const auto& r : cluster.remote) remote_ordered.push_back(by_priority(r));
+  const auto devices_of_task = [&](std::int32_t task) -> const std::vector<device*>& {
+    return task == cluster.task || static_cast<std::size_t>(task) >= remote_ordered.size()
                ? ordered
-               : by_priority(cluster.remote[static_cast<std::size_t>(task)]);
+               : remote_ordered[static_cast<std::size_t>(task)];
   };
 
   // Colocation groups, over the whole graph so that a variable lands on the same device
@@ -177,7 +180,7 @@ std::vector<device*> place_nodes(const graph& g, const std::vector<bool>& needed
           cluster.tasks == 1 ? ": a session of several processes is made under mpirun" : ""));
     }
     const std::int32_t task = asked.task.value_or(-1);
-    const std::vector<device*> here = task < 0 ? ordered : devices_of_task(task);
+    const std::vector<device*>& here = task < 0 ? ordered : devices_of_task(task);
     std::vector<device*> candidates = here;
     std::string reason;
     if (!request.empty()) {

@@ -23,12 +23,34 @@ namespace loom {
 using runtime::endpoint_hash;
 using runtime::plan;
 
+namespace {
+
+// The devices the session's factories make for `o`; at least one.
+std::vector<std::unique_ptr<device>> make_devices(const session_options& o) {
+  const auto& factories = o.factories != nullptr ? *o.factories : device_factory_registry::global();
+  auto devices = factories.create_devices(o.devices);
+  if (devices.empty()) throw invalid_argument("session: the device factories made no devices");
+  return devices;
+}
+
+// The passes' options for a session of `devices`: only CPU kernels read channel blocks
+// (Note [channel blocks]), so with another device, where a convolution could be placed,
+// the pass keeps none.
+passes::pass_options passes_for(passes::pass_options p, const std::vector<std::unique_ptr<device>>& devices) {
+  if (std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d->type() != device_type::cpu; })) {
+    p.channel_blocks = false;
+  }
+  return p;
+}
+
+}  // namespace
+
 struct session::impl {
   session_options options;
   graph g;
+  std::vector<std::unique_ptr<device>> devices;
   /// The passes every plan runs (made once: an unknown pass name fails the constructor).
   passes::pass_manager pipeline;
-  std::vector<std::unique_ptr<device>> devices;
   variable_store variables;
   /// The processes of session_options::cluster (one: task 0 of 1).
   runtime::cluster_view cluster;
@@ -42,7 +64,10 @@ struct session::impl {
   std::set<std::atomic<bool>*> active;  // cancel flags of runs in progress
 
   impl(graph graph_in, session_options opts)
-      : options(std::move(opts)), g(std::move(graph_in)), pipeline(options.passes) {}
+      : options(std::move(opts)),
+        g(std::move(graph_in)),
+        devices(make_devices(options)),
+        pipeline(passes_for(options.passes, devices)) {}
 
   std::shared_ptr<const plan> get_plan(const std::vector<std::string>& feeds,
                                        const std::vector<std::string>& fetches,
@@ -70,19 +95,6 @@ std::string signature_key(const std::vector<std::string>& feeds,
 
 session::session(graph g, session_options options)
     : impl_(std::make_unique<impl>(std::move(g), std::move(options))) {
-  const auto& factories = impl_->options.factories != nullptr ? *impl_->options.factories
-                                                              : device_factory_registry::global();
-  impl_->devices = factories.create_devices(impl_->options.devices);
-  if (impl_->devices.empty())
-    throw invalid_argument("session: the device factories made no devices");
-  // Only CPU kernels read channel blocks (Note [channel blocks]): with another device, a
-  // convolution placed there could not run.
-  if (std::any_of(impl_->devices.begin(), impl_->devices.end(),
-                  [](const auto& d) { return d->type() != device_type::cpu; }) &&
-      impl_->options.passes.channel_blocks) {
-    impl_->options.passes.channel_blocks = false;
-    impl_->pipeline = passes::pass_manager(impl_->options.passes);
-  }
   if (impl_->options.cluster != nullptr && impl_->options.cluster->size() > 1) join_cluster();
 }
 

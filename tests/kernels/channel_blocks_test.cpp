@@ -50,7 +50,7 @@ TEST(ChannelBlocks, ToAndFromFollowTheLayoutsDefinition) {
 }
 
 // conv2d in NCHW16c = the NCHW conv2d's output in blocks, bit for bit: the same primitive
-// (nn_rules::conv_computes_in_channel_blocks decides for both).
+// (nn_rules::conv_channel_blocks decides for both).
 TEST(ChannelBlocks, AConvolutionInBlocksGivesTheNchwAnswerInBlocks) {
   for (const std::int64_t groups : {1, 24}) {
     SCOPED_TRACE("groups " + std::to_string(groups));

@@ -94,7 +94,7 @@ class communicator {
   /// Whether each collective first checks that every rank has come to it with the same
   /// arguments (default: yes). The check is what makes a rank that never comes a timeout
   /// and ranks that disagree (another dtype, count, root, reduction or collective) an error
-  /// that lists each rank's call; it is one small exchange per collective, under a
+  /// that lists each rank's call; it is one small exchange per collective, about a
   /// microsecond between two processes here (a 4 KB all_reduce takes 3 to 5). Off, a
   /// collective is the engine's call alone, as fast as calling it directly: wait() then
   /// waits as long as the engine does (a rank that never comes hangs it, with no timeout),

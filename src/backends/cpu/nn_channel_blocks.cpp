@@ -10,12 +10,6 @@ namespace {
 
 using nn_rules::channel_block;
 
-// Copies of whole elements, Bytes each; `count` of them, or channel_block with zeros after.
-template <std::size_t Bytes>
-void copy_lanes(const std::byte* from, std::byte* to, std::int64_t count) {
-  std::memcpy(to, from, static_cast<std::size_t>(count) * Bytes);
-}
-
 template <class F>
 void by_size(std::size_t bytes, F&& f) {
   switch (bytes) {
@@ -28,95 +22,67 @@ void by_size(std::size_t bytes, F&& f) {
   }
 }
 
-// The geometry of a conversion: the plain tensor [n, c, h, w] (NCHW) or [n, h, w, c] (NHWC).
-struct blocks_geometry {
-  std::int64_t n, c, plane, blocks;
-  bool nhwc;
+// Where a plain tensor's channels and pixels are, in elements: NCHW [n, c, h, w] (a pixel's
+// channels a plane apart) or NHWC [n, h, w, c] (adjacent).
+struct plain_layout {
+  std::int64_t n, c, pixels;
+  std::int64_t pixel_stride, channel_stride;
 };
 
-blocks_geometry geometry_of(const shape& plain, bool nhwc) {
-  const std::int64_t c = nhwc ? plain[3] : plain[1];
-  return {plain[0], c, plain[1] * plain[2] * plain[3] / c, nn_rules::channel_blocks(c), nhwc};
+plain_layout layout_of(const shape& s, bool nhwc) {
+  const std::int64_t c = nhwc ? s[3] : s[1];
+  const std::int64_t pixels = nhwc ? s[1] * s[2] : s[2] * s[3];
+  return {s[0], c, pixels, nhwc ? c : 1, nhwc ? 1 : pixels};
 }
 
-// Calls f(plain offset, plain stride between lanes, blocked offset, pixels, lanes) for each
-// task of a conversion, in elements: NCHW, a task is an (image, block): its lanes are planes
-// `plane` apart; NHWC, a task is an (image, pixel range): its lanes are adjacent. On
-// oneDNN's OpenMP team: the conversions sit between convolutions, whose threads are awake
-// (Note [work after a primitive]).
+// Calls f(plain, block, lanes) with the element offsets of each (image, block)'s first
+// channel in the plain tensor and in the blocked one, and how many of its 16 lanes are
+// channels. On oneDNN's OpenMP team: the conversions sit between convolutions, whose threads
+// are awake (Note [work after a primitive]).
 template <class F>
-void each_task(kernel_context& ctx, const blocks_geometry& g, F&& f) {
-  if (!g.nhwc) {
-    onednn::parallel_for(ctx.num_threads(), g.n * g.blocks, static_cast<double>(g.plane * channel_block),
-                     [&](std::int64_t lo, std::int64_t hi) {
-                       for (std::int64_t t = lo; t < hi; ++t) {
-                         const std::int64_t n = t / g.blocks;
-                         const std::int64_t b = t % g.blocks;
-                         f((n * g.c + b * channel_block) * g.plane, g.plane, t * g.plane * channel_block, std::int64_t{0},
-                           g.plane, std::min(channel_block, g.c - b * channel_block));
-                       }
-                     });
-    return;
-  }
-  onednn::parallel_for(ctx.num_threads(), g.n * g.plane, static_cast<double>(g.blocks * channel_block),
+void each_block(kernel_context& ctx, const plain_layout& p, F&& f) {
+  const std::int64_t blocks = nn_rules::channel_blocks(p.c);
+  onednn::parallel_for(ctx.num_threads(), p.n * blocks, static_cast<double>(p.pixels * channel_block),
                        [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t t = lo; t < hi; ++t) {
-      const std::int64_t n = t / g.plane;
-      const std::int64_t p = t % g.plane;
-      f(t * g.c, std::int64_t{1}, (n * g.blocks * g.plane + p) * channel_block, g.plane * channel_block, 1, g.c);
-    }
-  });
+                         for (std::int64_t t = lo; t < hi; ++t) {
+                           const std::int64_t n = t / blocks;
+                           const std::int64_t b = t % blocks;
+                           f(n * p.c * p.pixels + b * channel_block * p.channel_stride,
+                             t * p.pixels * channel_block, std::min(channel_block, p.c - b * channel_block));
+                         }
+                       });
 }
 
 }  // namespace
 
-// NCHW: for each pixel of a block, its lanes from `lanes` planes, zeros after. NHWC: for each
-// pixel, its c channels cut into the blocks (each `block_stride` apart), zeros after.
 void to_channel_blocks(kernel_context& ctx, const tensor& plain, const tensor& blocked, bool nhwc) {
-  const blocks_geometry g = geometry_of(plain.shape(), nhwc);
+  const plain_layout p = layout_of(plain.shape(), nhwc);
   const auto* src = static_cast<const std::byte*>(plain.raw_data());
   auto* dst = static_cast<std::byte*>(blocked.raw_data());
   by_size(size_of(plain.type()), [&](auto size) {
-    constexpr std::size_t B = decltype(size)::value;
-    each_task(ctx, g, [&](std::int64_t from, std::int64_t lane_stride, std::int64_t to, std::int64_t block_stride,
-                          std::int64_t pixels, std::int64_t lanes) {
-      if (!nhwc) {
-        for (std::int64_t p = 0; p < pixels; ++p) {
-          std::byte* out = dst + (to + p * channel_block) * B;
-          for (std::int64_t l = 0; l < lanes; ++l) std::memcpy(out + l * B, src + (from + l * lane_stride + p) * B, B);
-          std::memset(out + lanes * B, 0, static_cast<std::size_t>(channel_block - lanes) * B);
-        }
-        return;
-      }
-      for (std::int64_t b = 0; b * channel_block < lanes; ++b) {
-        const std::int64_t k = std::min(channel_block, lanes - b * channel_block);
-        std::byte* out = dst + (to + b * block_stride) * B;
-        copy_lanes<B>(src + (from + b * channel_block) * B, out, k);
-        std::memset(out + k * B, 0, static_cast<std::size_t>(channel_block - k) * B);
+    constexpr std::int64_t B = decltype(size)::value;
+    each_block(ctx, p, [&](std::int64_t from, std::int64_t to, std::int64_t lanes) {
+      for (std::int64_t q = 0; q < p.pixels; ++q) {
+        std::byte* out = dst + (to + q * channel_block) * B;
+        const std::byte* in = src + (from + q * p.pixel_stride) * B;
+        for (std::int64_t l = 0; l < lanes; ++l) std::memcpy(out + l * B, in + l * p.channel_stride * B, B);
+        std::memset(out + lanes * B, 0, static_cast<std::size_t>((channel_block - lanes) * B));
       }
     });
   });
 }
 
 void from_channel_blocks(kernel_context& ctx, const tensor& blocked, const tensor& plain, bool nhwc) {
-  const blocks_geometry g = geometry_of(plain.shape(), nhwc);
+  const plain_layout p = layout_of(plain.shape(), nhwc);
   const auto* src = static_cast<const std::byte*>(blocked.raw_data());
   auto* dst = static_cast<std::byte*>(plain.raw_data());
   by_size(size_of(plain.type()), [&](auto size) {
-    constexpr std::size_t B = decltype(size)::value;
-    each_task(ctx, g, [&](std::int64_t to, std::int64_t lane_stride, std::int64_t from, std::int64_t block_stride,
-                          std::int64_t pixels, std::int64_t lanes) {
-      if (!nhwc) {
-        for (std::int64_t l = 0; l < lanes; ++l) {
-          for (std::int64_t p = 0; p < pixels; ++p) {
-            std::memcpy(dst + (to + l * lane_stride + p) * B, src + (from + p * channel_block + l) * B, B);
-          }
-        }
-        return;
-      }
-      for (std::int64_t b = 0; b * channel_block < lanes; ++b) {
-        copy_lanes<B>(src + (from + b * block_stride) * B, dst + (to + b * channel_block) * B,
-                      std::min(channel_block, lanes - b * channel_block));
+    constexpr std::int64_t B = decltype(size)::value;
+    each_block(ctx, p, [&](std::int64_t to, std::int64_t from, std::int64_t lanes) {
+      for (std::int64_t q = 0; q < p.pixels; ++q) {
+        const std::byte* in = src + (from + q * channel_block) * B;
+        std::byte* out = dst + (to + q * p.pixel_stride) * B;
+        for (std::int64_t l = 0; l < lanes; ++l) std::memcpy(out + l * p.channel_stride * B, in + l * B, B);
       }
     });
   });

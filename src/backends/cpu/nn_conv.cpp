@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cpu_isa.hpp"
+#include "kernel/common/apply_rule.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -80,7 +81,7 @@ void relayout(const tensor& t, bool to_nhwc, void* dst) {
 // conv2d runs its primitive on chunks of whole images, each chunk's output about 4 MiB (at
 // least one image; it stays in the 32 MiB L3 here: 1 MiB chunks, for the 2 MiB L2, measured
 // no better), and fused_conv2d applies the epilogue to each chunk right after it, while it
-// is in cache (chunked_kernel): mobilenet_v2 at batch 32 and 1 thread, fused_conv2d 265 to
+// is in cache (chunked_kernel): mobilenet_v2 at batch 32 and 1 thread, fused_conv2d 262 to
 // 267 ms in 3 runs unchunked, 249 to 250 ms in chunks. The chunk size is a function of
 // the geometry alone, and the plain conv2d runs the same chunks, so the primitive, and with
 // it every sum, is the one the unfused graph runs.
@@ -114,22 +115,11 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   void compute_in_chunks(kernel_context& ctx, const chunk_done& after) override {
     const tensor& xin = ctx.input(0);
     const tensor& win = ctx.input(1);
+    if (win.rank() != 4) ctx.fail("conv2d needs an OIHW filter of rank 4, got {}", win.describe());
     // Note [channel blocks]: under NCHW16c the input is in blocks (rank 5) or NCHW (rank 4).
     const bool blocked_in = blocked_ && xin.rank() != 4;
-    if (xin.rank() != (blocked_in ? 5U : 4U) || win.rank() != 4) {
-      ctx.fail("conv2d needs an {} input of rank {} and an OIHW filter of rank 4, got {} and {}",
-               format_, blocked_in ? 5 : 4, xin.describe(), win.describe());
-    }
-    // The NCHW view; of channel blocks, with the channels the filter takes.
-    const shape& xs = xin.shape();
-    const shape view = blocked_in ? shape{xs[0], win.dim(1) * window_.groups, xs[2], xs[3]}
-                                  : nn_rules::conv_nchw_view(xs, nchw_ || blocked_);
-    if (blocked_in && (xs[1] != nn_rules::channel_blocks(view[1]) || xs[4] != nn_rules::channel_block)) {
-      ctx.fail("the NCHW16c input {} does not hold the {} channels the filter {} takes in {} groups "
-               "({} blocks of {})",
-               xin.describe(), view[1], win.describe(), window_.groups, nn_rules::channel_blocks(view[1]),
-               nn_rules::channel_block);
-    }
+    const shape view = common::apply_rule(
+        ctx, [&] { return nn_rules::conv_input_view(xin.shape(), win.shape(), window_.groups, format_); });
     const conv_geometry g = nn_rules::conv2d_geometry(view, win.shape(), window_);
     if (!g.fits()) {
       ctx.fail("filter {} does not fit input {} in {} groups", win.describe(), xin.describe(),
@@ -138,8 +128,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     if (g.oh < 0 || g.ow < 0) {
       ctx.fail("the filter {} is larger than the padded input {}", win.describe(), xin.describe());
     }
-    tensor& out = ctx.allocate_output(
-        0, blocked_ ? nn_rules::blocked_shape(g.output_shape()) : g.output_shape(nchw_));
+    tensor& out = ctx.allocate_output(0, nn_rules::conv_output_in(g.output_shape(), format_));
     if (out.num_elements() == 0) return;
     if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: zeros
       std::memset(out.raw_data(), 0, out.nbytes());

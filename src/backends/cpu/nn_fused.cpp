@@ -172,35 +172,39 @@ template <class T, class Act>
 }
 
 // out = act(out + bias + residual) over `pixels` rows of one channel block (Note [channel
-// blocks]): 16 channels a row, the block's 16 bias values in registers, each row one vector
-// step (the trip count is a constant). bias16 and residual may be null.
+// blocks]) of which the first `lanes` are channels: 16 lanes a row, the block's bias values
+// in registers, each row one vector step (the trip count is a constant); the lanes past the
+// channels are set back to zero, whatever the activation made of them (a sigmoid makes 0.5).
+// bias (the block's first channel's) and residual may be null.
 template <bool Bias, bool Residual, class T, class Act>
-[[gnu::always_inline]] inline void epilogue_block_as(T* out, const T* bias16, const T* residual,
-                                                     std::int64_t pixels, Act act) {
+[[gnu::always_inline]] inline void epilogue_block_as(T* out, const T* bias, const T* residual,
+                                                     std::int64_t lanes, std::int64_t pixels, Act act) {
   using C = ew::compute_t<T>;
-  constexpr int lanes = static_cast<int>(nn_rules::channel_block);
-  C b[lanes];
-  for (int l = 0; l < lanes; ++l) b[l] = Bias ? ew::load(bias16[l]) : C{};
+  constexpr int block = static_cast<int>(nn_rules::channel_block);
+  C b[block];
+  for (int l = 0; l < block; ++l) b[l] = Bias && l < lanes ? ew::load(bias[l]) : C{};
   for (std::int64_t p = 0; p < pixels; ++p) {
-    T* o = out + p * lanes;
-    for (int l = 0; l < lanes; ++l) {
+    T* o = out + p * block;
+    for (int l = 0; l < block; ++l) {
       C v = ew::load(o[l]);
       if constexpr (Bias) v = ew::round_to<T>(v + b[l]);
-      if constexpr (Residual) v = ew::round_to<T>(v + ew::load(residual[p * lanes + l]));
+      if constexpr (Residual) v = ew::round_to<T>(v + ew::load(residual[p * block + l]));
       o[l] = ew::store<T>(act(v));
     }
   }
+  if (lanes == block) return;
+  for (std::int64_t p = 0; p < pixels; ++p) std::fill(out + p * block + lanes, out + (p + 1) * block, T(0.0F));
 }
 
 template <class T, class Act>
-[[gnu::always_inline]] inline void epilogue_block(T* out, const T* bias16, const T* residual,
+[[gnu::always_inline]] inline void epilogue_block(T* out, const T* bias, const T* residual, std::int64_t lanes,
                                                   std::int64_t pixels, Act act) {
-  if (bias16 != nullptr) {
-    residual != nullptr ? epilogue_block_as<true, true>(out, bias16, residual, pixels, act)
-                        : epilogue_block_as<true, false>(out, bias16, residual, pixels, act);
+  if (bias != nullptr) {
+    residual != nullptr ? epilogue_block_as<true, true>(out, bias, residual, lanes, pixels, act)
+                        : epilogue_block_as<true, false>(out, bias, residual, lanes, pixels, act);
   } else {
-    residual != nullptr ? epilogue_block_as<false, true>(out, bias16, residual, pixels, act)
-                        : epilogue_block_as<false, false>(out, bias16, residual, pixels, act);
+    residual != nullptr ? epilogue_block_as<false, true>(out, bias, residual, lanes, pixels, act)
+                        : epilogue_block_as<false, false>(out, bias, residual, lanes, pixels, act);
   }
 }
 
@@ -218,11 +222,11 @@ template <class T, class Act>
                                         std::int64_t inner, Act act) {                          \
     epilogue_units<T>(out, bias, residual, lo, hi, channels, inner, act);                       \
   }
-#define LOOM_EPILOGUE_BLOCK_VARIANT(isa, target_attr)                                             \
-  template <class T, class Act>                                                                   \
-  target_attr void epilogue_block_##isa(T* out, const T* bias16, const T* residual, std::int64_t pixels, \
-                                        Act act) {                                                \
-    epilogue_block<T>(out, bias16, residual, pixels, act);                                        \
+#define LOOM_EPILOGUE_BLOCK_VARIANT(isa, target_attr)                                           \
+  template <class T, class Act>                                                                 \
+  target_attr void epilogue_block_##isa(T* out, const T* bias, const T* residual, std::int64_t lanes, \
+                                        std::int64_t pixels, Act act) {                         \
+    epilogue_block<T>(out, bias, residual, lanes, pixels, act);                                 \
   }
 LOOM_EPILOGUE_VARIANT(baseline, LOOM_ISA_BASELINE)
 LOOM_EPILOGUE_BLOCK_VARIANT(baseline, LOOM_ISA_BASELINE)
@@ -258,20 +262,21 @@ void epilogue_units_widest(T* out, const T* bias, const T* residual, std::int64_
 
 // epilogue_block in the widest variant allowed.
 template <class T, class Act>
-void epilogue_block_widest(T* out, const T* bias16, const T* residual, std::int64_t pixels, Act act) {
+void epilogue_block_widest(T* out, const T* bias, const T* residual, std::int64_t lanes, std::int64_t pixels,
+                           Act act) {
   switch (widest_cpu_isa()) {
     case isa_cap::avx512:
 #if LOOM_ISA_HAS_AVX512
-      return epilogue_block_avx512<T>(out, bias16, residual, pixels, act);
+      return epilogue_block_avx512<T>(out, bias, residual, lanes, pixels, act);
 #endif
     case isa_cap::avx2:
 #if LOOM_ISA_HAS_AVX2
-      return epilogue_block_avx2<T>(out, bias16, residual, pixels, act);
+      return epilogue_block_avx2<T>(out, bias, residual, lanes, pixels, act);
 #endif
     case isa_cap::baseline:
       break;
   }
-  epilogue_block_baseline<T>(out, bias16, residual, pixels, act);
+  epilogue_block_baseline<T>(out, bias, residual, lanes, pixels, act);
 }
 
 // The highest-priority CPU kernel of the plain op `op` for the fused node.
@@ -286,9 +291,11 @@ std::unique_ptr<op_kernel> plain_kernel(const kernel_construction& c, std::strin
 // (Note [fused epilogue]).
 class fused_kernel : public op_kernel {
  protected:
-  // `channel_axis`: the output dimension the bias runs along (-1: the last).
-  fused_kernel(const kernel_construction& c, std::string_view plain_op, int channel_axis)
+  // `channel_axis`: the output dimension the bias runs along (-1: the last); `blocked`: an
+  // NCHW16c output (Note [channel blocks]), its bias along dimensions 1 and 4.
+  fused_kernel(const kernel_construction& c, std::string_view plain_op, int channel_axis, bool blocked = false)
       : op_kernel(c),
+        blocked_(blocked),
         type_(c.attr<dtype>("T")),
         has_bias_(c.attr<bool>("has_bias")),
         has_residual_(c.attr<bool>("has_residual")),
@@ -368,48 +375,33 @@ class fused_kernel : public op_kernel {
     visit_float_type(ctx, type_, node().op(), run);
   }
 
- protected:
-  // An NCHW16c output (Note [channel blocks]).
-  bool blocked_ = false;
-
  private:
-  // The epilogue over an NCHW16c output [n, blocks, h, w, 16]: per (image, block), rows of 16
-  // channels, the bias's 16 values of the block (zeros past the last channel); the channels
-  // past the last are set to zero again afterwards, whatever the activation made of them.
+  // The epilogue over parts [lo, hi) of an NCHW16c output [n, blocks, h, w, 16]: per (image,
+  // block), the block's pixels (epilogue_block).
   void blocked_epilogue(kernel_context& ctx, const tensor& out, std::int64_t lo, std::int64_t hi,
                         std::int64_t parts) {
     const shape& s = out.shape();
     const std::int64_t channels = ctx.input(1).dim(0);  // the filter's output channels
     const std::int64_t blocks = s[1];
-    const std::int64_t plane = s[2] * s[3];
+    const std::int64_t pixels = s[2] * s[3];
     const std::int64_t block = nn_rules::channel_block;
     const tensor bias = has_bias_ ? ctx.input_contiguous(2) : tensor();
     const tensor residual = has_residual_ ? ctx.input_contiguous(residual_input()) : tensor();
     const double per_element = act_ == activation::none ? 1.0 : 4.0;
+    const std::int64_t per_part = s[0] * blocks / parts;
     const auto run = [&](auto tag) {
       using T = decltype(tag);
-      std::vector<T> padded;
-      if (has_bias_) {
-        padded.assign(static_cast<std::size_t>(blocks * block), T(0.0F));
-        std::copy_n(bias.data<T>(), channels, padded.begin());
-      }
       visit_activation<T>(act_, clip_min_, clip_max_, [&](auto act) {
-        const std::int64_t per_part = s[0] * blocks / parts;
         const auto slabs = [&](std::int64_t a, std::int64_t b) {
           for (std::int64_t k = lo * per_part + a; k < lo * per_part + b; ++k) {
-            const std::int64_t at = k * plane * block;
-            epilogue_block_widest<T>(out.data<T>() + at,
-                                     has_bias_ ? padded.data() + (k % blocks) * block : nullptr,
-                                     has_residual_ ? residual.data<T>() + at : nullptr, plane, act);
-            if ((k % blocks) == blocks - 1 && channels % block != 0) {
-              for (std::int64_t p = 0; p < plane; ++p) {
-                std::fill(out.data<T>() + at + p * block + channels % block, out.data<T>() + at + (p + 1) * block,
-                          T(0.0F));
-              }
-            }
+            const std::int64_t first = (k % blocks) * block;  // the block's first channel
+            const std::int64_t at = k * pixels * block;
+            epilogue_block_widest<T>(out.data<T>() + at, has_bias_ ? bias.data<T>() + first : nullptr,
+                                     has_residual_ ? residual.data<T>() + at : nullptr,
+                                     std::min(block, channels - first), pixels, act);
           }
         };
-        const double cost = per_element * static_cast<double>(plane * block);
+        const double cost = per_element * static_cast<double>(pixels * block);
         if (plain_->uses_all_threads()) {
           onednn::parallel_for(ctx.num_threads(), (hi - lo) * per_part, cost, slabs);
         } else {
@@ -429,11 +421,12 @@ class fused_kernel : public op_kernel {
   // Fails unless the bias is [out[channel]] and the residual has shape `out`.
   void check_args(kernel_context& ctx, const shape& out) const {
     common::apply_rule(ctx, [&] {
-      nn_rules::check_epilogue_args(out, blocked_ ? 1 : channel(out), has_bias_ ? &ctx.input(2) : nullptr,
+      nn_rules::check_epilogue_args(out, channel(out), has_bias_ ? &ctx.input(2) : nullptr,
                                     has_residual_ ? &ctx.input(residual_input()) : nullptr, blocked_);
     });
   }
 
+  bool blocked_;
   dtype type_;
   bool has_bias_;
   bool has_residual_;
@@ -454,9 +447,12 @@ class fused_conv2d_kernel final : public fused_kernel {
   // The bias runs along dimension 1 of an NCHW output, the last of an NHWC one, and along
   // dimensions 1 and 4 of an NCHW16c one.
   explicit fused_conv2d_kernel(const kernel_construction& c)
-      : fused_kernel(c, "conv2d", nn_rules::is_nchw(c.attr<std::string>("data_format")) ? 1 : -1) {
-    blocked_ = nn_rules::is_channel_blocked(c.attr<std::string>("data_format"));
-  }
+      : fused_conv2d_kernel(c, c.attr<std::string>("data_format")) {}
+
+ private:
+  fused_conv2d_kernel(const kernel_construction& c, const std::string& format)
+      : fused_kernel(c, "conv2d", nn_rules::is_nchw(format) || nn_rules::is_channel_blocked(format) ? 1 : -1,
+                     nn_rules::is_channel_blocked(format)) {}
 };
 
 }  // namespace

@@ -71,10 +71,11 @@ tensor_type infer_core(const inference_context& c, const op_def& core, const att
 
 // Checks the epilogue inputs (from input 2 on) against the core's output `out`: num_args
 // is has_bias + has_residual; clip bounds only with activation "clip"; the bias has rank 1
-// and the size of dimension `channel` of the output; the residual has the output's shape.
-// `what` names the core's output and `channel_name` the bias's dimension in messages.
+// and the size of dimension `channel` of the output (`blocked`, an NCHW16c output: as many
+// values as that dimension's blocks hold); the residual has the output's shape. `what` names
+// the core's output and `channel_name` the bias's dimension in messages.
 void check_epilogue(const inference_context& c, const tensor_type& out, std::size_t channel,
-                    std::string_view what, std::string_view channel_name) {
+                    std::string_view what, std::string_view channel_name, bool blocked = false) {
   const bool has_bias = c.attr<bool>("has_bias");
   const bool has_residual = c.attr<bool>("has_residual");
   const auto num_args = c.attr<std::int64_t>("num_args");
@@ -100,7 +101,6 @@ void check_epilogue(const inference_context& c, const tensor_type& out, std::siz
     if (bias.shape && out.shape && channel < out.shape->rank()) {
       const std::int64_t want = (*out.shape)[channel];
       // An NCHW16c output: the bias has one value per channel, the output a block per 16.
-      const bool blocked = channel_name == "channel blocks";
       const std::int64_t have = blocked ? nn_rules::channel_blocks((*bias.shape)[0]) : (*bias.shape)[0];
       if (want >= 0 && have >= 0 && want != have) {
         c.fail(fmt::format("bias {} does not match the {} {} of the {} {}", to_string(*bias.shape),
@@ -165,7 +165,7 @@ void register_nn_fused_ops(op_registry& r) {
       const std::string format = c.attr<std::string>("data_format");
       const bool blocked = nn_rules::is_channel_blocked(format);
       check_epilogue(c, out, nn_rules::is_nchw(format) || blocked ? 1 : 3, "output",
-                     blocked ? "channel blocks" : "channels");
+                     blocked ? "channel blocks" : "channels", blocked);
       c.set_output(0, out);
     };
     r.add(std::move(d));

@@ -139,55 +139,29 @@ void infer_conv2d(inference_context& c) {
   const tensor_type& x = c.input(0);
   const tensor_type& w = c.input(1);
   const std::string format = c.attr<std::string>("data_format");
-  const bool nchw = nn_rules::is_nchw(format);
-  // Note [channel blocks]: an NCHW16c input has rank 5, or rank 4 for one in NCHW.
-  const bool blocked = nn_rules::is_channel_blocked(format);
-  const bool blocked_in = blocked && (!x.shape || x.shape->rank() != 4);
-  const std::size_t rank = blocked_in ? 5 : 4;
-  if (x.shape && x.shape->rank() != rank) {
-    c.fail(fmt::format("conv2d needs an {} input of rank {}{}, got {}", format, rank,
-                       blocked ? " (or an NCHW one of rank 4)" : "", to_string(*x.shape)));
-  }
   if (w.shape && w.shape->rank() != 4) {
     c.fail(fmt::format("conv2d needs an OIHW filter of rank 4, got {}", to_string(*w.shape)));
+  }
+  shape view;
+  if (x.shape) {
+    try {
+      view = nn_rules::conv_input_view(*x.shape, w.shape ? *w.shape : shape{-1, -1, -1, -1},
+                                       c.attr<std::int64_t>("groups"), format);
+    } catch (const invalid_argument& e) {
+      c.fail(e.what());
+    }
   }
   if (!x.shape || !w.shape) {
     // The rank the format has whatever is not known yet: N from x, channels from w.
     const shape out{x.shape ? (*x.shape)[0] : -1, w.shape ? (*w.shape)[0] : -1, -1, -1};
-    c.set_output(0, x.type,
-                 blocked ? nn_rules::blocked_shape(out) : nchw ? out : shape{out[0], -1, -1, out[1]});
+    c.set_output(0, x.type, nn_rules::conv_output_in(out, format));
     return;
   }
-  if (blocked && !blocked_in) {
-    const shape out = conv_forward_shape(c, *x.shape, *w.shape, read_conv_attrs(c), "input");
-    c.set_output(0, x.type, nn_rules::blocked_shape(out));
-    return;
-  }
-  if (blocked) {
-    // Note [channel blocks]: the filter says how many channels the blocks hold.
-    const shape& s = *x.shape;
-    const std::int64_t groups = c.attr<std::int64_t>("groups");
-    const std::int64_t channels = (*w.shape)[1] >= 0 ? (*w.shape)[1] * groups : -1;
-    if (s[4] >= 0 && s[4] != nn_rules::channel_block) {
-      c.fail(fmt::format("an NCHW16c input's last dimension holds {} channels, got {}",
-                         nn_rules::channel_block, to_string(s)));
-    }
-    if (channels >= 0 && s[1] >= 0 && s[1] != nn_rules::channel_blocks(channels)) {
-      c.fail(fmt::format("the NCHW16c input {} has {} channel blocks, but the filter {} in {} groups takes "
-                         "{} channels ({} blocks)",
-                         to_string(s), s[1], to_string(*w.shape), groups, channels,
-                         nn_rules::channel_blocks(channels)));
-    }
-    const shape out = conv_forward_shape(c, shape{s[0], channels, s[2], s[3]}, *w.shape, read_conv_attrs(c),
-                                         fmt::format("input (the NCHW view of the NCHW16c {})", to_string(s)));
-    c.set_output(0, x.type, nn_rules::blocked_shape(out));
-    return;
-  }
+  const bool as_is = x.shape->rank() == 4 && format != "NHWC";
   const std::string x_name =
-      nchw ? "input" : fmt::format("input (the NCHW view of the NHWC {})", to_string(*x.shape));
-  const shape out = conv_forward_shape(c, nn_rules::conv_nchw_view(*x.shape, nchw), *w.shape,
-                                       read_conv_attrs(c), x_name);
-  c.set_output(0, x.type, nchw ? out : shape{out[0], out[2], out[3], out[1]});
+      as_is ? "input" : fmt::format("input (the NCHW view of the {} {})", format, to_string(*x.shape));
+  const shape out = conv_forward_shape(c, view, *w.shape, read_conv_attrs(c), x_name);
+  c.set_output(0, x.type, nn_rules::conv_output_in(out, format));
 }
 
 // to_channel_blocks(x): [n, c, h, w] (or NHWC [n, h, w, c]) -> [n, ceil(c / 16), h, w, 16]

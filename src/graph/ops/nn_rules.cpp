@@ -273,19 +273,44 @@ void check_epilogue_inputs(std::size_t inputs, bool has_bias, bool has_residual)
 
 void check_epilogue_args(const shape& out, std::size_t channel, const tensor* bias,
                          const tensor* residual, bool blocked) {
-  if (blocked && bias != nullptr && (bias->rank() != 1 || channel_blocks(bias->dim(0)) != out[channel])) {
-    throw invalid_argument(fmt::format("bias {} does not fill the {} channel blocks of the NCHW16c output {}",
-                                       bias->describe(), out[channel], to_string(out)));
-  }
-  if (!blocked && bias != nullptr && (bias->rank() != 1 || bias->dim(0) != out[channel])) {
+  if (bias != nullptr &&
+      (bias->rank() != 1 || (blocked ? channel_blocks(bias->dim(0)) : bias->dim(0)) != out[channel])) {
     throw invalid_argument(
-        fmt::format("bias {} does not match the {} channels (dimension {}) of the output {}",
-                    bias->describe(), out[channel], channel, to_string(out)));
+        blocked ? fmt::format("bias {} does not fill the {} channel blocks of the NCHW16c output {}",
+                              bias->describe(), out[channel], to_string(out))
+                : fmt::format("bias {} does not match the {} channels (dimension {}) of the output {}",
+                              bias->describe(), out[channel], channel, to_string(out)));
   }
   if (residual != nullptr && residual->shape() != out) {
     throw invalid_argument(fmt::format("residual {} must have the output's shape {}",
                                        residual->describe(), to_string(out)));
   }
+}
+
+shape conv_input_view(const shape& x, const shape& w, std::int64_t groups, std::string_view data_format) {
+  const bool blocked = is_channel_blocked(data_format) && x.rank() != 4;
+  const std::size_t rank = blocked ? 5 : 4;
+  if (x.rank() != rank) {
+    throw invalid_argument(fmt::format("conv2d needs an {} input of rank {}{}, got {}", data_format, rank,
+                                       is_channel_blocked(data_format) ? " (or an NCHW one of rank 4)" : "",
+                                       to_string(x)));
+  }
+  if (!blocked) return conv_nchw_view(x, data_format != "NHWC");
+  // Note [channel blocks]: the filter says how many channels the blocks hold.
+  const std::int64_t channels = w[1] >= 0 ? w[1] * groups : -1;
+  if ((x[4] >= 0 && x[4] != channel_block) ||
+      (channels >= 0 && x[1] >= 0 && x[1] != channel_blocks(channels))) {
+    throw invalid_argument(fmt::format("the NCHW16c input {} does not hold the {} channels the filter {} takes "
+                                       "in {} groups ({} blocks of {})",
+                                       to_string(x), channels, to_string(w), groups, channel_blocks(channels),
+                                       channel_block));
+  }
+  return shape{x[0], channels, x[2], x[3]};
+}
+
+shape conv_output_in(const shape& nchw, std::string_view data_format) {
+  if (is_channel_blocked(data_format)) return blocked_shape(nchw);
+  return data_format == "NHWC" ? shape{nchw[0], nchw[2], nchw[3], nchw[1]} : nchw;
 }
 
 conv_blocks conv_channel_blocks(const conv_geometry& g, dtype t) {

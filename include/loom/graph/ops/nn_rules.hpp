@@ -176,8 +176,8 @@ inline conv_geometry conv2d_geometry(const shape& x, const shape& w, const conv_
 // Under data_format "NCHW16c" a convolution's activations are oneDNN's nChw16c: the channels
 // cut into blocks of 16, each block's 16 values contiguous for every pixel, a tensor
 // [n, ceil(c / 16), h, w, 16]; the channels past c (the last block's tail) are zero. It is
-// the layout oneDNN's fastest AVX-512 float32 convolutions of depthwise and 1x1 filters
-// compute in (for dense 3x3 ones, as fast as channels-last), and the conv_layout pass keeps
+// the layout of oneDNN's AVX-512 float32 kernels that were the fastest on most depthwise and
+// 1x1 layers here (for dense 3x3 ones, as fast as channels-last), and the conv_layout pass keeps
 // chains of such convolutions in it (docs/passes.md). The filter stays OIHW and says how
 // many channels there are. The output of a conv2d under "NCHW16c" is in channel blocks, and
 // so is its input, unless it has rank 4: then it is NCHW (a first layer of a few channels,
@@ -213,6 +213,18 @@ inline shape blocked_shape(const shape& nchw) {
 /// gives the same bits.
 enum class conv_blocks { none, both, output };
 conv_blocks conv_channel_blocks(const conv_geometry& g, dtype t);
+
+/// The NCHW view [n, c, h, w] of conv2d's input shape `x` under `data_format`, for a filter
+/// of shape `w` (rank 4) in `groups` groups: x itself (NCHW, and NCHW16c's NCHW input of rank
+/// 4), x with its channels moved to dimension 1 (NHWC), or for channel blocks [n, blocks,
+/// h, w, 16] the channels the filter takes (-1 when w[1] is unknown). Throws
+/// invalid_argument when x's rank is not the format's or its blocks do not hold those
+/// channels (dimensions of x may be -1 at inference: they are not checked).
+shape conv_input_view(const shape& x, const shape& w, std::int64_t groups, std::string_view data_format);
+
+/// conv2d's output shape under `data_format` from its NCHW view [n, o, oh, ow]: itself, in
+/// NHWC, or in channel blocks.
+shape conv_output_in(const shape& nchw, std::string_view data_format);
 
 /// Whether this machine's CPU convolutions compute in channel blocks at all (defined by the
 /// CPU backend: oneDNN's effective instruction set is AVX-512 or wider, and LOOM_MAX_CPU_ISA
