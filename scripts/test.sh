@@ -11,12 +11,18 @@
 #   4. Each libFuzzer target (fuzz/*_fuzz.cpp: the BFC pool's alloc/free/trim sequences,
 #      the allocation-log parser and replay) for FUZZ_SECONDS.
 # Prints one closing line with the totals; exits non-zero when anything failed.
+#
+# In CI (CI set, as .ci/run does) each build folder is removed once its stage is done
+# (LOOM_PRUNE_BUILDS=1; 0 keeps them): the four builds with debug information take several
+# GB together, more than a shared CI disk may have free, and a clean clone rebuilds them
+# from ccache anyway. Elsewhere they are kept for the next incremental run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS=${JOBS:-$(nproc)}
 WERROR=${WERROR:-OFF}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+PRUNE=${LOOM_PRUNE_BUILDS:-$([ -n "${CI:-}" ] && echo 1 || echo 0)}
 passed=0
 failed=0
 status=0
@@ -41,6 +47,14 @@ run_ctest() {
   fi
   rm -f "$log"
   [ "$rc" -eq 0 ] || status=1
+}
+
+# prune DIR: removes a build folder whose stage is done, when PRUNE=1 (CI), printing what
+# it freed.
+prune() {
+  [ "$PRUNE" = 1 ] && [ -d "$1" ] || return 0
+  echo "-- removing $1 ($(du -sh "$1" | cut -f1)), its stage done"
+  rm -rf "$1"
 }
 
 # build DIR [cmake args...] [-- targets...]: configures and builds (only `targets` if given).
@@ -114,12 +128,14 @@ if PYTHONPATH=$PWD/build/python ${PYTHON:-/usr/bin/python3} tests/docs/doc_block
 else
   echo "a code block of the docs failed"; failed=$((failed + 1)); status=1
 fi
+prune build
 
 step "ASan+UBSan build"
 build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address -DLOOM_BUILD_TOOLS=OFF ||
   { echo "ASan build failed"; exit 1; }
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_ctest build-asan
+prune build-asan
 
 step "TSan build (memory, device and runtime tests)"
 # Only the executables of those rooms are built: TSan builds are slow.
@@ -134,6 +150,7 @@ build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=thread -DLOOM
 # CTEST_WRAP runs ctest (and so the tests) without address randomisation there.
 CTEST_WRAP="setarch $(uname -m) -R" TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   run_ctest build-tsan -L "memory|device|runtime"
+prune build-tsan
 
 step "libFuzzer targets, ${FUZZ_SECONDS}s each"
 if CC=clang CXX=clang++ build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=address \
@@ -154,6 +171,7 @@ if CC=clang CXX=clang++ build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOO
 else
   echo "fuzz build failed"; failed=$((failed + 1)); status=1
 fi
+prune build-fuzz
 
 printf '\ntests: %d passed, %d failed\n' "$passed" "$failed"
 exit "$status"
