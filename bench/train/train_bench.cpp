@@ -10,7 +10,7 @@
 namespace loom::bench {
 
 const std::vector<std::string>& train_bench_parts() {
-  static const std::vector<std::string> parts = {"optimizer", "models"};
+  static const std::vector<std::string> parts = {"optimizer", "models", "amp"};
   return parts;
 }
 
@@ -29,6 +29,7 @@ train_bench_result run_train_bench(const train_bench_options& options) {
         {.repetitions = repetitions, .threads = options.threads, .quick = options.quick});
   }
   if (wants("models")) r.models = run_model_bench(options.threads, repetitions, options.quick);
+  if (wants("amp")) r.amp = run_amp_bench(options.threads, repetitions, options.quick);
   return r;
 }
 
@@ -36,6 +37,7 @@ nlohmann::json to_json(const train_bench_result& r) {
   nlohmann::json j = nlohmann::json::object();
   if (r.optimizer) j["optimizer"] = to_json(*r.optimizer);
   if (r.models) j["models"] = to_json(*r.models);
+  if (r.amp) j["amp"] = to_json(*r.amp);
   return j;
 }
 
@@ -45,6 +47,10 @@ std::string to_text(const train_bench_result& r) {
   if (r.models) {
     if (!out.empty()) out += '\n';
     out += to_text(*r.models);
+  }
+  if (r.amp) {
+    if (!out.empty()) out += '\n';
+    out += to_text(*r.amp);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "train/amp_bench.hpp"
 #include "train/model_bench.hpp"
 #include "train/optimizer_bench.hpp"
 
@@ -18,7 +19,7 @@ struct train_bench_options {
   int threads = 2;
   /// Fewer repetitions (a smoke run).
   bool quick = false;
-  /// Run one part only ("optimizer" or "models"); empty: every part.
+  /// Run one part only ("optimizer", "models" or "amp"); empty: every part.
   std::string only;
 };
 
@@ -26,6 +27,7 @@ struct train_bench_result {
   train_bench_options options;
   std::optional<optimizer_bench_result> optimizer;
   std::optional<model_bench_result> models;
+  std::optional<amp_bench_result> amp;
 };
 
 /// The part names `only` accepts.

@@ -10,6 +10,11 @@ torch.set_num_threads(t); loom's figures come from `loom bench train --only mode
 run from here right after. Medians of 5 timed runs of 50 steps each (after 10 warm-up steps).
 The target is loom / PyTorch >= 1.5.
 
+With --amp: mixed precision instead, at 2 threads: PyTorch's CPU autocast
+(torch.autocast("cpu", dtype=torch.bfloat16) around the forward pass, the loss in float32)
+against float32 PyTorch, and loom's `loom bench train --only amp --json` (bfloat16 AMP
+against float32 loom), in one table.
+
 Mind the peer's BLAS: Debian's python3-torch is built with BLAS_INFO=generic and links the
 system libblas.so.3, which is the netlib reference BLAS unless an optimized one (OpenBLAS)
 is installed as the alternative. Its nn.Linear then runs reference loops (about 1,200
@@ -40,7 +45,7 @@ def cnn():
                          nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
 
 
-def torch_samples_per_second(make, shape, threads, steps=50, runs=5):
+def torch_samples_per_second(make, shape, threads, steps=50, runs=5, autocast=False):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = make()
@@ -51,7 +56,9 @@ def torch_samples_per_second(make, shape, threads, steps=50, runs=5):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(x)
+        loss = loss_fn(logits.float(), y)
         loss.backward()
         opt.step()
 
@@ -70,7 +77,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--loom", default="build/loom")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--amp", action="store_true", help="bfloat16 mixed precision against float32")
     a = p.parse_args()
+    if a.amp:
+        return amp_main(a)
     rows = [
         ("mlp 784-512-512-10", 1, torch_samples_per_second(mlp, (784,), 1)),
         ("mlp 784-512-512-10", 2, torch_samples_per_second(mlp, (784,), 2)),
@@ -108,6 +118,36 @@ def main():
         print(f"  {r['model']:<34} {r['threads']} threads  loom {r['loom_samples_per_second']:8.0f}"
               f"   torch {r['torch_samples_per_second']:8.0f}   ratio {r['ratio']:5.2f}"
               f"   target >= 1.5: {verdict}")
+
+
+def amp_main(a):
+    models = [("mlp 784-512-512-10", mlp, (784,)), ("cnn conv32-pool-conv64-pool-fc10", cnn, (1, 28, 28))]
+    out = subprocess.run([a.loom, "bench", "train", "--only", "amp", "--json"],
+                         capture_output=True, text=True, check=True)
+    loom_rows = {r["model"]: r for r in json.loads(out.stdout)["amp"]["rows"]}
+    results = []
+    for name, make, shape in models:
+        t32 = torch_samples_per_second(make, shape, 2)
+        t16 = torch_samples_per_second(make, shape, 2, autocast=True)
+        mine = loom_rows[name]
+        results.append({"model": name, "threads": 2,
+                        "loom_fp32": mine["fp32_samples_per_second"],
+                        "loom_amp": mine["amp_samples_per_second"],
+                        "loom_speedup": mine["speedup"],
+                        "loom_fp32_peak_bytes": mine["fp32_peak_bytes"],
+                        "loom_amp_peak_bytes": mine["amp_peak_bytes"],
+                        "torch_fp32": t32, "torch_amp": t16, "torch_speedup": t16 / t32,
+                        "loom_amp_over_torch_amp": mine["amp_samples_per_second"] / t16})
+    if a.json:
+        print(json.dumps({"torch": torch.__version__, "amp": "bfloat16", "rows": results}, indent=2))
+        return
+    print(f"bfloat16 mixed precision, batch {BATCH}, Adam, 2 threads: loom vs PyTorch "
+          f"{torch.__version__} CPU autocast (same run, medians, samples/s)")
+    for r in results:
+        print(f"  {r['model']:<34} loom fp32 {r['loom_fp32']:8.0f}  amp {r['loom_amp']:8.0f} "
+              f"({r['loom_speedup']:4.2f}x)   torch fp32 {r['torch_fp32']:8.0f}  autocast "
+              f"{r['torch_amp']:8.0f} ({r['torch_speedup']:4.2f}x)   loom amp / torch autocast "
+              f"{r['loom_amp_over_torch_amp']:5.2f}")
 
 
 if __name__ == "__main__":

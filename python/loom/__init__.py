@@ -35,6 +35,7 @@ from ._loom import (  # noqa: F401
     train,
 )
 from ._loom import distributed  # noqa: F401  (the world and communicators: mpirun)
+from ._loom import amp  # noqa: F401  (automatic mixed precision: loom.amp.enable(graph))
 from . import ops  # noqa: F401
 from . import cuda  # noqa: F401  (imports PyTorch, CuPy or Numba only when asked to)
 from . import onnx  # noqa: F401  (ONNX import; NumPy only)

@@ -13,6 +13,7 @@
 #include "loom/core/dtype.hpp"
 #include "loom/core/tensor.hpp"
 #include "loom/graph/builder.hpp"
+#include "loom/passes/amp.hpp"
 
 namespace loom::python {
 
@@ -27,6 +28,7 @@ void bind_cuda(py::module_& m);     // loom._loom._cuda: CUDA interop for python
 void bind_onnx(py::module_& m);     // loom._loom._onnx: ONNX import for python/loom/onnx
 /// loom.train, and loom.distributed (`dist`): the world, Communicator, DistributedError.
 void bind_train(py::module_& m, py::module_& dist);
+void bind_amp(py::module_& amp);  // loom.amp: enable / disable on a Graph, LossScaler
 
 /// Raises the Python exception `type` with `message` (throws py::error_already_set).
 [[noreturn]] void throw_python(PyObject* type, const std::string& message);
@@ -80,6 +82,8 @@ struct py_graph {
   graph g;
   graph_builder b{g};
   std::vector<std::string> device_stack;  // `with g.device(...)` scopes
+  /// loom.amp.enable(graph, ...): the mixed precision of sessions made from it afterwards.
+  passes::amp_options amp;
 };
 
 /// One output of a node, keeping its graph alive (loom.Output).

@@ -103,6 +103,8 @@ void init_module(py::module_& m) {
   bind_onnx(onnx);
   auto dist = m.def_submodule("distributed", "Processes that train together: the world, communicators");
   bind_train(m, dist);
+  auto amp = m.def_submodule("amp", "Automatic mixed precision: enable on a Graph, LossScaler");
+  bind_amp(amp);
 }
 
 }  // namespace

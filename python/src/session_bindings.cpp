@@ -412,6 +412,7 @@ void bind_session(py::module_& m) {
              o.allow_soft_placement = soft_placement;
              o.passes.enabled = passes;
              o.passes.disabled = std::move(disabled_passes);
+             o.passes.amp = g->amp;  // loom.amp.enable(graph, ...)
              auto s = std::make_shared<session>(g->g, o);
              remember_source(s, g);
              return s;
@@ -421,7 +422,7 @@ void bind_session(py::module_& m) {
            py::arg("passes") = true, py::arg("disabled_passes") = std::vector<std::string>{},
            "A session over a copy of `graph` (later additions to the graph are not seen). "
            "passes=False runs graphs as written; disabled_passes names graph passes to switch "
-           "off (docs/passes.md)")
+           "off (docs/passes.md); mixed precision is the graph's (loom.amp.enable)")
       .def(
           "explain_passes",
           [](const std::shared_ptr<session>& s, const py::object& fetches, const py::object& feeds,

@@ -77,6 +77,7 @@ py::dict to_dict(const train::train_report& r) {
   out["parameters"] = r.parameters;
   out["steps"] = r.steps;
   out["skipped_steps"] = r.skipped_steps;
+  out["loss_scale"] = r.loss_scale;
   out["test_accuracy"] = r.test_accuracy;
   out["samples_per_second"] = r.samples_per_second;
   out["train_seconds"] = r.train_seconds;
@@ -98,7 +99,7 @@ py::dict train_py(const std::string& model, std::vector<std::int64_t> hidden, in
                   double test_fraction, const std::optional<std::string>& checkpoint, bool resume,
                   std::int64_t max_steps_per_epoch, bool evaluate,
                   std::shared_ptr<communicator> comm, double bucket_mb, bool overlap,
-                  const std::function<void(py::dict)>& progress) {
+                  const std::function<void(py::dict)>& progress, const std::string& amp) {
   train::train_options o;
   o.model = model;
   o.hidden = std::move(hidden);
@@ -114,6 +115,7 @@ py::dict train_py(const std::string& model, std::vector<std::int64_t> hidden, in
   o.max_steps_per_epoch = max_steps_per_epoch;
   o.evaluate = evaluate;
   o.communicator = std::move(comm);
+  o.passes.amp.type = passes::amp_type_from_name(amp);
   if (!(bucket_mb > 0 && bucket_mb <= 1024)) {
     throw_python(PyExc_ValueError, fmt::format("bucket_mb {} must be in (0, 1024]", bucket_mb));
   }
@@ -216,6 +218,7 @@ void bind_train(py::module_& m, py::module_& dist) {
         py::arg("test_fraction") = 1.0 / 6.0, py::arg("checkpoint") = py::none(), py::arg("resume") = false,
         py::arg("max_steps_per_epoch") = 0, py::arg("evaluate") = true, py::arg("communicator") = nullptr,
         py::arg("bucket_mb") = 25.0, py::arg("overlap") = true, py::arg("progress") = nullptr,
+        py::arg("amp") = "off",
         R"(Trains a classifier as `loom train` does and returns its report (a dict).
 
 Data: features [N, F] and labels [N] (NumPy arrays; test_features and test_labels
@@ -223,7 +226,9 @@ optional), or else the embedded digits dataset (`examples`, split by `test_fract
 With communicator=loom.distributed.world() under `mpirun -np N`, the N processes train one
 model data-parallel: `batch` is the global batch (N must divide it), gradients are averaged
 in buckets of `bucket_mb` MiB, each started as soon as it is ready when `overlap`; rank 0
-writes the checkpoint. `progress(step)` is called after every step with a dict.)");
+writes the checkpoint. `progress(step)` is called after every step with a dict. amp="bf16" or
+"fp16" trains with automatic mixed precision (fp16 with dynamic loss scaling), as
+`loom train --amp` does.)");
 }
 
 }  // namespace loom::python

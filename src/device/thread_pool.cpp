@@ -49,6 +49,22 @@ struct worker_identity {
 };
 thread_local worker_identity tl_identity;
 
+// Note [a thread's team]
+// oneDNN runs its primitives on OpenMP, which keeps a team of threads per thread that starts
+// parallel regions; after a primitive that team's workers spin for a while before they
+// sleep (libgomp's default wait policy). A chain of nodes run by one thread (the executor's
+// caller, Note [the caller's root] in src/runtime/executor.cpp) that alternates oneDNN
+// products with loom's own kernels (softmax, layer_norm, transposes between a transformer's
+// matrix products) then split those kernels on the pool's workers while the team spun: three
+// busy threads on two cores, and the same softmax took 0.36 or 0.65 ms from one run to the
+// next. So the CPU backend registers OpenMP as the team of each thread that runs a primitive
+// (cpu::onednn::use_threads), and parallel_for on such a thread runs on that team, whose
+// threads are awake anyway, while the pool's workers sleep. A pool's own workers keep
+// splitting on the pool: a worker that ran a primitive has a team too, and two teams at once
+// would need twice the cores. The TSan build registers no team: libgomp is not instrumented,
+// so TSan could not see the team's synchronisation.
+thread_local thread_pool::team_runner tl_team = nullptr;
+
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -129,6 +145,23 @@ struct for_state {
     }
   }
 };
+
+// parallel_for on a thread's team (Note [a thread's team]): the team's ranges skip their
+// work once one has thrown, and the first exception is rethrown on the caller.
+void run_on_team(thread_pool::team_runner team, int threads, std::int64_t n, double cost_per_item,
+                 const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // written once, by the range that set `failed`
+  team(threads, n, cost_per_item, [&](std::int64_t begin, std::int64_t end) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    try {
+      fn(begin, end);
+    } catch (...) {
+      if (!failed.exchange(true, std::memory_order_relaxed)) error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
+}
 
 }  // namespace
 
@@ -316,6 +349,10 @@ void thread_pool::parallel_for(std::int64_t n, double cost_per_item,
     fn(0, n);
     return;
   }
+  if (tl_team != nullptr && tl_identity.pool != impl_.get()) {
+    run_on_team(tl_team, impl_->threads, n, cost_per_item, fn);
+    return;
+  }
   const int helpers = static_cast<int>(std::min<std::int64_t>(chunks - 1, impl_->threads - 1));
   auto* st = new for_state(fn, n, chunks, helpers + 1);
   impl::wake_list wakes{};
@@ -375,6 +412,8 @@ void thread_pool::wake_waiters() {
   { const std::lock_guard<std::mutex> lock(impl_->mutex); }
   impl_->waiter_cv.notify_all();
 }
+
+void thread_pool::use_team_on_this_thread(team_runner team) noexcept { tl_team = team; }
 
 int thread_pool::current_thread_index() const noexcept {
   return tl_identity.pool == impl_.get() ? tl_identity.index : 0;

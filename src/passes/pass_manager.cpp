@@ -12,13 +12,14 @@ using factory = std::unique_ptr<graph_pass> (*)();
 
 // The standard pipeline, in order. Cheap clean-ups first, so the pattern passes see
 // canonical graphs; pattern fusions before element-wise fusion, which would otherwise
-// swallow their element-wise parts; dead nodes last.
+// swallow their element-wise parts; AMP after the pattern fusions (it lowers their fused
+// nodes whole) and before conv_layout; dead nodes last.
 const std::vector<factory>& standard_factories() {
   static const std::vector<factory> all{
       make_remove_identities,  make_constant_folding,    make_common_subexpressions,
       make_layer_norm_fusion,  make_softmax_xent_fusion, make_epilogue_fusion,
-      make_conv_layout,        make_elementwise_fusion,  make_optimizer_fusion,
-      make_prune_dead,
+      make_amp,                make_conv_layout,         make_elementwise_fusion,
+      make_optimizer_fusion,   make_prune_dead,
   };
   return all;
 }
@@ -51,6 +52,7 @@ std::vector<std::string> pass_manager::standard_pass_names() {
 }
 
 pass_manager::pass_manager(pass_options options) : options_(std::move(options)) {
+  validate(options_.amp);
   const auto names = standard_pass_names();
   for (const auto& d : options_.disabled) {
     if (std::find(names.begin(), names.end(), d) == names.end()) {

@@ -398,8 +398,9 @@ void execute_from(run_state& st, std::int32_t first) {
       }
       // Cheap nodes, and nodes that use all of the device's threads themselves, run on
       // this thread: scheduling them beside other work would only add overhead or
-      // oversubscribe the cores (op_kernel::uses_all_threads).
-      if (ce.cheap || ce.whole_device || st.failed.load(std::memory_order_relaxed)) {
+      // oversubscribe the cores (op_kernel::uses_all_threads); so do all the nodes of a
+      // device that runs such kernels (Note [one team per device], partitioner.cpp).
+      if (ce.cheap || ce.whole_device || ce.keeps_thread || st.failed.load(std::memory_order_relaxed)) {
         stack.push_back(c);
       } else if (inline_expensive < 0 || ce.dev->pool() == nullptr || ce.dev->pool()->size() <= 1) {
         if (inline_expensive >= 0) stack.push_back(inline_expensive);
@@ -447,7 +448,7 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
       if (e.blocking) {
         submit_blocking(st, p.roots[i]);
       } else if (e.dev->pool() != nullptr && e.dev->pool()->size() > 1 && !e.cheap &&
-                 !e.whole_device) {
+                 !e.whole_device && !e.keeps_thread) {
         schedule(st, p.roots[i]);
       } else {
         execute_from(st, p.roots[i]);

@@ -274,6 +274,26 @@ void instantiate_kernels(plan& p, const graph& g) {
     e.whole_device = e.kernel->uses_all_threads();
     e.blocking = e.kernel->blocks();
   }
+  // Note [one team per device]
+  // oneDNN's kernels (whole_device) run on OpenMP, which keeps a team of threads for each
+  // thread that starts parallel regions, and loom's own kernels split their work on the
+  // team of the thread that runs them too (Note [a thread's team] in
+  // src/device/thread_pool.cpp). When a node was handed to a pool worker (an expensive
+  // node made ready beside another), the chain after it ran there, its products on a second
+  // team: two teams, twice the threads for the device's cores, and a transformer at batch 1
+  // on 2 threads took 7 ms instead of 4 in most processes. So on a device that runs
+  // whole_device kernels every node stays on the thread that made it ready (the run's caller
+  // for a chain from the first root): the device's threads work inside each node, on one
+  // team, instead of beside each other on the pool.
+  std::vector<const device*> team_devices;
+  for (const auto& e : p.nodes) {
+    if (e.whole_device && std::find(team_devices.begin(), team_devices.end(), e.dev) == team_devices.end()) {
+      team_devices.push_back(e.dev);
+    }
+  }
+  for (auto& e : p.nodes) {
+    e.keeps_thread = std::find(team_devices.begin(), team_devices.end(), e.dev) != team_devices.end();
+  }
 }
 
 std::vector<device_partition> partitions_of(const plan& p,

@@ -43,6 +43,10 @@ struct exec_node {
   bool cheap = false;
   /// The kernel uses all of the device's threads (op_kernel::uses_all_threads).
   bool whole_device = false;
+  /// Runs on the thread that made it ready, never handed to its device's pool: its device
+  /// runs whole_device kernels in this plan (Note [one team per device] in
+  /// src/runtime/partitioner.cpp).
+  bool keeps_thread = false;
   /// The kernel waits for something outside the process (op_kernel::blocks).
   bool blocking = false;
 };

@@ -33,10 +33,16 @@ std::vector<std::unique_ptr<device>> make_devices(const session_options& o) {
   return devices;
 }
 
-// The passes' options for a session of `devices`: only CPU kernels read channel blocks
-// (Note [channel blocks]), so with another device, where a convolution could be placed,
-// the pass keeps none.
+// The passes' options for a session of `devices`: their device types (the AMP pass asks
+// those types' kernels); only CPU kernels read channel blocks (Note [channel blocks]), so
+// with another device, where a convolution could be placed, the pass keeps none.
 passes::pass_options passes_for(passes::pass_options p, const std::vector<std::unique_ptr<device>>& devices) {
+  p.device_types.clear();
+  for (const auto& d : devices) {
+    if (std::find(p.device_types.begin(), p.device_types.end(), d->type()) == p.device_types.end()) {
+      p.device_types.push_back(d->type());
+    }
+  }
   if (std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d->type() != device_type::cpu; })) {
     p.channel_blocks = false;
   }

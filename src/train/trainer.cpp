@@ -215,6 +215,7 @@ struct step_graph {
   std::string loss;
   std::string accuracy;
   std::string found_inf;  // the fused update's (empty for per-tensor updates)
+  std::string loss_scale;  // the fed loss scale (empty without loss scaling)
   std::vector<std::string> update_targets;
   model_graph model;  // its outputs name the builder's graph: valid while it is being built
   std::vector<std::pair<std::string, shape>> params;  // the parameters' names and shapes
@@ -244,33 +245,49 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
   s.accuracy = accuracy.name();
 
   for (const output& p : s.model.params) s.params.emplace_back(p.name(), *p.type().shape);
-  std::vector<output> grads = gradients(loss, s.model.params);
+  // Loss scaling (loss_scaler): the gradients of loss * scale, divided by the scale in the
+  // fused update (its grad_scale input), which skips the step when one is not finite.
+  output scaled_loss = loss;
+  output grad_scale = ops::scalar(b, 1.0, dtype::f32);
+  if (scales_loss(o)) {
+    const output scale = ops::placeholder(b, "amp/loss_scale", dtype::f32, {});
+    scaled_loss = ops::mul(loss, scale, {.name = "amp/scaled_loss"});
+    grad_scale = scale;  // the update divides the gradients by it
+    s.loss_scale = scale.name();
+  }
+  std::vector<output> grads = gradients(scaled_loss, s.model.params);
   if (dp.ranks > 1) grads = average_gradients(b, s.model.params, grads, o, dp.group, s.buckets);
   const output step_var = ops::variable(
       b, "train/step", memory::host_tensor<std::int64_t>({}, std::vector<std::int64_t>{0}));
+  // The step counter advances every step; with loss scaling, only when the update was not
+  // skipped (PyTorch's GradScaler skips optimizer.step(): Adam's bias correction counts the
+  // updates made, not the overflows).
   const output step =
-      ops::assign_add(step_var, ops::scalar(b, 1.0, dtype::i64), {.name = "train/next_step"});
+      s.loss_scale.empty()
+          ? ops::assign_add(step_var, ops::scalar(b, 1.0, dtype::i64), {.name = "train/next_step"})
+          : ops::add(step_var, ops::scalar(b, 1.0, dtype::i64), {.name = "train/next_step"});
   const output lr = ops::scalar(b, o.lr, dtype::f32);
-  const output one = ops::scalar(b, 1.0, dtype::f32);
   ops::adam_options adam;
   ops::sgd_options sgd;
   sgd.momentum = 0.9;
   if (o.optimizer != "adam" && o.optimizer != "adamw" && o.optimizer != "sgd") {
     throw invalid_argument(fmt::format("unknown optimizer '{}' (adam, adamw or sgd)", o.optimizer));
   }
+  std::optional<output> found_inf;
   if (o.fused) {
     ops::fused_update u;
     if (o.optimizer == "adam") {
-      u = ops::fused_adam(s.model.params, grads, lr, step, one, adam, {},
+      u = ops::fused_adam(s.model.params, grads, lr, step, grad_scale, adam, {},
                           {.name = "train/fused_adam"});
     } else if (o.optimizer == "adamw") {
-      u = ops::fused_adamw(s.model.params, grads, lr, step, one, adam, {},
+      u = ops::fused_adamw(s.model.params, grads, lr, step, grad_scale, adam, {},
                            {.name = "train/fused_adamw"});
     } else {
-      u = ops::fused_sgd(s.model.params, grads, lr, one, sgd, {}, {.name = "train/fused_sgd"});
+      u = ops::fused_sgd(s.model.params, grads, lr, grad_scale, sgd, {}, {.name = "train/fused_sgd"});
     }
     s.update_targets.push_back(u.name);
     s.found_inf = u.found_inf.name();
+    found_inf = u.found_inf;
   } else {
     for (std::size_t k = 0; k < s.model.params.size(); ++k) {
       const auto scope = b.with_device(s.model.params[k].producer().requested_device);
@@ -286,8 +303,13 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
       s.update_targets.push_back(n);
     }
   }
-  // The step counter advances every step (SGD does not read it).
-  s.update_targets.push_back(step.name());
+  if (s.loss_scale.empty()) {
+    s.update_targets.push_back(step.name());  // SGD does not read it: run it as a target
+  } else {
+    // loss scaling needs the fused update (check_options), so found_inf is there
+    const output taken = ops::cast(ops::logical_not(*found_inf), dtype::i64);
+    s.update_targets.push_back(ops::assign_add(step_var, taken, {.name = "train/advance_step"}).name());
+  }
   return s;
 }
 
@@ -414,6 +436,15 @@ void check_options(const dataset& train_set, const dataset& test_set, const trai
         "skipping steps with a non-finite loss needs the fused update (per-tensor updates "
         "cannot undo a step)");
   }
+  passes::validate(o.passes.amp);
+  if (scales_loss(o)) {
+    if (!o.fused) {
+      throw invalid_argument(
+          "loss scaling needs the fused update (per-tensor updates cannot skip a step whose "
+          "gradients overflowed)");
+    }
+    (void)loss_scaler(o.loss_scale);  // its options' checks
+  }
   check_dataset(train_set, o.allow_nonfinite);
   if (test_set.size() > 0) {
     if (test_set.num_features != train_set.num_features) {
@@ -525,6 +556,10 @@ data_parallel plan_data_parallel(const train_options& o) {
 
 }  // namespace
 
+bool scales_loss(const train_options& options) noexcept {
+  return options.scale_loss.value_or(options.passes.amp.type == dtype::f16);
+}
+
 std::filesystem::path checkpoint_file(const train_options& options) {
   return options.checkpoint_dir / "checkpoint.safetensors";
 }
@@ -572,8 +607,17 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   session s(std::move(g), so);
   std::vector<std::string> fetches{sg.loss, sg.accuracy};
   if (!sg.found_inf.empty()) fetches.push_back(sg.found_inf);
-  report.passes = s.explain_passes({"x", "labels"}, fetches, sg.update_targets);
+  std::vector<std::string> feed_names{"x", "labels"};
+  if (!sg.loss_scale.empty()) feed_names.push_back(sg.loss_scale);
+  report.passes = s.explain_passes(feed_names, fetches, sg.update_targets);
 
+  // Loss scaling: the scale is fed to every step (loss_scaler).
+  std::optional<loss_scaler> scaler;
+  tensor scale_feed;
+  if (scales_loss(o)) {
+    scaler.emplace(o.loss_scale);
+    scale_feed = memory::host_tensor(dtype::f32, {});
+  }
   const std::filesystem::path ckpt = checkpoint_file(o);
   int first_epoch = 1;
   std::int64_t global_step = 0;  // steps of every run so far, written to the checkpoint
@@ -593,10 +637,18 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       ro.expected_state = optimizer_state(sg, o);
       ro.refuse_nonfinite = !o.allow_nonfinite;
       resume_point from;
+      std::optional<std::string> saved_scale;
       ro.check_metadata = [&](const std::map<std::string, std::string>& meta) {
         from = read_resume_point(meta, ckpt, sg, o);
+        if (const auto it = meta.find("loss_scale"); it != meta.end()) saved_scale = it->second;
       };
       (void)checkpoint::restore_checkpoint(s, ckpt, ro);
+      // A checkpoint of a run without loss scaling (or an fp32 run resuming one with it)
+      // starts from, or drops, the scale: only the variables are the model.
+      if (scaler && saved_scale && *saved_scale != "none") {
+        scaler->set_scale(parse_number<double>(
+            *saved_scale, fmt::format("the loss scale in checkpoint '{}'", ckpt.string())));
+      }
       report.resumed_epoch = from.epoch;
       global_step = from.step;
       first_epoch = report.resumed_epoch + 1;
@@ -656,8 +708,12 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       run_metadata meta;
       run_options ro;
       ro.trace = trace_this;
-      const auto out = s.run({{"x", x}, {"labels", labels}}, fetches, sg.update_targets,
-                             trace_this ? &meta : nullptr, ro);
+      std::vector<feed> feeds{{"x", x}, {"labels", labels}};
+      if (scaler) {
+        scale_feed.data<float>()[0] = static_cast<float>(scaler->scale());
+        feeds.emplace_back(sg.loss_scale, scale_feed);
+      }
+      const auto out = s.run(feeds, fetches, sg.update_targets, trace_this ? &meta : nullptr, ro);
       // On a GPU the fetched scalars stay there: read them through host copies.
       std::array<double, 2> stats{s.host_value(out[0]).data<float>()[0],
                                   s.host_value(out[1]).data<float>()[0]};
@@ -667,10 +723,20 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       ++report.steps;
       ++global_step;
       const bool skipped = !std::isfinite(loss) || found_inf;
-      if (skipped) {
-        if (!o.skip_nonfinite_steps) {
-          throw error(nonfinite_step(epoch, step + 1, steps, loss, found_inf, o));
+      // With loss scaling, gradients that overflowed the scale are expected now and then:
+      // the update skipped the step and the scale backs off.
+      const bool overflow = scaler && found_inf && std::isfinite(loss);
+      if (skipped && !overflow && !o.skip_nonfinite_steps) {
+        throw error(nonfinite_step(epoch, step + 1, steps, loss, found_inf, o));
+      }
+      if (scaler) {
+        try {
+          scaler->update(found_inf);
+        } catch (const error& e) {
+          throw error(fmt::format("epoch {}, step {} of {}: {}", epoch, step + 1, steps, e.what()));
         }
+      }
+      if (skipped) {
         ++er.skipped_steps;
         ++report.skipped_steps;
       } else {
@@ -748,9 +814,12 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
                                    {"epoch", std::to_string(epoch)},
                                    {"step", std::to_string(global_step)},
                                    {"model", sg.model.summary},
-                                   {"optimizer", o.optimizer}});
+                                   {"optimizer", o.optimizer},
+                                   {"loss_scale", scaler ? fmt::format("{:.17g}", scaler->scale())
+                                                         : std::string("none")}});
     }
   }
+  if (scaler) report.loss_scale = scaler->scale();
   report.test_accuracy = report.epochs.empty() ? std::numeric_limits<double>::quiet_NaN()
                                                : report.epochs.back().test_accuracy;
   const std::int64_t trained = report.steps * o.batch;

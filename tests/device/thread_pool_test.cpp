@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -466,6 +467,79 @@ TEST(ThreadPool, ManyConcurrentParallelFors) {
   }
   for (auto& t : callers) t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// A team (Note [a thread's team]) that splits [0, n) into `threads` ranges run in turn on
+// the caller, counting its calls and the thread counts it was given.
+std::atomic<int> g_team_calls{0};
+std::atomic<int> g_team_threads{0};
+void counting_team(int threads, std::int64_t n, double /*cost_per_item*/,
+                   const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  g_team_calls.fetch_add(1);
+  g_team_threads.store(threads);
+  for (int part = 0; part < threads; ++part) fn(n * part / threads, n * (part + 1) / threads);
+}
+
+// Restores the calling thread's team when a test ends, whatever happened in it.
+struct team_scope {
+  explicit team_scope(thread_pool::team_runner team) { thread_pool::use_team_on_this_thread(team); }
+  ~team_scope() { thread_pool::use_team_on_this_thread(nullptr); }
+  team_scope(const team_scope&) = delete;
+  team_scope& operator=(const team_scope&) = delete;
+};
+
+TEST(ThreadPool, ATeamRunsTheCallersSplitWorkAndCoversEveryIndexOnce) {
+  thread_pool pool(3);
+  g_team_calls = 0;
+  const team_scope scope(&counting_team);
+  EXPECT_GE(check_cover(pool, 1000, 1000.0), 2);
+  EXPECT_EQ(g_team_calls.load(), 1);
+  EXPECT_EQ(g_team_threads.load(), 3);  // the pool's size
+  // Work too small to split stays inline and never reaches the team.
+  EXPECT_EQ(check_cover(pool, 10, 1.0), 1);
+  EXPECT_EQ(g_team_calls.load(), 1);
+}
+
+TEST(ThreadPool, ATeamRethrowsTheFirstExceptionAndSkipsLaterRanges) {
+  thread_pool pool(4);
+  const team_scope scope(&counting_team);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.parallel_for(1000, 1000.0,
+                                 [&](std::int64_t, std::int64_t) {
+                                   ran.fetch_add(1);
+                                   throw std::runtime_error("range failed");
+                                 }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 1);  // counting_team runs the ranges in turn: the rest are skipped
+}
+
+TEST(ThreadPool, ThePoolsOwnWorkersSplitOnThePoolNotOnTheirTeam) {
+  thread_pool pool(2);
+  g_team_calls = 0;
+  std::atomic<bool> done{false};
+  std::atomic<bool> on_worker{false};
+  std::atomic<std::int64_t> covered{0};
+  pool.schedule([&] {
+    // On the worker: a team registered here is not used for this pool's work.
+    on_worker = pool.current_thread_index() > 0;
+    thread_pool::use_team_on_this_thread(&counting_team);
+    pool.parallel_for(1000, 1000.0, [&](std::int64_t b, std::int64_t e) { covered += e - b; });
+    thread_pool::use_team_on_this_thread(nullptr);
+    done = true;
+  });
+  // Not run_until: this thread must not take the task itself.
+  while (!done) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  EXPECT_TRUE(on_worker.load());
+  EXPECT_EQ(covered.load(), 1000);
+  EXPECT_EQ(g_team_calls.load(), 0);
+}
+
+TEST(ThreadPool, WithoutATeamTheWorkersSplitAgain) {
+  thread_pool pool(2);
+  g_team_calls = 0;
+  { const team_scope scope(&counting_team); }
+  EXPECT_GE(check_cover(pool, 1000, 1000.0), 2);
+  EXPECT_EQ(g_team_calls.load(), 0);
 }
 
 }  // namespace

@@ -42,6 +42,7 @@ struct train_flags {
   train::csv_options csv;     // --classes
   double bucket_mb = 25;      // --bucket-mb
   bool no_overlap = false;    // --no-overlap
+  std::string amp = "off";    // --amp
 };
 
 // Under mpirun: the world, and each rank's share of the machine's cores when --threads
@@ -196,6 +197,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--skip-nonfinite-steps", o.skip_nonfinite_steps,
                 "Skip (and count) steps whose loss or gradients are NaN or Inf instead of "
                 "stopping; needs the fused update");
+  cmd->add_option("--amp", f->amp,
+                  "Automatic mixed precision: matrix products and convolutions in bf16 or fp16, "
+                  "the rest and the master weights in fp32 (docs/training.md); fp16 scales the "
+                  "loss")
+      ->check(CLI::IsMember({"off", "bf16", "fp16"}));
   cmd->add_flag("--quiet", f->quiet, "No progress (a bar on a terminal, else a line every 5 s)");
   cmd->add_flag("--explain-fusion", f->explain_fusion,
                 "Print what the graph passes rewrote and refused in the training step, and why");
@@ -215,6 +221,7 @@ void add_train_command(CLI::App& app) {
   cmd->callback(guarded("train", [f] {
     auto& opts = f->options;
     opts.passes.enabled = !f->no_passes;
+    opts.passes.amp.type = passes::amp_type_from_name(f->amp);
     opts.bucket_bytes = static_cast<std::size_t>(f->bucket_mb * 1024 * 1024);
     opts.overlap = !f->no_overlap;
     join_the_world(opts);
@@ -283,6 +290,11 @@ void add_train_command(CLI::App& app) {
           "{} optimizer ({}), batch {}, lr {}\n",
           all.size(), all.name, train_set.size(), test_set.size(), all.num_classes, opts.model,
           opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch, opts.lr);
+      if (opts.passes.amp.enabled()) {
+        fmt::print("mixed precision: {} matrix products and convolutions, fp32 master weights{}\n",
+                   to_string(opts.passes.amp.type),
+                   train::scales_loss(opts) ? ", dynamic loss scaling" : "");
+      }
       if (opts.communicator != nullptr) {
         const int ranks = opts.communicator->size();
         fmt::print("data parallel: {} ranks ({}), {} examples a rank a step, {} thread{} a rank\n",

@@ -66,7 +66,9 @@ class thread_pool {
   /// no allocation. The caller runs ranges too, and while it waits for the others it runs
   /// other queued tasks, so parallel_for from inside a task or from fn never deadlocks.
   /// Exceptions: once fn has thrown, ranges not yet started are skipped; the ranges running
-  /// finish, and then the first exception is rethrown here. n <= 0 does nothing.
+  /// finish, and then the first exception is rethrown here. n <= 0 does nothing. On a thread
+  /// that uses a team (use_team_on_this_thread) the ranges run on the team, with the same
+  /// exception rules.
   void parallel_for(std::int64_t n, double cost_per_item,
                     const std::function<void(std::int64_t, std::int64_t)>& fn);
 
@@ -81,6 +83,16 @@ class thread_pool {
   /// Index of the calling thread in this pool (1 .. size()-1 for workers), or 0 when the
   /// caller is not one of its workers.
   [[nodiscard]] int current_thread_index() const noexcept;
+
+  /// A parallel runtime with threads of its own that the calling thread keeps awake (oneDNN's
+  /// OpenMP team): calls fn over [0, n) split into at most `threads` ranges on those threads
+  /// and the caller, and returns when all are done. fn does not throw.
+  using team_runner = void (*)(int threads, std::int64_t n, double cost_per_item,
+                               const std::function<void(std::int64_t, std::int64_t)>& fn);
+  /// From now on, parallel_for called on this thread, when it is not one of the pool's
+  /// workers, splits its work on `team` (with the pool's size as its thread count) instead of
+  /// on the pool's workers; nullptr goes back to the workers (Note [a thread's team]).
+  static void use_team_on_this_thread(team_runner team) noexcept;
 
  private:
   struct impl;

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -33,6 +34,11 @@ struct kernel_def {
   /// Which implementation this is ("onednn", "reference", ...), for listings.
   std::string label;
   std::function<std::unique_ptr<op_kernel>(const kernel_construction&)> create;
+  /// For a dtype this kernel takes but computes slowly on this machine (emulated: bfloat16
+  /// on a CPU without its instructions), why; nullopt where it runs at full speed. Unset:
+  /// full speed for every dtype it takes. The AMP pass keeps float32 where the kernels for
+  /// the low precision say so (docs/training.md, "Mixed precision").
+  std::function<std::optional<std::string>(dtype)> emulated;
 
   /// True when `n`'s attributes meet every constraint.
   [[nodiscard]] bool matches(const node& n) const;

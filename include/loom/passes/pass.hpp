@@ -23,7 +23,9 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/core/device_id.hpp"
 #include "loom/graph/op_registry.hpp"
+#include "loom/passes/amp.hpp"
 #include "loom/passes/graph_editor.hpp"
 
 namespace loom::passes {
@@ -58,6 +60,12 @@ struct pass_options {
   /// [channel blocks]) where the CPU computes them so; a session whose devices are not all
   /// CPUs switches it off (only CPU kernels read channel blocks).
   bool channel_blocks = true;
+  /// Automatic mixed precision (loom/passes/amp.hpp): off unless amp.type is bfloat16 or
+  /// float16.
+  amp_options amp;
+  /// The device types the plan may place nodes on (the session's devices); empty: any. The
+  /// AMP pass looks only at these types' kernels.
+  std::vector<device_type> device_types;
 
   [[nodiscard]] bool runs(std::string_view pass) const;
 };

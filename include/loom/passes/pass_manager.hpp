@@ -10,13 +10,14 @@
 //   5. softmax_xent_fusion    -sum(one_hot(labels) * log_softmax(logits)) -> softmax_cross_entropy
 //   6. epilogue_fusion        matmul / conv2d + bias + residual + activation -> one oneDNN
 //   primitive
-//   7. conv_layout            float32 / bfloat16 convolutions in NHWC between transposes,
+//   7. amp                    with pass_options::amp on: matrix products and convolutions in
+//                             bfloat16 / float16, casts at the boundaries (loom/passes/amp.hpp)
+//   8. conv_layout            float32 / bfloat16 convolutions in NHWC between transposes,
 //                             transposes that undo each other dropped
-//   8. elementwise_fusion     maximal groups of element-wise ops -> fused_elementwise
-//   9. optimizer_fusion       per-variable apply_adam / adamw / sgd -> one multi-tensor update
-//  10. prune_dead             nodes nothing reads any more
+//   9. elementwise_fusion     maximal groups of element-wise ops -> fused_elementwise
+//  10. optimizer_fusion       per-variable apply_adam / adamw / sgd -> one multi-tensor update
+//  11. prune_dead             nodes nothing reads any more
 // The session runs it when it builds a plan (session_options::passes switches passes off);
-// optimize() runs it on a whole graph, for programs that want the rewritten graph itself.
 //
 // Thread-safe: a manager is immutable; each run has its own editor and log.
 #pragma once
@@ -40,7 +41,8 @@ struct pass_result {
 class pass_manager {
  public:
   /// The standard pipeline, less the passes `options` switches off. Throws
-  /// loom::invalid_argument for an unknown pass name in options.disabled.
+  /// loom::invalid_argument for an unknown pass name in options.disabled, and as
+  /// validate(options.amp).
   explicit pass_manager(pass_options options = {});
   /// A pipeline of the caller's passes (run in order), with `options`' limits.
   pass_manager(std::vector<std::unique_ptr<graph_pass>> passes, pass_options options);
@@ -67,6 +69,7 @@ std::unique_ptr<graph_pass> make_common_subexpressions();
 std::unique_ptr<graph_pass> make_layer_norm_fusion();
 std::unique_ptr<graph_pass> make_softmax_xent_fusion();
 std::unique_ptr<graph_pass> make_epilogue_fusion();
+std::unique_ptr<graph_pass> make_amp();
 std::unique_ptr<graph_pass> make_conv_layout();
 std::unique_ptr<graph_pass> make_elementwise_fusion();
 std::unique_ptr<graph_pass> make_optimizer_fusion();

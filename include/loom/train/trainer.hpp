@@ -12,11 +12,13 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/passes/pass.hpp"
 #include "loom/train/dataset.hpp"
+#include "loom/train/loss_scaler.hpp"
 
 namespace loom::distributed {
 class communicator;
@@ -74,8 +76,16 @@ struct train_options {
   bool sample_optimizer_time = true;
   /// Trace every step and report each node's mean time per step (train_report::profile).
   bool profile = false;
-  /// The graph passes the training step's plan runs (all by default).
+  /// The graph passes the training step's plan runs (all by default). passes.amp turns on
+  /// automatic mixed precision (bfloat16 or float16 products and convolutions, float32
+  /// master weights: docs/training.md, "Mixed precision").
   passes::pass_options passes;
+  /// Dynamic loss scaling (loss_scaler): nullopt scales the loss exactly when passes.amp is
+  /// float16. Needs the fused update, whose found_inf skips an overflowing step; such steps
+  /// are counted (train_report::skipped_steps), not errors, until
+  /// loss_scale.max_consecutive_skips in a row.
+  std::optional<bool> scale_loss;
+  loss_scale_options loss_scale;
 
   /// Data parallelism (docs/distributed.md, "Data-parallel training"): the ranks of this
   /// communicator, each a process with the same options and data, train one model. Rank
@@ -130,8 +140,11 @@ struct train_report {
   std::int64_t parameters = 0;
   /// Steps run, skipped ones included.
   std::int64_t steps = 0;
-  /// Steps skipped for a non-finite loss or gradient (train_options::skip_nonfinite_steps).
+  /// Steps skipped for a non-finite loss or gradient (train_options::skip_nonfinite_steps),
+  /// or for gradients that overflowed the loss scale.
   std::int64_t skipped_steps = 0;
+  /// With loss scaling: the scale after the last step (0 without).
+  double loss_scale = 0;
   /// The last epoch's test accuracy (NaN when no epoch ran or none was evaluated).
   double test_accuracy = 0;
   /// Training samples per second over all epochs (steps only, not evaluation).
@@ -165,6 +178,9 @@ struct train_report {
   double communication_seconds = 0;
   double overlapped_seconds = 0;
 };
+
+/// Whether train() scales the loss for these options (train_options::scale_loss).
+[[nodiscard]] bool scales_loss(const train_options& options) noexcept;
 
 /// Where train() keeps its checkpoint: checkpoint_dir / "checkpoint.safetensors".
 [[nodiscard]] std::filesystem::path checkpoint_file(const train_options& options);

@@ -278,9 +278,9 @@ bool nn_rules::cpu_computes_in_channel_blocks() noexcept {
 namespace loom::cpu {
 
 void register_nn_conv_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<conv2d_kernel>(
+  r.add(onednn::with_emulated_reason(make_kernel_def<conv2d_kernel>(
       "conv2d", device_type::cpu,
-      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn"));
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn")));
 }
 
 }  // namespace loom::cpu

@@ -353,12 +353,12 @@ class conv2d_backprop_filter_kernel final : public conv_backward_kernel {
 
 void register_nn_conv_backward_kernels(kernel_registry& r) {
   const auto floats = type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16});
-  r.add(make_kernel_def<conv2d_backprop_input_kernel>("conv2d_backprop_input", device_type::cpu,
-                                                      floats, "onednn"));
-  r.add(make_kernel_def<conv2d_backprop_filter_kernel>("conv2d_backprop_filter", device_type::cpu,
-                                                       floats, "onednn"));
-  r.add(make_kernel_def<conv_transpose2d_kernel>("conv_transpose2d", device_type::cpu, floats,
-                                                 "onednn"));
+  r.add(onednn::with_emulated_reason(make_kernel_def<conv2d_backprop_input_kernel>("conv2d_backprop_input", device_type::cpu,
+                                                      floats, "onednn")));
+  r.add(onednn::with_emulated_reason(make_kernel_def<conv2d_backprop_filter_kernel>("conv2d_backprop_filter", device_type::cpu,
+                                                       floats, "onednn")));
+  r.add(onednn::with_emulated_reason(make_kernel_def<conv_transpose2d_kernel>("conv_transpose2d", device_type::cpu, floats,
+                                                 "onednn")));
 }
 
 }  // namespace loom::cpu

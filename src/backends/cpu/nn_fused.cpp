@@ -458,12 +458,12 @@ class fused_conv2d_kernel final : public fused_kernel {
 }  // namespace
 
 void register_nn_fused_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<fused_matmul_kernel>(
+  r.add(onednn::with_emulated_reason(make_kernel_def<fused_matmul_kernel>(
       "fused_matmul", device_type::cpu,
-      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn"));
-  r.add(make_kernel_def<fused_conv2d_kernel>(
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn")));
+  r.add(onednn::with_emulated_reason(make_kernel_def<fused_conv2d_kernel>(
       "fused_conv2d", device_type::cpu,
-      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn"));
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn")));
 }
 
 }  // namespace loom::cpu

@@ -335,9 +335,9 @@ class matmul_kernel final : public op_kernel {
 }  // namespace
 
 void register_nn_matmul_kernels(kernel_registry& r) {
-  r.add(make_kernel_def<matmul_kernel>(
+  r.add(onednn::with_emulated_reason(make_kernel_def<matmul_kernel>(
       "matmul", device_type::cpu,
-      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn"));
+      type_constraint({dtype::f32, dtype::f64, dtype::f16, dtype::bf16}), "onednn")));
 }
 
 }  // namespace loom::cpu

@@ -8,7 +8,11 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
+#include "loom/device/thread_pool.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 
@@ -39,6 +43,15 @@ dnnl::memory::dims dims_of(std::span<const std::int64_t> d) {
 
 void use_threads(int threads) noexcept {
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+#if !defined(LOOM_TSAN)
+  // From now on this thread's OpenMP team also runs loom's own kernels' work
+  // (Note [a thread's team] in src/device/thread_pool.cpp).
+  thread_local const bool registered = [] {
+    thread_pool::use_team_on_this_thread(&parallel_for);
+    return true;
+  }();
+  static_cast<void>(registered);
+#endif
 }
 
 // Note [work after a primitive]
@@ -63,6 +76,37 @@ void parallel_for(int threads, std::int64_t n, double cost_per_item,
   for (std::int64_t part = 0; part < parts; ++part) {
     fn(n * part / parts, n * (part + 1) / parts);
   }
+}
+
+std::optional<std::string> emulated_reason(dtype t) {
+  const auto type = data_type_of(t);
+  if (!type || t == dtype::f32) return std::nullopt;
+  // One probe per dtype, made the first time a pass asks.
+  static std::mutex mutex;
+  static std::unordered_map<int, std::optional<std::string>> probed;
+  const std::lock_guard lock(mutex);
+  const auto key = static_cast<int>(t);
+  if (auto it = probed.find(key); it != probed.end()) return it->second;
+  std::string impl;
+  try {
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::dims a{64, 64};
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(dnnl::memory::desc(a, *type, tag::ab), dnnl::memory::desc(a, *type, tag::ab),
+                           dnnl::memory::desc(a, dnnl::memory::data_type::f32, tag::ab)),
+        engine());
+    impl = pd.impl_info_str();
+  } catch (const dnnl::error&) {
+    impl.clear();
+  }
+  std::optional<std::string> why;
+  if (impl.empty() || impl.rfind("ref", 0) == 0) {
+    const dnnl::version_t* v = dnnl::version();
+    why = fmt::format("oneDNN {}.{} has {} for {} matrix products on this CPU", v->major, v->minor,
+                      impl.empty() ? "no implementation" : "only its reference loops (" + impl + ")",
+                      to_string(t));
+  }
+  return probed.emplace(key, std::move(why)).first->second;
 }
 
 dnnl::primitive_attr user_scratchpad_attr() {

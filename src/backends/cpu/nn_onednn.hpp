@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "loom/core/dtype.hpp"
+#include "loom/kernel/kernel_registry.hpp"
 #include "loom/kernel/op_kernel.hpp"
 
 namespace loom::cpu::onednn {
@@ -84,6 +85,17 @@ void use_threads(int threads) noexcept;
 /// fn must not throw.
 void parallel_for(int threads, std::int64_t n, double cost_per_item,
                   const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+/// Why oneDNN computes `t` slowly on this CPU (only its reference implementation of a
+/// matrix product, "ref:any", where this machine lacks the instructions), or nullopt where
+/// it has a native one. Probed once per dtype with a small product; for kernel_def::emulated
+/// of the matmul and convolution kernels.
+std::optional<std::string> emulated_reason(dtype t);
+/// `def` with emulated_reason as its kernel_def::emulated.
+inline kernel_def with_emulated_reason(kernel_def def) {
+  def.emulated = &emulated_reason;
+  return def;
+}
 
 /// A primitive attribute with scratchpad_mode::user (Note [oneDNN integration]).
 dnnl::primitive_attr user_scratchpad_attr();
