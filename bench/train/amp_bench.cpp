@@ -21,8 +21,8 @@ struct measured {
 
 // Samples/s of the second of two short epochs (the first warms up the pools, oneDNN's
 // primitive caches and the plan), median over repetitions; peak memory of the last one.
-measured measure(const train::dataset& data, const std::string& model, int threads, std::int64_t steps,
-                 int repetitions, dtype amp) {
+measured measure(const train::dataset& data, const std::string& model, int threads,
+                 std::int64_t steps, int repetitions, dtype amp) {
   train::train_options o;
   o.model = model;
   o.batch = 128;
@@ -41,7 +41,8 @@ measured measure(const train::dataset& data, const std::string& model, int threa
     m.lowered = 0;
     for (const auto& r : report.passes) {
       if (r.pass != "amp") continue;
-      if (r.what == passes::pass_record::kind::rewrite && r.result.find("computes in") != std::string::npos) {
+      if (r.what == passes::pass_record::kind::rewrite &&
+          r.result.find("computes in") != std::string::npos) {
         ++m.lowered;
       } else if (r.what == passes::pass_record::kind::refused && m.kept_reason.empty() &&
                  r.reason.find("policy") == std::string::npos) {
@@ -60,13 +61,14 @@ amp_bench_result run_amp_bench(int threads, int repetitions, bool quick) {
   r.repetitions = std::max(1, quick ? 1 : std::min(repetitions, 5));
   r.steps = quick ? 8 : 40;
   const train::dataset data = train::make_digits(128 * r.steps, 1);
-  for (const auto& [model, name, steps] :
-       {std::tuple{"mlp", "mlp 784-512-512-10", r.steps},
-        std::tuple{"cnn", "cnn conv32-pool-conv64-pool-fc10", std::max<std::int64_t>(4, r.steps / 4)}}) {
+  for (const auto& [model, name, steps] : {std::tuple{"mlp", "mlp 784-512-512-10", r.steps},
+                                           std::tuple{"cnn", "cnn conv32-pool-conv64-pool-fc10",
+                                                      std::max<std::int64_t>(4, r.steps / 4)}}) {
     const measured f32 = measure(data, model, threads, steps, r.repetitions, dtype::f32);
     const measured low = measure(data, model, threads, steps, r.repetitions, dtype::bf16);
     r.rows.push_back({name, threads, f32.samples_per_second, low.samples_per_second, f32.peak_bytes,
-                      low.peak_bytes, low.lowered, low.lowered == 0 ? low.kept_reason : std::string()});
+                      low.peak_bytes, low.lowered,
+                      low.lowered == 0 ? low.kept_reason : std::string()});
   }
   return r;
 }
@@ -97,11 +99,12 @@ std::string to_text(const amp_bench_result& r) {
       "fp32 peak", "amp peak", "lowered");
   for (const auto& row : r.rows) {
     const double s = row.amp_samples_per_second / row.fp32_samples_per_second;
-    out += fmt::format("  {:<34} {:>7} {:>11.0f} {:>11.0f} {:>8.2f} {:>9.1f}M {:>9.1f}M {:>8}  >= 1.5: {}\n",
-                       row.model, row.threads, row.fp32_samples_per_second,
-                       row.amp_samples_per_second, s, static_cast<double>(row.fp32_peak_bytes) / 1e6,
-                       static_cast<double>(row.amp_peak_bytes) / 1e6, row.lowered_nodes,
-                       s >= 1.5 ? "met" : "NOT met");
+    out += fmt::format(
+        "  {:<34} {:>7} {:>11.0f} {:>11.0f} {:>8.2f} {:>9.1f}M {:>9.1f}M {:>8}  >= 1.5: {}\n",
+        row.model, row.threads, row.fp32_samples_per_second, row.amp_samples_per_second, s,
+        static_cast<double>(row.fp32_peak_bytes) / 1e6,
+        static_cast<double>(row.amp_peak_bytes) / 1e6, row.lowered_nodes,
+        s >= 1.5 ? "met" : "NOT met");
     if (!row.kept_reason.empty()) out += fmt::format("    no node lowered: {}\n", row.kept_reason);
   }
   return out;

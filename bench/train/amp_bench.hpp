@@ -5,9 +5,8 @@
 // bfloat16). Target: AMP at least 1.5x float32's samples/s.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -20,8 +20,9 @@ passes::amp_policy policy_of(const py::object& policy) {
   passes::amp_policy p = passes::default_amp_policy();
   if (policy.is_none()) return p;
   if (!py::isinstance<py::dict>(policy)) {
-    throw_python(PyExc_TypeError, fmt::format("loom.amp.enable: policy must be a dict or None, not {}",
-                                              py::str(py::type::of(policy)).cast<std::string>()));
+    throw_python(PyExc_TypeError,
+                 fmt::format("loom.amp.enable: policy must be a dict or None, not {}",
+                             py::str(py::type::of(policy)).cast<std::string>()));
   }
   for (const auto& [key, value] : policy.cast<py::dict>()) {
     const auto k = py::str(key).cast<std::string>();
@@ -75,7 +76,11 @@ which a fusion may have merged: explain_passes lists them and any name it did no
 and "allow_emulated". Returns the graph. Session.explain_passes says what ran in which
 precision and why.)");
   amp.def(
-      "disable", [](const std::shared_ptr<py_graph>& g) { g->amp = {}; return g; },
+      "disable",
+      [](const std::shared_ptr<py_graph>& g) {
+        g->amp = {};
+        return g;
+      },
       py::arg("graph"), "Sessions made from `graph` from now on compute as it is written");
   amp.def(
       "options",
@@ -94,13 +99,14 @@ precision and why.)");
                                  "Dynamic loss scaling for float16 training (PyTorch's GradScaler)")
       .def(py::init([](double initial, double growth, std::int64_t growth_interval, double backoff,
                        std::int64_t max_consecutive_skips) {
-             return train::loss_scaler({initial, growth, growth_interval, backoff,
-                                        max_consecutive_skips});
+             return train::loss_scaler(
+                 {initial, growth, growth_interval, backoff, max_consecutive_skips});
            }),
            py::kw_only(), py::arg("initial") = 65536.0, py::arg("growth") = 2.0,
            py::arg("growth_interval") = 2000, py::arg("backoff") = 0.5,
            py::arg("max_consecutive_skips") = 30,
-           "Multiply the loss by .scale, pass .scale as the fused optimizer's grad_scale (which divides by it), "
+           "Multiply the loss by .scale, pass .scale as the fused optimizer's grad_scale (which "
+           "divides by it), "
            "and call .update(found_inf) with its found_inf after each step")
       .def_property("scale", &train::loss_scaler::scale, &train::loss_scaler::set_scale,
                     "The scale the next step multiplies its loss by")

@@ -47,23 +47,23 @@ namespace loom::passes {
 
 amp_policy default_amp_policy() {
   amp_policy p;
-  p.lower = {"matmul",       "fused_matmul",          "conv2d",
-             "fused_conv2d", "conv2d_backprop_input", "conv2d_backprop_filter",
+  p.lower = {"matmul",          "fused_matmul",          "conv2d",
+             "fused_conv2d",    "conv2d_backprop_input", "conv2d_backprop_filter",
              "conv_transpose2d"};
-  p.keep_float32 = {"softmax",     "log_softmax",   "softmax_cross_entropy",
-                    "layer_norm",  "reduce_sum",    "reduce_mean",
-                    "reduce_max",  "reduce_min",    "reduce_prod",
-                    "exp",         "log",           "pow",
-                    "fused_adam",  "fused_adamw",   "fused_sgd",
-                    "apply_adam",  "apply_adamw",   "apply_sgd"};
+  p.keep_float32 = {"softmax",    "log_softmax", "softmax_cross_entropy",
+                    "layer_norm", "reduce_sum",  "reduce_mean",
+                    "reduce_max", "reduce_min",  "reduce_prod",
+                    "exp",        "log",         "pow",
+                    "fused_adam", "fused_adamw", "fused_sgd",
+                    "apply_adam", "apply_adamw", "apply_sgd"};
   return p;
 }
 
 void validate(const amp_options& options) {
   if (options.type != dtype::f32 && options.type != dtype::bf16 && options.type != dtype::f16) {
-    throw invalid_argument(fmt::format(
-        "amp: the low precision must be bfloat16 or float16 (float32: off), not {}",
-        to_string(options.type)));
+    throw invalid_argument(
+        fmt::format("amp: the low precision must be bfloat16 or float16 (float32: off), not {}",
+                    to_string(options.type)));
   }
   const op_registry& ops = op_registry::global();
   auto check = [&](const std::vector<std::string>& list, const char* which) {
@@ -84,8 +84,7 @@ dtype amp_type_from_name(const std::string& name) {
   if (name.empty() || name == "off" || name == "fp32" || name == "float32" || name == "f32") {
     return dtype::f32;
   }
-  throw invalid_argument(fmt::format(
-      "amp: unknown precision '{}' (bf16, fp16, or off)", name));
+  throw invalid_argument(fmt::format("amp: unknown precision '{}' (bf16, fp16, or off)", name));
 }
 
 namespace {
@@ -131,7 +130,8 @@ std::optional<std::string> low_precision_gap(const std::string& op, dtype low,
     }
     bool takes = true;
     for (const auto& [attr, allowed] : d->constraints) {
-      if (attr == "T" && std::find(allowed.begin(), allowed.end(), low) == allowed.end()) takes = false;
+      if (attr == "T" && std::find(allowed.begin(), allowed.end(), low) == allowed.end())
+        takes = false;
     }
     if (!takes) continue;
     std::optional<std::string> slow;
@@ -161,12 +161,14 @@ class lowering {
     // not there (fused into another node, or not needed for this signature) is said so.
     std::vector<std::string> overrides_unseen;
     for (const auto& [name, lower] : ctx.options().amp.policy.nodes) {
-      if (ed.g().find(name) == nullptr) overrides_unseen.push_back(name);
+      const node* n = ed.g().find(name);
+      if (n == nullptr || !ed.alive(n->id)) overrides_unseen.push_back(name);
     }
     for (const auto& name : overrides_unseen) {
-      ctx.refused({name}, "the policy names this node, which this plan does not have (merged "
-                          "into another by a fusion, or not needed for these fetches: "
-                          "explain_passes names the plan's nodes)");
+      ctx.refused({name},
+                  "the policy names this node, which this plan does not have (merged "
+                  "into another by a fusion, or not needed for these fetches: "
+                  "explain_passes names the plan's nodes)");
     }
     for (const node_id id : ed.topological_order()) {
       if (!ed.alive(id)) continue;
@@ -188,7 +190,8 @@ class lowering {
   std::string reason_to_lower(pass_context& ctx, const node& n) {
     const amp_policy& policy = ctx.options().amp.policy;
     const auto t = n.attrs.find("T");
-    const bool float32 = t != n.attrs.end() && std::holds_alternative<dtype>(t->second.get()) && t->second.as<dtype>() == dtype::f32;
+    const bool float32 = t != n.attrs.end() && std::holds_alternative<dtype>(t->second.get()) &&
+                         t->second.as<dtype>() == dtype::f32;
     const auto over = policy.nodes.find(n.name);
     std::string why;
     if (over != policy.nodes.end()) {
@@ -198,7 +201,9 @@ class lowering {
       }
       why = "the policy lowers this node";
     } else if (listed(policy.keep_float32, n.op())) {
-      if (float32) ctx.refused({n.name}, fmt::format("kept float32: {} is in the policy's float32 list", n.op()));
+      if (float32)
+        ctx.refused({n.name},
+                    fmt::format("kept float32: {} is in the policy's float32 list", n.op()));
       return {};
     } else if (listed(policy.lower, n.op())) {
       why = fmt::format("{} is in the policy's lower list", n.op());
@@ -206,11 +211,13 @@ class lowering {
       return {};
     }
     if (t == n.attrs.end() || !std::holds_alternative<dtype>(t->second.get())) {
-      ctx.refused({n.name}, fmt::format("kept as it is: {} has no type attribute T to lower", n.op()));
+      ctx.refused({n.name},
+                  fmt::format("kept as it is: {} has no type attribute T to lower", n.op()));
       return {};
     }
     if (!float32) {
-      ctx.refused({n.name}, fmt::format("kept {}: AMP lowers float32 nodes only", to_string(t->second.as<dtype>())));
+      ctx.refused({n.name}, fmt::format("kept {}: AMP lowers float32 nodes only",
+                                        to_string(t->second.as<dtype>())));
       return {};
     }
     if (n.def->is_stateful) {
@@ -253,10 +260,13 @@ class lowering {
     if (p.op() == "cast" && ed.type_of(ed.inputs(src.node)[0]).type == low_) {
       r = ed.inputs(src.node)[0];
     } else {
-      const std::string base =
-          src.index == 0 ? p.name : fmt::format("{}_{}", p.name, src.index);
-      r = {ed.add({unique_name(ed, fmt::format("{}/to_{}", base, to_string(low_))), "cast", {src},
-                   {{"to", low_}}, request, {}}),
+      const std::string base = src.index == 0 ? p.name : fmt::format("{}_{}", p.name, src.index);
+      r = {ed.add({unique_name(ed, fmt::format("{}/to_{}", base, to_string(low_))),
+                   "cast",
+                   {src},
+                   {{"to", low_}},
+                   request,
+                   {}}),
            0};
       ++casts_in_;
     }
@@ -271,14 +281,16 @@ class lowering {
     casts_in_ = 0;
     std::vector<endpoint> inputs = ed.inputs(id);
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (args[i] != nullptr && args[i]->type_attr == "T" && ed.type_of(inputs[i]).type == dtype::f32) {
+      if (args[i] != nullptr && args[i]->type_attr == "T" &&
+          ed.type_of(inputs[i]).type == dtype::f32) {
         inputs[i] = to_low(ed, inputs[i], n.requested_device);
       }
     }
     attr_map attrs = n.attrs;
     attrs.insert_or_assign("T", attr_value(low_));
-    const node_id low = ed.add({unique_name(ed, fmt::format("{}/{}", n.name, to_string(low_))), n.op(),
-                                inputs, std::move(attrs), n.requested_device, ed.control_inputs(id)});
+    const node_id low =
+        ed.add({unique_name(ed, fmt::format("{}/{}", n.name, to_string(low_))), n.op(), inputs,
+                std::move(attrs), n.requested_device, ed.control_inputs(id)});
     int casts_out = 0;
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
       const endpoint old{id, static_cast<std::int32_t>(k)};
@@ -289,17 +301,21 @@ class lowering {
         continue;
       }
       const std::string base = k == 0 ? n.name : fmt::format("{}_{}", n.name, k);
-      const node_id back = ed.add({unique_name(ed, base + "/to_float32"), "cast", {now},
-                                   {{"to", dtype::f32}}, n.requested_device, {}});
+      const node_id back = ed.add({unique_name(ed, base + "/to_float32"),
+                                   "cast",
+                                   {now},
+                                   {{"to", dtype::f32}},
+                                   n.requested_device,
+                                   {}});
       back_casts_.insert(back);
       ed.replace_uses(old, {back, 0});
       ++casts_out;
     }
     ed.replace_node(id, low);
     ed.erase(id);
-    ctx.rewrote({n.name}, fmt::format("'{}' computes in {} ({}; {} cast{} in, {} out)", ed.at(low).name,
-                                      to_string(low_), why, casts_in_, casts_in_ == 1 ? "" : "s",
-                                      casts_out));
+    ctx.rewrote({n.name},
+                fmt::format("'{}' computes in {} ({}; {} cast{} in, {} out)", ed.at(low).name,
+                            to_string(low_), why, casts_in_, casts_in_ == 1 ? "" : "s", casts_out));
   }
 
   // An optimizer update whose gradients include casts this pass made of 16-bit gradients
@@ -311,7 +327,8 @@ class lowering {
     std::vector<endpoint> inputs = ed.inputs(id);
     int swapped = 0;
     for (std::size_t i = 0; i < inputs.size(); ++i) {
-      if (args[i] == nullptr || !args[i]->any_type || (args[i]->name != "grad" && args[i]->name != "grads")) {
+      if (args[i] == nullptr || !args[i]->any_type ||
+          (args[i]->name != "grad" && args[i]->name != "grads")) {
         continue;
       }
       if (back_casts_.count(inputs[i].node) == 0) continue;
@@ -326,9 +343,9 @@ class lowering {
     }
     ed.replace_node(id, now);
     ed.erase(id);
-    ctx.rewrote({n.name}, fmt::format("'{}' reads {} {} gradient{} without a cast to float32",
-                                      ed.at(now).name, swapped, to_string(low_),
-                                      swapped == 1 ? "" : "s"));
+    ctx.rewrote({n.name},
+                fmt::format("'{}' reads {} {} gradient{} without a cast to float32",
+                            ed.at(now).name, swapped, to_string(low_), swapped == 1 ? "" : "s"));
     return true;
   }
 
@@ -353,6 +370,8 @@ class amp_pass final : public graph_pass {
 
 }  // namespace
 
-std::unique_ptr<graph_pass> make_amp() { return std::make_unique<amp_pass>(); }
+std::unique_ptr<graph_pass> make_amp() {
+  return std::make_unique<amp_pass>();
+}
 
 }  // namespace loom::passes

@@ -11,27 +11,32 @@ namespace loom::train {
 loss_scaler::loss_scaler(loss_scale_options options) : options_(options), scale_(options.initial) {
   const auto& o = options_;
   if (!(std::isfinite(o.initial) && o.initial > 0)) {
-    throw invalid_argument(fmt::format("loss scaling: the initial scale {} must be finite and > 0", o.initial));
+    throw invalid_argument(
+        fmt::format("loss scaling: the initial scale {} must be finite and > 0", o.initial));
   }
   if (!(std::isfinite(o.growth) && o.growth > 1)) {
-    throw invalid_argument(fmt::format("loss scaling: the growth factor {} must be finite and > 1", o.growth));
+    throw invalid_argument(
+        fmt::format("loss scaling: the growth factor {} must be finite and > 1", o.growth));
   }
   if (!(o.backoff > 0 && o.backoff < 1)) {
-    throw invalid_argument(fmt::format("loss scaling: the backoff factor {} must be in (0, 1)", o.backoff));
+    throw invalid_argument(
+        fmt::format("loss scaling: the backoff factor {} must be in (0, 1)", o.backoff));
   }
   if (o.growth_interval < 1) {
     throw invalid_argument(
         fmt::format("loss scaling: the growth interval {} must be >= 1 step", o.growth_interval));
   }
   if (o.max_consecutive_skips < 1) {
-    throw invalid_argument(fmt::format(
-        "loss scaling: the limit of skipped steps in a row {} must be >= 1", o.max_consecutive_skips));
+    throw invalid_argument(
+        fmt::format("loss scaling: the limit of skipped steps in a row {} must be >= 1",
+                    o.max_consecutive_skips));
   }
 }
 
 void loss_scaler::set_scale(double scale) {
   if (!(std::isfinite(scale) && scale > 0)) {
-    throw invalid_argument(fmt::format("loss scaling: a scale of {} (it must be finite and > 0)", scale));
+    throw invalid_argument(
+        fmt::format("loss scaling: a scale of {} (it must be finite and > 0)", scale));
   }
   scale_ = scale;
   good_steps_ = 0;

@@ -36,7 +36,9 @@ std::vector<dtype> planned_types(const graph& g, std::string_view op) {
   return out;
 }
 
-double round_bf16(double v) { return static_cast<float>(bfloat16(static_cast<float>(v))); }
+double round_bf16(double v) {
+  return static_cast<float>(bfloat16(static_cast<float>(v)));
+}
 
 // a [m, k] x b [k, n] in float64 over bfloat16-rounded inputs, the result rounded to bfloat16:
 // what a bfloat16 product with float32 accumulation gives, up to the accumulation order.
@@ -143,17 +145,21 @@ training_step make_training_step() {
   std::mt19937 rng(11);
   const output x = ops::placeholder(b, "x", dtype::f32, {8, 12});
   const output labels = ops::placeholder(b, "labels", dtype::i32, {8});
-  const output w1 = ops::variable(b, "w1", make_tensor(dtype::f32, {12, 16}, uniform(rng, 12 * 16, -0.3, 0.3)));
-  const output b1 = ops::variable(b, "b1", make_tensor(dtype::f32, {16}, uniform(rng, 16, -0.1, 0.1)));
-  const output w2 = ops::variable(b, "w2", make_tensor(dtype::f32, {16, 4}, uniform(rng, 16 * 4, -0.3, 0.3)));
+  const output w1 =
+      ops::variable(b, "w1", make_tensor(dtype::f32, {12, 16}, uniform(rng, 12 * 16, -0.3, 0.3)));
+  const output b1 =
+      ops::variable(b, "b1", make_tensor(dtype::f32, {16}, uniform(rng, 16, -0.1, 0.1)));
+  const output w2 =
+      ops::variable(b, "w2", make_tensor(dtype::f32, {16, 4}, uniform(rng, 16 * 4, -0.3, 0.3)));
   const output h = ops::relu(ops::bias_add(ops::matmul(x, w1), b1));
   const output logits = ops::matmul(h, w2);
-  const output loss = ops::reduce_mean(ops::softmax_cross_entropy(logits, labels).loss, {}, false, {.name = "loss"});
+  const output loss = ops::reduce_mean(ops::softmax_cross_entropy(logits, labels).loss, {}, false,
+                                       {.name = "loss"});
   const std::vector<output> params{w1, b1, w2};
   const std::vector<output> grads = gradients(loss, params);
   const output step = ops::placeholder(b, "step", dtype::i64, {});
-  const auto u = ops::fused_adam(params, grads, ops::scalar(b, 1e-2), step, ops::scalar(b, 1.0), {}, {},
-                                 {.name = "adam"});
+  const auto u = ops::fused_adam(params, grads, ops::scalar(b, 1e-2), step, ops::scalar(b, 1.0), {},
+                                 {}, {.name = "adam"});
   t.targets = {u.name};
   t.found_inf = u.found_inf.name();
   return t;
@@ -185,8 +191,10 @@ TEST(Amp, ATrainingStepLowersForwardAndBackwardProductsAndTheUpdateReadsBfloat16
   ASSERT_NE(adam, nullptr);
   std::vector<dtype> grad_types;
   for (std::size_t k = 3; k < 6; ++k) grad_types.push_back(planned.type_of(adam->inputs[k]).type);
-  EXPECT_EQ(grad_types, (std::vector<dtype>{dtype::bf16, dtype::f32, dtype::bf16})) << log_text(log);
-  EXPECT_FALSE(records(log, pass, kind::rewrite, {"reads 2 bfloat16 gradients"}).empty()) << log_text(log);
+  EXPECT_EQ(grad_types, (std::vector<dtype>{dtype::bf16, dtype::f32, dtype::bf16}))
+      << log_text(log);
+  EXPECT_FALSE(records(log, pass, kind::rewrite, {"reads 2 bfloat16 gradients"}).empty())
+      << log_text(log);
 
   // Master weights stay float32 and the steps train: the loss of a fixed batch falls.
   std::mt19937 rng(5);
@@ -196,7 +204,8 @@ TEST(Amp, ATrainingStepLowersForwardAndBackwardProductsAndTheUpdateReadsBfloat16
   double last = 0;
   for (int k = 1; k <= 30; ++k) {
     tensor step = make_tensor(dtype::i64, {}, {static_cast<double>(k)});
-    const auto out = s.run({{"x", x}, {"labels", labels}, {"step", step}}, {"loss", t.found_inf}, t.targets);
+    const auto out =
+        s.run({{"x", x}, {"labels", labels}, {"step", step}}, {"loss", t.found_inf}, t.targets);
     const double loss = values(out[0])[0];
     EXPECT_FALSE(detach(out[1]).data<bool>()[0]);
     if (k == 1) first = loss;
@@ -217,8 +226,19 @@ TEST(Amp, NodeOverridesAndOpListsDecide) {
     const auto log = s.explain_passes({"x"}, {"y"});
     EXPECT_EQ(planned_types(s.planned_graph({"x"}, {"y"}), "matmul"),
               (std::vector<dtype>{dtype::f32, dtype::bf16}));
-    EXPECT_TRUE(refused_with(log, pass, {"kept float32", "the policy keeps this node"})) << log_text(log);
+    EXPECT_TRUE(refused_with(log, pass, {"kept float32", "the policy keeps this node"}))
+        << log_text(log);
     EXPECT_TRUE(refused_with(log, pass, {"which this plan does not have"})) << log_text(log);
+  }
+  {
+    // A node a fusion merged away (mm1 and act became fused/act) is named as missing.
+    session_options o = amp_session();
+    o.passes.amp.policy.nodes["mm1"] = false;
+    two_layers fused = make_two_layers(true);
+    session s(fused.g, o);
+    const auto log = s.explain_passes({"x"}, {"y"});
+    EXPECT_EQ(records(log, pass, kind::refused, {"which this plan does not have"}).size(), 1u)
+        << log_text(log);
   }
   {
     // matmul moved to the float32 list: nothing is lowered, and each node says why.
@@ -229,7 +249,8 @@ TEST(Amp, NodeOverridesAndOpListsDecide) {
     const auto log = s.explain_passes({"x"}, {"y"});
     EXPECT_EQ(planned_types(s.planned_graph({"x"}, {"y"}), "matmul"),
               (std::vector<dtype>{dtype::f32, dtype::f32}));
-    EXPECT_EQ(records(log, pass, kind::refused, {"matmul is in the policy's float32 list"}).size(), 2u);
+    EXPECT_EQ(records(log, pass, kind::refused, {"matmul is in the policy's float32 list"}).size(),
+              2u);
   }
   {
     // A node override lowers a node whose op no list names.
@@ -246,7 +267,8 @@ TEST(Amp, BadPoliciesAreErrorsNamingWhatIsWrong) {
   two_layers t = make_two_layers(true);
   session_options o = amp_session();
   o.passes.amp.policy.lower.push_back("matmull");
-  EXPECT_NE(error_of([&] { session s(t.g, o); }).find("'matmull', which is not an op"), std::string::npos);
+  EXPECT_NE(error_of([&] { session s(t.g, o); }).find("'matmull', which is not an op"),
+            std::string::npos);
   session_options p = amp_session();
   p.passes.amp.type = dtype::f64;
   EXPECT_NE(error_of([&] { session s(t.g, p); }).find("bfloat16 or float16"), std::string::npos);

@@ -18,7 +18,10 @@ namespace loom::train {
 namespace {
 
 TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
-  loss_scaler s({.initial = 1024, .growth = 2, .growth_interval = 3, .backoff = 0.5,
+  loss_scaler s({.initial = 1024,
+                 .growth = 2,
+                 .growth_interval = 3,
+                 .backoff = 0.5,
                  .max_consecutive_skips = 4});
   EXPECT_EQ(s.scale(), 1024);
   s.update(true);
@@ -42,7 +45,10 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
 }
 
 TEST(LossScaler, TooManySkippedStepsInARowAreAnError) {
-  loss_scaler s({.initial = 1e6, .growth = 2, .growth_interval = 10, .backoff = 0.25,
+  loss_scaler s({.initial = 1e6,
+                 .growth = 2,
+                 .growth_interval = 10,
+                 .backoff = 0.25,
                  .max_consecutive_skips = 3});
   s.update(true);
   s.update(true);
