@@ -38,17 +38,9 @@ measured measure(const train::dataset& data, const std::string& model, int threa
     const auto report = train::train(data, data, o);
     rates.push_back(report.epochs.back().samples_per_second);
     m.peak_bytes = report.peak_bytes;
-    m.lowered = 0;
-    for (const auto& r : report.passes) {
-      if (r.pass != "amp") continue;
-      if (r.what == passes::pass_record::kind::rewrite &&
-          r.result.find("computes in") != std::string::npos) {
-        ++m.lowered;
-      } else if (r.what == passes::pass_record::kind::refused && m.kept_reason.empty() &&
-                 r.reason.find("policy") == std::string::npos) {
-        m.kept_reason = r.reason;
-      }
-    }
+    const passes::amp_summary a = passes::summarize_amp(report.passes);
+    m.lowered = a.lowered;
+    m.kept_reason = a.kept_reason;
   }
   m.samples_per_second = median(rates);
   return m;

@@ -30,15 +30,18 @@ passes::amp_policy policy_of(const py::object& policy) {
       p.lower = value.cast<std::vector<std::string>>();
     } else if (k == "keep_float32") {
       p.keep_float32 = value.cast<std::vector<std::string>>();
+    } else if (k == "follow") {
+      p.follow = value.cast<std::vector<std::string>>();
     } else if (k == "nodes") {
       p.nodes = value.cast<std::map<std::string, bool>>();
     } else if (k == "allow_emulated") {
       p.allow_emulated = value.cast<bool>();
     } else {
-      throw_python(PyExc_ValueError,
-                   fmt::format("loom.amp.enable: unknown policy key '{}' (lower, keep_float32, "
-                               "nodes, allow_emulated)",
-                               k));
+      throw_python(
+          PyExc_ValueError,
+          fmt::format("loom.amp.enable: unknown policy key '{}' (lower, keep_float32, follow, "
+                      "nodes, allow_emulated)",
+                      k));
     }
   }
   return p;
@@ -48,6 +51,7 @@ py::dict policy_dict(const passes::amp_policy& p) {
   py::dict d;
   d["lower"] = p.lower;
   d["keep_float32"] = p.keep_float32;
+  d["follow"] = p.follow;
   d["nodes"] = p.nodes;
   d["allow_emulated"] = p.allow_emulated;
   return d;

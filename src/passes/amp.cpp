@@ -56,6 +56,24 @@ amp_policy default_amp_policy() {
                     "exp",        "log",         "pow",
                     "fused_adam", "fused_adamw", "fused_sgd",
                     "apply_adam", "apply_adamw", "apply_sgd"};
+  p.follow = {"relu",
+              "relu_grad",
+              "max_pool2d",
+              "max_pool2d_with_indices",
+              "max_pool2d_grad",
+              "avg_pool2d",
+              "avg_pool2d_grad",
+              "reshape",
+              "transpose",
+              "slice",
+              "concat",
+              "identity",
+              "add",
+              "sub",
+              "mul",
+              "maximum",
+              "minimum",
+              "bias_add"};
   return p;
 }
 
@@ -76,6 +94,7 @@ void validate(const amp_options& options) {
   };
   check(options.policy.lower, "lower");
   check(options.policy.keep_float32, "keep_float32");
+  check(options.policy.follow, "follow");
 }
 
 dtype amp_type_from_name(const std::string& name) {
@@ -85,6 +104,20 @@ dtype amp_type_from_name(const std::string& name) {
     return dtype::f32;
   }
   throw invalid_argument(fmt::format("amp: unknown precision '{}' (bf16, fp16, or off)", name));
+}
+
+amp_summary summarize_amp(const std::vector<pass_record>& log) {
+  amp_summary out;
+  for (const auto& r : log) {
+    if (r.pass != "amp") continue;
+    if (r.what == pass_record::kind::rewrite && r.result.find(" computes in ") != std::string::npos) {
+      ++out.lowered;
+    } else if (r.what == pass_record::kind::refused && out.kept_reason.empty() &&
+               r.reason.find("policy") == std::string::npos) {
+      out.kept_reason = r.reason;
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -207,6 +240,8 @@ class lowering {
       return {};
     } else if (listed(policy.lower, n.op())) {
       why = fmt::format("{} is in the policy's lower list", n.op());
+    } else if (listed(policy.follow, n.op()) && float32 && inputs_are_low(n)) {
+      why = fmt::format("{} follows its inputs, which are {}", n.op(), to_string(low_));
     } else {
       return {};
     }
@@ -240,6 +275,23 @@ class lowering {
       why += fmt::format(", emulated ({}) but the policy allows it", *gap);
     }
     return why;
+  }
+
+  // Every float32 input of `n` that its type T gives is the float32 cast of a
+  // low-precision tensor (a lowered node's result), and there is at least one.
+  bool inputs_are_low(const node& n) const {
+    const graph_editor& ed = ctx_.editor();
+    const std::vector<const arg_def*> args = input_args(n);
+    const std::vector<endpoint>& inputs = ed.inputs(n.id);
+    bool any = false;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      if (args[i] == nullptr || args[i]->type_attr != "T") continue;
+      if (ed.type_of(inputs[i]).type != dtype::f32) continue;
+      const node& p = ed.at(inputs[i].node);
+      if (p.op() != "cast" || ed.type_of(ed.inputs(p.id)[0]).type != low_) return false;
+      any = true;
+    }
+    return any;
   }
 
   // A name not yet in the graph: `base`, else base_1, base_2, ...

@@ -114,6 +114,53 @@ TEST(Amp, ProductsComputeInBfloat16AsAFloat64ReferenceRoundedSoDoes) {
   }
 }
 
+// Ops of the policy's follow list compute in 16 bits when all their float inputs are
+// 16-bit results already, so a product -> max-pool -> product chain casts nothing between;
+// with a float32 input they stay float32.
+TEST(Amp, FollowOpsStayInTheLowPrecisionBetweenProducts) {
+  graph g;
+  graph_builder b(g);
+  std::mt19937 rng(9);
+  const output x = ops::placeholder(b, "x", dtype::f32, {2, 3, 8, 8});
+  const output w1 = ops::variable(
+      b, "w1", make_tensor(dtype::f32, {4, 3, 3, 3}, uniform(rng, 4 * 3 * 9, -0.5, 0.5)));
+  const output w2 = ops::variable(
+      b, "w2", make_tensor(dtype::f32, {4, 4, 3, 3}, uniform(rng, 4 * 4 * 9, -0.5, 0.5)));
+  const output f = ops::placeholder(b, "f", dtype::f32, {2, 4, 4, 4});
+  ops::conv2d_options c;
+  c.padding = {1, 1};
+  ops::pool_options p;
+  p.kernel = {2, 2};
+  p.strides = {2, 2};
+  const output pooled = ops::max_pool2d(ops::conv2d(x, w1, c), p, {.name = "pool"});
+  (void)ops::conv2d(pooled, w2, c, {.name = "y"});
+  (void)ops::add(pooled, f, {.name = "mixed"});  // a float32 input: stays float32
+  session s(g, amp_session());
+  const auto log = s.explain_passes({"x", "f"}, {"y", "mixed"});
+  EXPECT_EQ(records(log, pass, kind::rewrite, {"max_pool2d follows its inputs, which are bfloat16"})
+                .size(),
+            1u)
+      << log_text(log);
+  EXPECT_EQ(records(log, pass, kind::rewrite, {"add follows"}).size(), 0u) << log_text(log);
+  const graph& planned = s.planned_graph({"x", "f"}, {"y", "mixed"});
+  EXPECT_EQ(planned_types(planned, "max_pool2d"), (std::vector<dtype>{dtype::bf16}));
+  EXPECT_EQ(planned_types(planned, "add"), (std::vector<dtype>{dtype::f32}));
+  // And the answer: max-pool of bfloat16 values is exact, so y matches a float64 reference
+  // of the rounded convolutions within one bfloat16 step, as the products alone do.
+  const auto xv = uniform(rng, 2 * 3 * 8 * 8);
+  const auto out =
+      s.run({{"x", make_tensor(dtype::f32, {2, 3, 8, 8}, xv)},
+             {"f", make_tensor(dtype::f32, {2, 4, 4, 4}, std::vector<double>(128, 0.0))}},
+            {"y", "mixed"});
+  session f32(g);
+  const auto plain =
+      f32.run({{"x", make_tensor(dtype::f32, {2, 3, 8, 8}, xv)},
+               {"f", make_tensor(dtype::f32, {2, 4, 4, 4}, std::vector<double>(128, 0.0))}},
+              {"y", "mixed"});
+  expect_near_all(values(out[0]), values(plain[0]), 3e-2, 3e-2);
+  expect_near_all(values(out[1]), values(plain[1]), 1e-2, 1e-2);
+}
+
 TEST(Amp, AWeightReadByTwoProductsIsCastOnce) {
   graph g;
   graph_builder b(g);

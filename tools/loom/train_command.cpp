@@ -353,6 +353,16 @@ void add_train_command(CLI::App& app) {
     if (opts.skip_nonfinite_steps) {
       fmt::print("  skipped steps      {} (non-finite loss or gradients)\n", report.skipped_steps);
     }
+    if (opts.passes.amp.enabled()) {
+      const passes::amp_summary amp = passes::summarize_amp(report.passes);
+      fmt::print("  mixed precision    {} nodes in {}{}\n", amp.lowered, to_string(opts.passes.amp.type),
+                 amp.lowered == 0 && !amp.kept_reason.empty() ? fmt::format(" ({})", amp.kept_reason)
+                                                              : std::string());
+      if (report.loss_scale > 0) {
+        fmt::print("  loss scale         {:g} after the last step ({} steps skipped for overflow)\n",
+                   report.loss_scale, report.skipped_steps);
+      }
+    }
     if (report.ranks > 1) {
       const auto share = [&](double v) {
         return report.train_seconds > 0 ? 100 * v / report.train_seconds : 0.0;

@@ -15,6 +15,7 @@
 // rounding of the low precision), which is what it is asked for.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@
 
 namespace loom::passes {
 
+struct pass_record;
+
 /// Which ops compute in the low precision (autocast's op lists), and exceptions per node.
 struct amp_policy {
   /// Ops whose float32 nodes compute in the low precision.
@@ -30,6 +33,11 @@ struct amp_policy {
   /// Ops that stay float32 (the log says so for each of their nodes): reductions, softmax,
   /// normalisations, exp/log, losses, the optimizers.
   std::vector<std::string> keep_float32;
+  /// Ops that compute in their inputs' precision (autocast's pass-through ops): a node of
+  /// one is lowered when every float input it has comes out of a lowered node, so a chain
+  /// of convolution, relu and max-pool (and its gradients) stays in 16 bits with no cast
+  /// in between; with any float32 input it stays float32.
+  std::vector<std::string> follow;
   /// Per node name: true lowers it (whatever its op's list), false keeps it float32.
   std::map<std::string, bool> nodes;
   /// Lower nodes even where the device's kernels only emulate the low precision
@@ -39,7 +47,8 @@ struct amp_policy {
 
 /// The default policy: lower = matmul, fused_matmul, conv2d, fused_conv2d,
 /// conv2d_backprop_input, conv2d_backprop_filter, conv_transpose2d; keep_float32 = the
-/// numerically sensitive ops (docs/training.md, "Mixed precision").
+/// numerically sensitive ops; follow = relu, pooling, their gradients, shape and layout
+/// ops, and add/sub/mul/maximum/minimum/bias_add (docs/training.md, "Mixed precision").
 [[nodiscard]] amp_policy default_amp_policy();
 
 struct amp_options {
@@ -53,6 +62,15 @@ struct amp_options {
 /// Throws loom::invalid_argument for a type other than float32, bfloat16 and float16, and
 /// for a policy that names an op the op registry does not know (naming it and the list).
 void validate(const amp_options& options);
+
+/// What the amp pass did to a plan, from the passes' log: how many nodes it lowered, and
+/// the first reason it gave for keeping a product float32 other than the policy's word (a
+/// missing or emulated kernel), for a summary line.
+struct amp_summary {
+  std::size_t lowered = 0;
+  std::string kept_reason;
+};
+[[nodiscard]] amp_summary summarize_amp(const std::vector<pass_record>& log);
 
 /// "bf16" / "bfloat16" -> bfloat16, "fp16" / "float16" / "f16" -> float16, "fp32" / "float32"
 /// / "off" / "" -> float32 (off); anything else: loom::invalid_argument naming it.
