@@ -8,6 +8,7 @@
 #include "bench_stats.hpp"
 #include "loom/train/dataset.hpp"
 #include "loom/train/trainer.hpp"
+#include "train/model_bench.hpp"
 
 namespace loom::bench {
 namespace {
@@ -23,14 +24,7 @@ struct measured {
 // primitive caches and the plan), median over repetitions; peak memory of the last one.
 measured measure(const train::dataset& data, const std::string& model, int threads,
                  std::int64_t steps, int repetitions, dtype amp) {
-  train::train_options o;
-  o.model = model;
-  o.batch = 128;
-  o.epochs = 2;
-  o.threads = threads;
-  o.max_steps_per_epoch = steps;
-  o.evaluate = false;
-  o.sample_optimizer_time = false;
+  train::train_options o = bench_train_options(model, threads, steps);
   o.passes.amp.type = amp;
   measured m;
   std::vector<double> rates;

@@ -9,12 +9,8 @@
 #include "loom/train/trainer.hpp"
 
 namespace loom::bench {
-namespace {
 
-// Samples/s of the second of two short epochs (the first warms up the pools, oneDNN's
-// primitive caches and the plan), median over repetitions.
-double measure(const train::dataset& data, const std::string& model, int threads,
-               std::int64_t steps, int repetitions) {
+train::train_options bench_train_options(const std::string& model, int threads, std::int64_t steps) {
   train::train_options o;
   o.model = model;
   o.batch = 128;
@@ -23,6 +19,16 @@ double measure(const train::dataset& data, const std::string& model, int threads
   o.max_steps_per_epoch = steps;
   o.evaluate = false;
   o.sample_optimizer_time = false;
+  return o;
+}
+
+namespace {
+
+// Samples/s of the second of two short epochs (the first warms up the pools, oneDNN's
+// primitive caches and the plan), median over repetitions.
+double measure(const train::dataset& data, const std::string& model, int threads,
+               std::int64_t steps, int repetitions) {
+  const train::train_options o = bench_train_options(model, threads, steps);
   std::vector<double> rates;
   for (int rep = 0; rep < repetitions; ++rep) {
     rates.push_back(train::train(data, data, o).epochs.back().samples_per_second);

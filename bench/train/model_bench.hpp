@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/train/trainer.hpp"
+
 namespace loom::bench {
 
 struct model_bench_row {
@@ -27,6 +29,10 @@ struct model_bench_result {
   std::int64_t steps = 0;
   std::vector<model_bench_row> rows;
 };
+
+/// What the training benches train with: `model` at batch 128 with fused Adam, two epochs
+/// of `steps` steps (the second is the one timed), no evaluation, no traced steps.
+train::train_options bench_train_options(const std::string& model, int threads, std::int64_t steps);
 
 model_bench_result run_model_bench(int threads, int repetitions, bool quick);
 nlohmann::json to_json(const model_bench_result& r);

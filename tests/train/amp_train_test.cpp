@@ -13,6 +13,7 @@
 #include "loom/train/dataset.hpp"
 #include "loom/train/loss_scaler.hpp"
 #include "loom/train/trainer.hpp"
+#include "train/train_test_support.hpp"
 
 namespace loom::train {
 namespace {
@@ -83,29 +84,11 @@ TEST(LossScaler, BadOptionsNameTheOption) {
   EXPECT_EQ(s.scale(), 8);
 }
 
-train_options small_mlp() {
-  train_options o;
-  o.model = "mlp";
-  o.hidden = {64};
-  o.epochs = 2;
-  o.batch = 32;
-  o.lr = 3e-3;
-  o.threads = 2;
-  return o;
-}
-
 // AMP in `t`, lowering even where this CPU only emulates it (CI machines differ).
 train_options with_amp(train_options o, dtype t) {
   o.passes.amp.type = t;
   o.passes.amp.policy.allow_emulated = true;
   return o;
-}
-
-std::filesystem::path temp_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("loom_amp_train_test_" + name);
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p;
 }
 
 TEST(AmpTrain, Bfloat16ReachesFloat32sAccuracyOnTheMlpAndTheCnn) {

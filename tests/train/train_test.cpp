@@ -11,16 +11,10 @@
 #include "loom/core/error.hpp"
 #include "loom/train/dataset.hpp"
 #include "loom/train/trainer.hpp"
+#include "train/train_test_support.hpp"
 
 namespace loom::train {
 namespace {
-
-std::filesystem::path temp_dir(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() / ("loom_train_test_" + name);
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p;
-}
 
 TEST(Digits, AreDeterministicBalancedAndInRange) {
   const dataset a = make_digits(200, 7);
@@ -112,17 +106,6 @@ TEST(Split, IsADeterministicPartition) {
   }
   EXPECT_EQ(all, parts);
   EXPECT_THROW((void)split(d, 1.0, 1), invalid_argument);
-}
-
-train_options small_mlp() {
-  train_options o;
-  o.model = "mlp";
-  o.hidden = {64};
-  o.epochs = 2;
-  o.batch = 32;
-  o.lr = 3e-3;
-  o.threads = 2;
-  return o;
 }
 
 TEST(Train, AnMlpLearnsTheDigits) {
