@@ -4,6 +4,9 @@
 // (After F. Giesen's float_to_half_fast3_rtne / half_to_float_fast5.) half_to_float scales
 // a float subnormal, so a thread running with denormals-are-zero would read float16
 // subnormals as 0; loom's threads keep the default floating-point environment.
+// Always inlined: GCC inlines nothing into a function compiled with other optimisation
+// attributes (the AVX-512 and AVX2 variants of the epilogue and the fused kernel, Note
+// [fused instruction sets]) unless told to, and a call per element kept those loops scalar.
 #pragma once
 
 #include <bit>
@@ -14,12 +17,12 @@
 namespace loom::cpu::ew {
 
 /// c ? a : b on bit patterns, through a mask (no branch for the compiler to keep).
-inline std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) noexcept {
+[[gnu::always_inline]] inline std::uint32_t select_bits(bool c, std::uint32_t a, std::uint32_t b) noexcept {
   const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
   return (a & m) | (b & ~m);
 }
 
-inline float half_to_float(half h) noexcept {
+[[gnu::always_inline]] inline float half_to_float(half h) noexcept {
   const std::uint32_t bits = h.bits;
   // Exponent and mantissa moved into place, then rescaled by 2^(127 - 15): exact for
   // normals, and it normalises subnormals.
@@ -31,7 +34,7 @@ inline float half_to_float(half h) noexcept {
   return std::bit_cast<float>(o | ((bits & 0x8000u) << 16));
 }
 
-inline half float_to_half(float f) noexcept {
+[[gnu::always_inline]] inline half float_to_half(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t a = u & 0x7fffffffu;
@@ -49,11 +52,11 @@ inline half float_to_half(float f) noexcept {
   return half::from_bits(static_cast<std::uint16_t>(o | sign));
 }
 
-inline float bfloat16_to_float(bfloat16 h) noexcept {
+[[gnu::always_inline]] inline float bfloat16_to_float(bfloat16 h) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(h.bits) << 16);
 }
 
-inline bfloat16 float_to_bfloat16(float f) noexcept {
+[[gnu::always_inline]] inline bfloat16 float_to_bfloat16(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const std::uint32_t quiet_nan = (u >> 16) | 0x40u;
@@ -67,7 +70,7 @@ inline bfloat16 float_to_bfloat16(float f) noexcept {
 /// subtracting m = 2^13 x (f's exponent, at least float16's smallest normal exponent)
 /// rounds f to the float16 quantum at its exponent (2^-24 below the normals), to nearest
 /// even, by the float addition itself.
-inline float round_to_half(float f) noexcept {
+[[gnu::always_inline]] inline float round_to_half(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = u & 0x80000000u;
   const std::uint32_t e = u & 0x7f800000u;
@@ -83,7 +86,7 @@ inline float round_to_half(float f) noexcept {
 }
 
 /// bfloat16_to_float(float_to_bfloat16(f)) without the 16-bit round trip, bit for bit.
-inline float round_to_bfloat16(float f) noexcept {
+[[gnu::always_inline]] inline float round_to_bfloat16(float f) noexcept {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   const std::uint32_t quiet_nan = (u & 0xffff0000u) | 0x00400000u;

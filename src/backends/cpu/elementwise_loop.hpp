@@ -34,7 +34,7 @@ using compute_t = std::conditional_t<is_half_like<T>, float, T>;
 /// An element in its compute type (the conversions of elementwise_half.hpp: the same results
 /// as loom::half's, without branches).
 template <class T>
-inline compute_t<T> load(T v) noexcept {
+[[gnu::always_inline]] inline compute_t<T> load(T v) noexcept {
   if constexpr (std::is_same_v<T, half>) {
     return half_to_float(v);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
@@ -46,7 +46,7 @@ inline compute_t<T> load(T v) noexcept {
 
 /// A computed value as the element type T (float16 and bfloat16 round to nearest even).
 template <class T>
-inline T store(compute_t<T> v) noexcept {
+[[gnu::always_inline]] inline T store(compute_t<T> v) noexcept {
   if constexpr (std::is_same_v<T, half>) {
     return float_to_half(v);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
@@ -60,7 +60,7 @@ inline T store(compute_t<T> v) noexcept {
 /// without the 16-bit round trip (round_to_half / round_to_bfloat16); v itself for the
 /// other types.
 template <class T>
-inline compute_t<T> round_to(compute_t<T> v) noexcept {
+[[gnu::always_inline]] inline compute_t<T> round_to(compute_t<T> v) noexcept {
   if constexpr (std::is_same_v<T, half>) {
     return round_to_half(v);
   } else if constexpr (std::is_same_v<T, bfloat16>) {
