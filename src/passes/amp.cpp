@@ -146,27 +146,8 @@ std::optional<std::string> low_precision_gap(const std::string& op, dtype low,
                                              const std::vector<device_type>& device_types,
                                              bool& emulated) {
   emulated = false;
-  std::optional<device_type> want;
-  if (!request.empty()) {
-    try {
-      want = parse_task_request(request).device.type;
-    } catch (const invalid_argument&) {
-      // A malformed request is the placer's to report.
-    }
-  }
   std::vector<std::string> reasons;
-  for (const kernel_def* d : kernel_registry::global().kernels_for(op)) {
-    if (want && d->device != *want) continue;
-    if (!device_types.empty() &&
-        std::find(device_types.begin(), device_types.end(), d->device) == device_types.end()) {
-      continue;
-    }
-    bool takes = true;
-    for (const auto& [attr, allowed] : d->constraints) {
-      if (attr == "T" && std::find(allowed.begin(), allowed.end(), low) == allowed.end())
-        takes = false;
-    }
-    if (!takes) continue;
+  for (const kernel_def* d : fitting_kernels(op, {{"T", low}}, request, device_types)) {
     std::optional<std::string> slow;
     if (d->emulated) slow = d->emulated(low);
     if (!slow) return std::nullopt;
@@ -174,6 +155,7 @@ std::optional<std::string> low_precision_gap(const std::string& op, dtype low,
     reasons.push_back(fmt::format("on {}: {}", to_string(d->device), *slow));
   }
   if (reasons.empty()) {
+    const std::optional<device_type> want = requested_type(request);
     return fmt::format("no {} kernel for {}{}", op, to_string(low),
                        want ? fmt::format(" on {}", to_string(*want)) : std::string());
   }

@@ -80,20 +80,28 @@ bool same_known_shape(const std::optional<shape>& a, const std::optional<shape>&
   return a && b && a->is_fully_defined() && *a == *b;
 }
 
-std::optional<std::string> missing_kernel(std::string_view op,
-                                          const std::vector<std::pair<std::string, dtype>>& types,
-                                          const std::string& request) {
-  std::optional<device_type> want;
-  if (!request.empty()) {
-    try {
-      want = parse_task_request(request).device.type;
-    } catch (const invalid_argument&) {
-      // A malformed request is the placer's to report; any device type will do here.
-    }
+std::optional<device_type> requested_type(const std::string& request) {
+  if (request.empty()) return std::nullopt;
+  try {
+    return parse_task_request(request).device.type;
+  } catch (const invalid_argument&) {
+    // A malformed request is the placer's to report; any device type will do here.
+    return std::nullopt;
   }
-  const auto defs = kernel_registry::global().kernels_for(op);
-  for (const kernel_def* d : defs) {
+}
+
+std::vector<const kernel_def*> fitting_kernels(std::string_view op,
+                                               const std::vector<std::pair<std::string, dtype>>& types,
+                                               const std::string& request,
+                                               const std::vector<device_type>& device_types) {
+  const std::optional<device_type> want = requested_type(request);
+  std::vector<const kernel_def*> out;
+  for (const kernel_def* d : kernel_registry::global().kernels_for(op)) {
     if (want && d->device != *want) continue;
+    if (!device_types.empty() &&
+        std::find(device_types.begin(), device_types.end(), d->device) == device_types.end()) {
+      continue;
+    }
     bool fits = true;
     for (const auto& [attr, allowed] : d->constraints) {
       for (const auto& [name, t] : types) {
@@ -102,8 +110,17 @@ std::optional<std::string> missing_kernel(std::string_view op,
         }
       }
     }
-    if (fits) return std::nullopt;
+    if (fits) out.push_back(d);
   }
+  return out;
+}
+
+std::optional<std::string> missing_kernel(std::string_view op,
+                                          const std::vector<std::pair<std::string, dtype>>& types,
+                                          const std::string& request) {
+  if (!fitting_kernels(op, types, request).empty()) return std::nullopt;
+  const std::optional<device_type> want = requested_type(request);
+  const auto defs = kernel_registry::global().kernels_for(op);
   std::string wanted;
   for (const auto& [name, t] : types) {
     wanted += fmt::format("{}{} = {}", wanted.empty() ? "" : ", ", name, to_string(t));

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/kernel/kernel_registry.hpp"
 #include "loom/passes/graph_editor.hpp"
 
 namespace loom::passes {
@@ -42,6 +43,18 @@ std::vector<std::string> names_of(const graph_editor& ed, const std::vector<node
 bool same_known_shape(const std::optional<shape>& a, const std::optional<shape>& b);
 
 // ---- for the pattern fusions (layer_norm, softmax_xent, epilogue, optimizer) ----------
+
+/// The device type a request names ("/device:CPU:1" -> cpu), or nullopt for none (or a
+/// malformed one, which the placer reports).
+std::optional<device_type> requested_type(const std::string& request);
+
+/// The kernels of `op` (kernel_registry::global()) that take the type attributes `types`, on
+/// the device type `request` names (any when it names none) and, when `device_types` is not
+/// empty, on one of those.
+std::vector<const kernel_def*> fitting_kernels(std::string_view op,
+                                               const std::vector<std::pair<std::string, dtype>>& types,
+                                               const std::string& request,
+                                               const std::vector<device_type>& device_types = {});
 
 /// Why no kernel runs `op` with the type attributes `types` (such as {{"T", f32}}) on the
 /// device type that `request` names, or on any device type when it names none; nullopt
