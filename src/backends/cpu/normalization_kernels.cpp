@@ -14,18 +14,9 @@
 #include <vector>
 
 #include "cpu_isa.hpp"
+#include "vector_lanes.hpp"
 #include "kernel/common/normalization_helpers.hpp"
 #include "reduction_common.hpp"
-
-// The row loops pass 32-byte vectors only between always_inline functions, compiled into
-// AVX2 callers; GCC and Clang still warn that such a signature would change the ABI
-// without AVX.
-#if defined(__clang__)
-#pragma clang diagnostic ignored "-Wunknown-warning-option"
-#pragma clang diagnostic ignored "-Wpsabi"
-#elif defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define LOOM_LAYER_NORM_AVX2 1
@@ -77,37 +68,6 @@ constexpr std::int64_t flush_rows = 32;     // rows a group sums in C before car
 constexpr std::int64_t max_groups = 64;     // dgamma/dbeta groups: enough ranges for the threads
 constexpr std::int64_t min_group_rows = 8;  // a group's flush costs about as much as a row
 constexpr std::int64_t max_partial_elements = std::int64_t{1} << 19;  // groups * n, at most
-
-template <class C, int L>
-struct vec_of {
-  typedef C type __attribute__((vector_size(sizeof(C) * L)));
-};
-/// L lanes of C.
-template <class C, int L>
-using vec = typename vec_of<C, L>::type;
-
-template <class C, int L>
-[[gnu::always_inline]] inline vec<C, L> vload(const C* p) noexcept {
-  vec<C, L> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <class C, int L>
-[[gnu::always_inline]] inline void vstore(C* p, const vec<C, L>& v) noexcept {
-  std::memcpy(p, &v, sizeof v);
-}
-
-// The sum of v's lanes, pairwise (log2(L) dependent adds rather than L).
-template <class C, int L>
-[[gnu::always_inline]] inline C hsum(const vec<C, L>& v) noexcept {
-  C t[L];
-  std::memcpy(t, &v, sizeof v);
-  for (int w = L / 2; w >= 1; w /= 2) {
-    for (int l = 0; l < w; ++l) t[l] += t[l + w];
-  }
-  return t[0];
-}
 
 // Stores v at p, which must be 16-byte aligned, with non-temporal stores (Note [layer_norm
 // streaming stores]): 16-byte SSE2 stores, two per 32-byte vector (write-combining joins
@@ -749,11 +709,14 @@ class layer_norm_grad_kernel final : public common::layer_norm_kernel_base {
 }  // namespace
 
 void register_batch_norm_kernels(kernel_registry& registry);  // normalization_batch_norm.cpp
+// normalization_batch_norm_train.cpp
+void register_batch_norm_train_kernels(kernel_registry& registry);
 
 void register_normalization_kernels(kernel_registry& r) {
   r.add(make_kernel_def<layer_norm_kernel>("layer_norm", cpu));
   r.add(make_kernel_def<layer_norm_grad_kernel>("layer_norm_grad", cpu));
   register_batch_norm_kernels(r);
+  register_batch_norm_train_kernels(r);
 }
 
 }  // namespace loom::cpu

@@ -57,21 +57,16 @@ class update_kernel final : public op_kernel {
     target_.check(ctx, var, value, U != update::set);
     // The variable's own buffer is updated in place when no read still holds it (the value
     // read as input 0 by this node is dropped first); otherwise the variable gets a new one.
-    if constexpr (U != update::set) (void)ctx.take_input(0);
-    const bool writable = var.value.defined() && var.value.buf()->writable_in_place() &&
-                          var.value.shape() == value.shape();
     if (U == update::set) {
+      const bool writable = var.value.defined() && var.value.buf()->writable_in_place() &&
+                            var.value.shape() == value.shape();
       if (!writable) {
         var.value = memory::allocate_tensor(ctx.device().allocator(), ctx.device().id(),
                                             value.type(), value.shape());
       }
       copy_to_dense(value, var.value.raw_data());
     } else {
-      if (!writable) {
-        tensor fresh =
-            memory::contiguous_copy(var.value, ctx.device().allocator(), ctx.device().id());
-        var.value = std::move(fresh);
-      }
+      (void)common::writable_value(ctx, var, 0);
       const tensor src = ctx.input_contiguous(value_input);
       visit_dtype(value.type(), [&](auto tag) {
         using T = decltype(tag);

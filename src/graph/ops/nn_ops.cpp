@@ -86,16 +86,6 @@ void infer_bias_add(inference_context& c) {
 
 using nn_rules::conv_window;
 
-// A "data_format" attribute, "NHWC" or "NCHW", defaulting to `default_format`.
-attr_def data_format_attr(const char* default_format) {
-  auto format = attr("data_format", attr_type::string, std::string(default_format));
-  format.validate = [](const attr_value& v) {
-    const auto s = v.as<std::string>();
-    if (s != "NHWC" && s != "NCHW") throw invalid_argument("must be \"NHWC\" or \"NCHW\"");
-  };
-  return format;
-}
-
 // The window attributes conv2d and its gradients share.
 conv_window read_conv_attrs(const inference_context& c) {
   return nn_rules::conv_window_of(

@@ -1,6 +1,7 @@
-// layer_norm, layer_norm_grad and batch_norm, the normalization family's ops: definitions,
-// inference (shape rules in loom/graph/ops/normalization_rules.hpp) and builders (the builders
-// composed of other ops are in normalization_builders.cpp).
+// layer_norm, layer_norm_grad and batch_norm (inference), the normalization family's ops:
+// definitions, inference (shape rules in loom/graph/ops/normalization_rules.hpp) and builders
+// (the builders composed of other ops are in normalization_builders.cpp, the training batch
+// normalisation ops in normalization_train_ops.cpp).
 #include <fmt/format.h>
 
 #include <array>
@@ -119,21 +120,19 @@ void infer_batch_norm(inference_context& c) {
     const auto& p = c.input(i + 1).shape;
     params[i] = p ? &*p : nullptr;
   }
-  (void)normalization_rules::batch_norm_geometry_of(*x.shape, params);
+  (void)normalization_rules::batch_norm_geometry_of(
+      *x.shape, params,
+      normalization_rules::batch_norm_channel_axis(c.attr<std::string>("data_format"),
+                                                   x.shape->rank()));
   c.set_output(0, x.type, *x.shape);
-}
-
-attr_def epsilon_attr() {
-  attr_def eps = attr("epsilon", attr_type::real, attr_value(1e-5));
-  eps.validate = [](const attr_value& v) {
-    if (!(v.as<double>() >= 0.0)) throw invalid_argument("epsilon must be >= 0");
-  };
-  return eps;
 }
 
 }  // namespace
 
+void register_batch_norm_train_ops(op_registry& r);  // normalization_train_ops.cpp
+
 void register_normalization_ops(op_registry& r) {
+  register_batch_norm_train_ops(r);
   {
     op_def d;
     d.name = "layer_norm";
@@ -141,7 +140,7 @@ void register_normalization_ops(op_registry& r) {
     d.inputs = {typed("x"), typed("gamma"), typed("beta")};
     d.outputs = {typed("y"), typed("mean"), typed("rstd")};
     d.attrs = {type_attr("T", float_types()), attr("axis", attr_type::integer, attr_value(-1)),
-               epsilon_attr()};
+               nonnegative_real_attr("epsilon", 1e-5)};
     d.infer = infer_layer_norm;
     r.add(std::move(d));
   }
@@ -160,10 +159,11 @@ void register_normalization_ops(op_registry& r) {
   {
     op_def d;
     d.name = "batch_norm";
-    d.summary = "inference batch normalisation over channel dim 1: x * a + b per channel";
+    d.summary = "inference batch normalisation per channel (dim 1, or the last for NHWC)";
     d.inputs = {typed("x"), typed("scale"), typed("bias"), typed("mean"), typed("var")};
     d.outputs = {typed("y")};
-    d.attrs = {type_attr("T", float_types()), epsilon_attr()};
+    d.attrs = {type_attr("T", float_types()), nonnegative_real_attr("epsilon", 1e-5),
+               data_format_attr("NCHW")};
     d.infer = infer_batch_norm;
     r.add(std::move(d));
   }
@@ -181,6 +181,12 @@ layer_norm_outputs layer_norm(output x, output gamma, output beta, std::int64_t 
 output batch_norm(output x, output scale, output bias, output mean, output var, double epsilon,
                   const node_options& o) {
   return x.builder().add1("batch_norm", {x, scale, bias, mean, var}, {{"epsilon", epsilon}}, o);
+}
+
+output batch_norm(output x, output scale, output bias, output mean, output var,
+                  const batch_norm_options& b, const node_options& o) {
+  return x.builder().add1("batch_norm", {x, scale, bias, mean, var},
+                          {{"epsilon", b.epsilon}, {"data_format", b.data_format}}, o);
 }
 
 }  // namespace ops

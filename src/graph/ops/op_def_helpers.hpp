@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/error.hpp"
 #include "loom/graph/op_registry.hpp"
 
 namespace loom::op_helpers {
@@ -38,6 +39,25 @@ inline arg_def fixed(std::string name, dtype t) { return arg_def{std::move(name)
 /// A list argument of `length_attr` tensors of type attribute `type`.
 inline arg_def typed_list(std::string name, std::string length_attr, std::string type = "T") {
   return arg_def{std::move(name), std::move(type), dtype::f32, std::move(length_attr)};
+}
+
+/// A real attribute `name` that must be >= 0 (an epsilon), defaulting to `def`.
+inline attr_def nonnegative_real_attr(std::string name, double def) {
+  attr_def a = attr(name, attr_type::real, attr_value(def));
+  a.validate = [name](const attr_value& v) {
+    if (!(v.as<double>() >= 0.0)) throw invalid_argument(fmt::format("{} must be >= 0", name));
+  };
+  return a;
+}
+
+/// A "data_format" attribute, "NHWC" or "NCHW", defaulting to `default_format`.
+inline attr_def data_format_attr(const char* default_format) {
+  attr_def a = attr("data_format", attr_type::string, attr_value(std::string(default_format)));
+  a.validate = [](const attr_value& v) {
+    const auto s = v.as<std::string>();
+    if (s != "NHWC" && s != "NCHW") throw invalid_argument("must be \"NHWC\" or \"NCHW\"");
+  };
+  return a;
 }
 
 // The dtype sets are core's (loom/core/dtype.hpp).

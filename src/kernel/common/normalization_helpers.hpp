@@ -106,13 +106,17 @@ class layer_norm_grad_tensors {
   tensor& dbeta;
 };
 
-/// batch_norm's geometry over its input x and its four [C] vectors (inputs 1 to 4); a
-/// rule's failure fails the node.
+/// batch_norm's geometry over its input x and its four [C] vectors (inputs 1 to 4), channels
+/// where the node's data_format puts them; a rule's failure fails the node.
 inline normalization_rules::batch_norm_geometry batch_norm_geometry(const kernel_context& ctx) {
   return common::apply_rule(ctx, [&] {
+    const shape& x = ctx.input(0).shape();
     return normalization_rules::batch_norm_geometry_of(
-        ctx.input(0).shape(), {&ctx.input(1).shape(), &ctx.input(2).shape(),
-                               &ctx.input(3).shape(), &ctx.input(4).shape()});
+        x,
+        {&ctx.input(1).shape(), &ctx.input(2).shape(), &ctx.input(3).shape(),
+         &ctx.input(4).shape()},
+        normalization_rules::batch_norm_channel_axis(
+            ctx.node().attr<std::string>("data_format"), x.rank()));
   });
 }
 

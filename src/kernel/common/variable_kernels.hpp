@@ -45,10 +45,11 @@ class variable_kernel final : public op_kernel {
 
 /// The variable an update node writes and its declared shape.
 struct update_target {
-  /// Finds it: assign names it (attribute "variable"); assign_add and assign_sub read it as
-  /// input 0. Fails (kernel_construction::fail) when the graph is missing, input 0 does not
-  /// come from a variable, or the name is not a variable of the graph.
-  explicit update_target(const kernel_construction& c);
+  /// Finds it: assign names it (attribute "variable"); the other updates read it as input
+  /// `input` (assign_add and assign_sub: 0; batch_norm_train: 3 and 4). Fails
+  /// (kernel_construction::fail) when the graph is missing, the input does not come from a
+  /// variable, or the name is not a variable of the graph.
+  explicit update_target(const kernel_construction& c, std::size_t input = 0);
 
   /// Fails (ctx.fail) when `needs_value` and the variable has none yet, or `value` does not
   /// have the variable's shape. Call it holding var.mutex.
@@ -58,5 +59,11 @@ struct update_target {
   std::string name;
   shape declared;
 };
+
+/// The variable's value, made safe to update in place: the node's own read of it (input
+/// `input`) is dropped first, and where another reference still holds the buffer (a fetched
+/// value, a reader still running) or it is not dense, the variable gets a dense copy on the
+/// kernel's device. Call holding var.mutex, with a value defined.
+tensor& writable_value(kernel_context& ctx, variable_store::variable& var, std::size_t input);
 
 }  // namespace loom::common
