@@ -99,7 +99,8 @@ py::dict train_py(const std::string& model, std::vector<std::int64_t> hidden, in
                   double test_fraction, const std::optional<std::string>& checkpoint, bool resume,
                   std::int64_t max_steps_per_epoch, bool evaluate,
                   std::shared_ptr<communicator> comm, double bucket_mb, bool overlap,
-                  const std::function<void(py::dict)>& progress, const std::string& amp) {
+                  const std::function<void(py::dict)>& progress, const std::string& amp,
+                  bool batch_norm, bool sync_bn) {
   train::train_options o;
   o.model = model;
   o.hidden = std::move(hidden);
@@ -116,6 +117,8 @@ py::dict train_py(const std::string& model, std::vector<std::int64_t> hidden, in
   o.evaluate = evaluate;
   o.communicator = std::move(comm);
   o.passes.amp.type = passes::amp_type_from_name(amp);
+  o.batch_norm = batch_norm;
+  o.sync_batch_norm = sync_bn;
   if (!(bucket_mb > 0 && bucket_mb <= 1024)) {
     throw_python(PyExc_ValueError, fmt::format("bucket_mb {} must be in (0, 1024]", bucket_mb));
   }
@@ -218,7 +221,7 @@ void bind_train(py::module_& m, py::module_& dist) {
         py::arg("test_fraction") = 1.0 / 6.0, py::arg("checkpoint") = py::none(), py::arg("resume") = false,
         py::arg("max_steps_per_epoch") = 0, py::arg("evaluate") = true, py::arg("communicator") = nullptr,
         py::arg("bucket_mb") = 25.0, py::arg("overlap") = true, py::arg("progress") = nullptr,
-        py::arg("amp") = "off",
+        py::arg("amp") = "off", py::arg("batch_norm") = false, py::arg("sync_bn") = false,
         R"(Trains a classifier as `loom train` does and returns its report (a dict).
 
 Data: features [N, F] and labels [N] (NumPy arrays; test_features and test_labels
@@ -228,7 +231,9 @@ model data-parallel: `batch` is the global batch (N must divide it), gradients a
 in buckets of `bucket_mb` MiB, each started as soon as it is ready when `overlap`; rank 0
 writes the checkpoint. `progress(step)` is called after every step with a dict. amp="bf16" or
 "fp16" trains with automatic mixed precision (fp16 with dynamic loss scaling), as
-`loom train --amp` does.)");
+`loom train --amp` does. batch_norm=True puts a batch norm after each convolution (hidden
+layer); sync_bn=True (data-parallel) takes its statistics over the global batch
+(sync_batch_norm), as `loom train --batch-norm --sync-bn` does.)");
 }
 
 }  // namespace loom::python

@@ -23,6 +23,7 @@
 #include "loom/graph/ops/collective.hpp"
 #include "loom/graph/ops/optimizer.hpp"
 #include "loom/memory/tensor_allocation.hpp"
+#include "loom/passes/sync_batch_norm.hpp"
 #include "loom/runtime/run_metadata.hpp"
 #include "loom/runtime/session.hpp"
 #include "random_bits.hpp"
@@ -58,6 +59,11 @@ class initializer {
 struct model_graph {
   std::vector<output> params;
   output logits;
+  /// The logits for evaluation: batch norms with their running statistics (logits itself
+  /// for a model without batch norm).
+  output eval_logits;
+  /// The batch norms' running statistics (variables that are not trained).
+  std::vector<std::string> running;
   std::string summary;
   std::int64_t parameters = 0;
 };
@@ -67,10 +73,52 @@ std::string device_for(int layer, int devices) {
   return devices <= 1 ? std::string() : fmt::format("/device:CPU:{}", layer % devices);
 }
 
+// The forward pass twice where batch normalisation makes training and evaluation differ: the
+// training path normalises with each batch's statistics (and updates the running ones), the
+// evaluation path with the running statistics. Layers before the first batch norm, and every
+// layer of a model without one, are built once and shared.
+struct paths {
+  output train;
+  output eval;
+  [[nodiscard]] bool shared() const { return train.ep() == eval.ep(); }
+  // f applied to both paths (once while they are one).
+  template <class F>
+  paths then(F&& f) const {
+    const output t = f(train);
+    return {t, shared() ? t : f(eval)};
+  }
+};
+
+// Batch normalisation over `channels` (dim 1): scale and bias are trained parameters, the
+// running statistics variables of their own.
+paths batch_norm_layer(graph_builder& b, const paths& h, const std::string& name,
+                       std::int64_t channels, model_graph& m) {
+  const auto filled = [&](double v) {
+    return memory::host_tensor<float>({channels},
+                                      std::vector<float>(static_cast<std::size_t>(channels),
+                                                         static_cast<float>(v)));
+  };
+  const output scale = ops::variable(b, name + "/scale", filled(1.0));
+  const output bias = ops::variable(b, name + "/bias", filled(0.0));
+  const output running_mean = ops::variable(b, name + "/running_mean", filled(0.0));
+  const output running_var = ops::variable(b, name + "/running_var", filled(1.0));
+  m.params.push_back(scale);
+  m.params.push_back(bias);
+  m.running.push_back(running_mean.name());
+  m.running.push_back(running_var.name());
+  m.parameters += 2 * channels;
+  ops::batch_norm_options bn;
+  return {ops::batch_norm_train(h.train, scale, bias, running_mean, running_var, bn,
+                                {.name = name})
+              .y,
+          ops::batch_norm(h.eval, scale, bias, running_mean, running_var, bn,
+                          {.name = name + "/eval"})};
+}
+
 model_graph build_mlp(graph_builder& b, output x, const dataset& d, const train_options& o,
                       initializer& init) {
   model_graph m;
-  output h = x;
+  paths h{x, x};
   std::int64_t in = d.num_features;
   std::vector<std::int64_t> sizes = o.hidden;
   sizes.push_back(d.num_classes);
@@ -78,17 +126,27 @@ model_graph build_mlp(graph_builder& b, output x, const dataset& d, const train_
   for (std::size_t l = 0; l < sizes.size(); ++l) {
     const auto scope = b.with_device(device_for(static_cast<int>(l), o.devices));
     const std::int64_t out = sizes[l];
+    const bool normalized = o.batch_norm && l + 1 < sizes.size();
     const output w = ops::variable(b, fmt::format("fc{}/w", l + 1), init.uniform({in, out}, in));
-    const output bias = ops::variable(b, fmt::format("fc{}/b", l + 1), init.uniform({out}, in));
     m.params.push_back(w);
-    m.params.push_back(bias);
-    h = ops::bias_add(ops::matmul(h, w), bias);
-    if (l + 1 < sizes.size()) h = ops::relu(h);
-    m.parameters += in * out + out;
+    m.parameters += in * out;
+    h = h.then([&](output v) { return ops::matmul(v, w); });
+    if (normalized) {
+      // The batch norm's shift takes the bias's place (PyTorch's bias=False before BatchNorm).
+      h = batch_norm_layer(b, h, fmt::format("fc{}/bn", l + 1), out, m);
+    } else {
+      const output bias =
+          ops::variable(b, fmt::format("fc{}/b", l + 1), init.uniform({out}, in));
+      m.params.push_back(bias);
+      m.parameters += out;
+      h = h.then([&](output v) { return ops::bias_add(v, bias); });
+    }
+    if (l + 1 < sizes.size()) h = h.then([](output v) { return ops::relu(v); });
     in = out;
-    dims += fmt::format("-{}", out);
+    dims += fmt::format("-{}{}", out, normalized ? "bn" : "");
   }
-  m.logits = h;
+  m.logits = h.train;
+  m.eval_logits = h.eval;
   m.summary = "mlp " + dims;
   return m;
 }
@@ -101,7 +159,8 @@ model_graph build_cnn(graph_builder& b, output x, std::int64_t batch, const data
                     d.name, to_string(d.example_shape)));
   }
   model_graph m;
-  output h = ops::reshape(x, {batch, 1, 28, 28});
+  const output image = ops::reshape(x, {batch, 1, 28, 28});
+  paths h{image, image};
   std::int64_t channels = 1;
   int layer = 0;
   for (const std::int64_t filters : {32, 64}) {
@@ -109,30 +168,38 @@ model_graph build_cnn(graph_builder& b, output x, std::int64_t batch, const data
     const std::int64_t fan_in = channels * 9;
     const output w = ops::variable(b, fmt::format("conv{}/w", layer + 1),
                                    init.uniform({filters, channels, 3, 3}, fan_in));
-    const output bias =
-        ops::variable(b, fmt::format("conv{}/b", layer + 1), init.uniform({filters}, fan_in));
     m.params.push_back(w);
-    m.params.push_back(bias);
+    m.parameters += filters * fan_in;
     ops::conv2d_options conv;
     conv.padding = {1, 1, 1, 1};
-    h = ops::relu(ops::bias_add(ops::conv2d(h, w, conv), bias, "NCHW"));
+    h = h.then([&](output v) { return ops::conv2d(v, w, conv); });
+    if (o.batch_norm) {
+      h = batch_norm_layer(b, h, fmt::format("conv{}/bn", layer + 1), filters, m);
+    } else {
+      const output bias =
+          ops::variable(b, fmt::format("conv{}/b", layer + 1), init.uniform({filters}, fan_in));
+      m.params.push_back(bias);
+      m.parameters += filters;
+      h = h.then([&](output v) { return ops::bias_add(v, bias, "NCHW"); });
+    }
     ops::pool_options pool;
     pool.kernel = {2, 2};
-    h = ops::max_pool2d(h, pool);
-    m.parameters += filters * fan_in + filters;
+    h = h.then([&](output v) { return ops::max_pool2d(ops::relu(v), pool); });
     channels = filters;
     ++layer;
   }
   const std::int64_t flat = channels * 7 * 7;
   const auto scope = b.with_device(device_for(layer, o.devices));
-  h = ops::reshape(h, {batch, flat});
   const output w = ops::variable(b, "fc/w", init.uniform({flat, d.num_classes}, flat));
   const output bias = ops::variable(b, "fc/b", init.uniform({d.num_classes}, flat));
   m.params.push_back(w);
   m.params.push_back(bias);
-  m.logits = ops::bias_add(ops::matmul(h, w), bias);
+  h = h.then([&](output v) { return ops::bias_add(ops::matmul(ops::reshape(v, {batch, flat}), w), bias); });
+  m.logits = h.train;
+  m.eval_logits = h.eval;
   m.parameters += flat * d.num_classes + d.num_classes;
-  m.summary = fmt::format("cnn conv3x3x32-pool-conv3x3x64-pool-fc{}", d.num_classes);
+  const char* bn = o.batch_norm ? "-bn" : "";
+  m.summary = fmt::format("cnn conv3x3x32{}-pool-conv3x3x64{}-pool-fc{}", bn, bn, d.num_classes);
   return m;
 }
 
@@ -214,6 +281,8 @@ std::vector<output> average_gradients(graph_builder& b, const std::vector<output
 struct step_graph {
   std::string loss;
   std::string accuracy;
+  std::string eval_accuracy;  // with the batch norms' running statistics
+  std::vector<passes::pass_record> conversion;  // sync_batch_norm's
   std::string found_inf;  // the fused update's (empty for per-tensor updates)
   std::string loss_scale;  // the fed loss scale (empty without loss scaling)
   std::vector<std::string> update_targets;
@@ -236,13 +305,31 @@ step_graph build_training_graph(graph& g, const dataset& d, const train_options&
   } else {
     throw invalid_argument(fmt::format("unknown model '{}' (mlp or cnn)", o.model));
   }
-  const auto xent = ops::softmax_cross_entropy(s.model.logits, labels);
+  output labels_in = labels;
+  if (o.batch_norm && o.sync_batch_norm && dp.ranks > 1) {
+    // Before the gradients, which then sum over every rank (Note [sync batch norm conversion]).
+    auto conv = passes::convert_sync_batch_norm(g, dp.group);
+    const auto remap = [&](output v) {
+      return output(&b, endpoint{conv.new_id[static_cast<std::size_t>(v.ep().node)], v.ep().index});
+    };
+    for (output& p : s.model.params) p = remap(p);
+    s.model.logits = remap(s.model.logits);
+    s.model.eval_logits = remap(s.model.eval_logits);
+    labels_in = remap(labels);
+    s.conversion = std::move(conv.records);
+  }
+  const auto xent = ops::softmax_cross_entropy(s.model.logits, labels_in);
   const output loss = ops::reduce_mean(xent.loss, {}, false, {.name = "loss"});
-  const output correct =
-      ops::cast(ops::equal(ops::argmax(s.model.logits, -1, dtype::i32), labels), dtype::f32);
-  const output accuracy = ops::reduce_mean(correct, {}, false, {.name = "accuracy"});
+  const auto accuracy_of = [&](output logits, const std::string& name) {
+    const output correct =
+        ops::cast(ops::equal(ops::argmax(logits, -1, dtype::i32), labels_in), dtype::f32);
+    return ops::reduce_mean(correct, {}, false, {.name = name});
+  };
   s.loss = loss.name();
-  s.accuracy = accuracy.name();
+  s.accuracy = accuracy_of(s.model.logits, "accuracy").name();
+  s.eval_accuracy = s.model.eval_logits.ep() == s.model.logits.ep()
+                        ? s.accuracy
+                        : accuracy_of(s.model.eval_logits, "eval/accuracy").name();
 
   for (const output& p : s.model.params) s.params.emplace_back(p.name(), *p.type().shape);
   // Loss scaling (loss_scaler): the gradients of loss * scale, divided by the scale in the
@@ -428,6 +515,9 @@ void check_options(const dataset& train_set, const dataset& test_set, const trai
                                        train_set.size(), o.batch));
   }
   if (o.devices < 1) throw invalid_argument(fmt::format("devices {} must be >= 1", o.devices));
+  if (o.sync_batch_norm && !o.batch_norm) {
+    throw invalid_argument("sync_batch_norm synchronizes the model's batch norms: it needs batch_norm");
+  }
   if (o.resume && o.checkpoint_dir.empty()) {
     throw invalid_argument("resuming needs a checkpoint directory");
   }
@@ -534,6 +624,18 @@ void check_ranks_agree(distributed::communicator& c, const std::string& what,
   }
 }
 
+// Rank 0's values of the variables `names` on every rank, overwritten in place (a run that
+// reads them makes them first).
+void broadcast_variables(session& s, distributed::communicator& c,
+                         const std::vector<std::string>& names) {
+  (void)s.run({}, names);
+  for (const std::string& name : names) {
+    auto& v = s.variables().get(name);
+    const std::lock_guard lock(v.mutex);
+    c.broadcast(v.value, 0)->wait();
+  }
+}
+
 // Data parallelism's part of the run: the ranks, the batch each trains on, and the group
 // the collective ops use (the communicator, registered for them).
 data_parallel plan_data_parallel(const train_options& o) {
@@ -590,10 +692,12 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
         *o.communicator,
         fmt::format("model {}, optimizer {} ({}), lr {}, batch {}, epochs {} (steps {}, "
                     "evaluate {}, resume {}), seed {}, bucket_bytes {}, overlap {}, skip "
-                    "non-finite {}, {} training examples (hash {:x}/{:x}), {} test",
+                    "non-finite {}, sync batch norm {}, {} training examples (hash {:x}/{:x}), "
+                    "{} test",
                     sg.model.summary, o.optimizer, o.fused ? "fused" : "per-tensor", o.lr,
                     o.batch, o.epochs, o.max_steps_per_epoch, o.evaluate, o.resume, o.seed,
-                    o.bucket_bytes, o.overlap, o.skip_nonfinite_steps, train_set.size(),
+                    o.bucket_bytes, o.overlap, o.skip_nonfinite_steps, o.sync_batch_norm,
+                    train_set.size(),
                     std::hash<std::string_view>{}(bytes(train_set.features)),
                     std::hash<std::string_view>{}(bytes(train_set.labels)), test_set.size()),
         "options or data");
@@ -609,7 +713,10 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
   if (!sg.found_inf.empty()) fetches.push_back(sg.found_inf);
   std::vector<std::string> feed_names{"x", "labels"};
   if (!sg.loss_scale.empty()) feed_names.push_back(sg.loss_scale);
-  report.passes = s.explain_passes(feed_names, fetches, sg.update_targets);
+  report.passes = sg.conversion;
+  for (auto& r : s.explain_passes(feed_names, fetches, sg.update_targets)) {
+    report.passes.push_back(std::move(r));
+  }
 
   // Loss scaling: the scale is fed to every step (loss_scaler).
   std::optional<loss_scaler> scaler;
@@ -661,17 +768,15 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
                                     global_step),
                         "checkpoint to resume from (the directory must be visible to every rank)");
     }
-    // Rank 0's parameters on every rank: the variables, made by a run that reads them,
-    // are overwritten in place.
+    // Rank 0's parameters on every rank.
     std::vector<std::string> names;
     for (const auto& [name, dims] : sg.params) names.push_back(name);
-    (void)s.run({}, names);
-    for (const std::string& name : names) {
-      auto& v = s.variables().get(name);
-      const std::lock_guard lock(v.mutex);
-      o.communicator->broadcast(v.value, 0)->wait();
-    }
+    broadcast_variables(s, *o.communicator, names);
   }
+  // Plain batch norms under data parallelism: each rank's running statistics follow its own
+  // block of the batches; evaluation and checkpoints take rank 0's (as DDP's buffers).
+  const bool share_running =
+      dp.ranks > 1 && !sg.model.running.empty() && !(o.batch_norm && o.sync_batch_norm);
 
   tensor x = memory::host_tensor(dtype::f32, {dp.local_batch, train_set.num_features});
   tensor labels = memory::host_tensor(dtype::i32, {dp.local_batch});
@@ -793,6 +898,7 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
     er.samples_per_second = static_cast<double>(steps * o.batch) / er.seconds;
     report.train_seconds += er.seconds;
     er.test_accuracy = std::numeric_limits<double>::quiet_NaN();
+    if (share_running) broadcast_variables(s, *o.communicator, sg.model.running);
     if (o.evaluate && test_set.size() >= o.batch) {
       std::vector<std::int64_t> test_order(static_cast<std::size_t>(test_set.size()));
       std::iota(test_order.begin(), test_order.end(), 0);
@@ -800,8 +906,8 @@ train_report train(const dataset& train_set, const dataset& test_set, const trai
       const std::int64_t test_steps = test_set.size() / o.batch;
       for (std::int64_t t = 0; t < test_steps; ++t) {
         fill_batch(test_set, test_order, t * o.batch + block, dp.local_batch, x, labels);
-        correct +=
-            s.host_value(s.run({{"x", x}, {"labels", labels}}, {sg.accuracy})[0]).data<float>()[0];
+        correct += s.host_value(s.run({{"x", x}, {"labels", labels}}, {sg.eval_accuracy})[0])
+                       .data<float>()[0];
       }
       std::array<double, 1> accuracy{correct / static_cast<double>(test_steps)};
       average_over_ranks(dp, o, accuracy);

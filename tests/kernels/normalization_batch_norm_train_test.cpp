@@ -342,7 +342,7 @@ TEST(BatchNormTrainTest, MergedPartsEqualTheWholeBatch) {
                               {{"data_format", format}});
       ys.push_back(outs.at(0));
       saved.push_back({outs.at(1), outs.at(2)});
-      reduced.push_back(b.add("batch_norm_backward_reduce",
+      reduced.push_back(b.add("batch_norm_grad_reduce",
                               {dys[p], xs[p], sc, outs.at(1), outs.at(2)},
                               {{"data_format", format}})
                             .at(0));
@@ -351,7 +351,7 @@ TEST(BatchNormTrainTest, MergedPartsEqualTheWholeBatch) {
     for (std::size_t p = 1; p < parts.size(); ++p) sums = ops::add(sums, reduced[p]);
     std::vector<output> dxs;
     for (std::size_t p = 0; p < parts.size(); ++p) {
-      dxs.push_back(b.add1("batch_norm_backward_elemt",
+      dxs.push_back(b.add1("batch_norm_grad_elemt",
                            {dys[p], xs[p], sc, saved[p][0], saved[p][1], sums},
                            {{"data_format", format}}));
     }

@@ -197,6 +197,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--skip-nonfinite-steps", o.skip_nonfinite_steps,
                 "Skip (and count) steps whose loss or gradients are NaN or Inf instead of "
                 "stopping; needs the fused update");
+  cmd->add_flag("--batch-norm", o.batch_norm,
+                "Batch normalisation after each convolution (cnn) or hidden layer (mlp), in "
+                "place of its bias; evaluation uses the running statistics");
+  cmd->add_flag("--sync-bn", o.sync_batch_norm,
+                "Data-parallel training (under mpirun): the batch norms take their statistics "
+                "over the global batch (sync_batch_norm); needs --batch-norm")
+      ->needs("--batch-norm");
   cmd->add_option("--amp", f->amp,
                   "Automatic mixed precision: matrix products and convolutions in bf16 or fp16, "
                   "the rest and the master weights in fp32 (docs/training.md); fp16 scales the "
@@ -290,6 +297,14 @@ void add_train_command(CLI::App& app) {
           "{} optimizer ({}), batch {}, lr {}\n",
           all.size(), all.name, train_set.size(), test_set.size(), all.num_classes, opts.model,
           opts.optimizer, opts.fused ? "fused" : "per-tensor", opts.batch, opts.lr);
+      if (opts.batch_norm) {
+        const bool sync = opts.sync_batch_norm && opts.communicator != nullptr &&
+                          opts.communicator->size() > 1;
+        fmt::print("batch norm: after each {}, {}\n",
+                   opts.model == "cnn" ? "convolution" : "hidden layer",
+                   sync ? "statistics over the global batch (sync_batch_norm)"
+                        : "statistics over each rank's batch");
+      }
       if (opts.passes.amp.enabled()) {
         fmt::print("mixed precision: {} matrix products and convolutions, fp32 master weights{}\n",
                    to_string(opts.passes.amp.type),

@@ -28,10 +28,20 @@ namespace loom::train {
 
 struct train_options {
   /// "mlp" or "cnn" (conv 3×3 32, relu, max-pool, conv 3×3 64, relu, max-pool, fc; images
-  /// of 1×28×28 only).
+  /// of 1×28×28 only; with batch_norm a batch norm after each convolution).
   std::string model = "mlp";
   /// The MLP's hidden layer sizes.
   std::vector<std::int64_t> hidden = {512, 512};
+  /// Batch normalisation (batch_norm_train) after each convolution of the CNN, or each
+  /// hidden layer of the MLP, in place of its bias (docs/training.md, "Batch
+  /// normalisation"); evaluation uses the running statistics.
+  bool batch_norm = false;
+  /// With batch_norm and a communicator of several ranks: the batch norms take their
+  /// statistics over the global batch (sync_batch_norm, as PyTorch's SyncBatchNorm), every
+  /// rank's running statistics alike. Without it each rank normalises by its own block of
+  /// the batch, and evaluation and checkpoints use rank 0's running statistics (broadcast
+  /// before each evaluation, as DDP broadcasts buffers).
+  bool sync_batch_norm = false;
   int epochs = 3;
   /// The batch of one step. With data parallelism, the global batch: each of the N ranks
   /// trains on batch / N examples of it (N must divide it).

@@ -1,7 +1,7 @@
 // The CPU kernels of batch normalisation in training (ops in
 // src/graph/ops/normalization_train_ops.cpp): batch_norm_train and batch_norm_train_grad, one
 // node each way, and the pieces of sync_batch_norm (batch_norm_stats, sync_batch_norm,
-// batch_norm_backward_reduce, batch_norm_backward_elemt). Note [batch norm training kernels].
+// batch_norm_grad_reduce, batch_norm_grad_elemt). Note [batch norm training kernels].
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -939,8 +939,8 @@ class stats_kernel final : public op_kernel {
 };
 
 // The backward ops, all reading (dy, x, scale, mean, invstd): batch_norm_train_grad (dx,
-// dscale, dbias), batch_norm_backward_reduce (the packed sums, dscale, dbias) and
-// batch_norm_backward_elemt (dx from the packed sums of every rank, input 5).
+// dscale, dbias), batch_norm_grad_reduce (the packed sums, dscale, dbias) and
+// batch_norm_grad_elemt (dx from the packed sums of every rank, input 5).
 class backward_kernel final : public op_kernel {
  public:
   enum class part : std::uint8_t { whole, reduce, elemt };
@@ -948,8 +948,8 @@ class backward_kernel final : public op_kernel {
   explicit backward_kernel(const kernel_construction& c)
       : op_kernel(c),
         format_(c.attr<std::string>("data_format")),
-        part_(c.node().op() == "batch_norm_backward_reduce"  ? part::reduce
-              : c.node().op() == "batch_norm_backward_elemt" ? part::elemt
+        part_(c.node().op() == "batch_norm_grad_reduce"  ? part::reduce
+              : c.node().op() == "batch_norm_grad_elemt" ? part::elemt
                                                              : part::whole) {}
 
   void compute(kernel_context& ctx) override {
@@ -1056,8 +1056,8 @@ void register_batch_norm_train_kernels(kernel_registry& r) {
   r.add(make_kernel_def<forward_kernel>("sync_batch_norm", cpu));
   r.add(make_kernel_def<stats_kernel>("batch_norm_stats", cpu));
   r.add(make_kernel_def<backward_kernel>("batch_norm_train_grad", cpu));
-  r.add(make_kernel_def<backward_kernel>("batch_norm_backward_reduce", cpu));
-  r.add(make_kernel_def<backward_kernel>("batch_norm_backward_elemt", cpu));
+  r.add(make_kernel_def<backward_kernel>("batch_norm_grad_reduce", cpu));
+  r.add(make_kernel_def<backward_kernel>("batch_norm_grad_elemt", cpu));
 }
 
 }  // namespace loom::cpu

@@ -89,11 +89,11 @@ grads sync_batch_norm_grad(const gradient_context& c) {
   const attr_map format{{"data_format", c.attr<std::string>("data_format")}};
   const std::vector<output> per_channel{c.grad(0), c.input(0), c.input(1), c.output_of(1),
                                         c.output_of(2)};
-  auto local = c.builder().add("batch_norm_backward_reduce", per_channel, format);
+  auto local = c.builder().add("batch_norm_grad_reduce", per_channel, format);
   const output total = ops::all_reduce(local.at(0), "sum", c.attr<std::string>("group"));
   std::vector<output> elemt = per_channel;
   elemt.push_back(total);
-  const output dx = c.builder().add1("batch_norm_backward_elemt", elemt, format);
+  const output dx = c.builder().add1("batch_norm_grad_elemt", elemt, format);
   return {dx, local.at(1), local.at(2), std::nullopt, std::nullopt, std::nullopt};
 }
 
@@ -103,6 +103,9 @@ void register_normalization_gradients(gradient_registry& r) {
   r.add("batch_norm", batch_norm_grad);
   r.add("batch_norm_train", batch_norm_train_grad);
   r.add("sync_batch_norm", sync_batch_norm_grad);
+  // sync_batch_norm's gradient differentiates through the merged statistics itself: nothing
+  // flows back through the statistics it gathers.
+  r.add_none("batch_norm_stats");
   r.add("layer_norm", layer_norm_grad);
 }
 

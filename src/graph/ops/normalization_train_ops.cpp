@@ -1,7 +1,7 @@
 // Batch normalisation in training, and synchronized across the ranks of a communicator: the
 // ops batch_norm_train and batch_norm_train_grad (one node each way), and the pieces that
 // sync_batch_norm is made of (batch_norm_stats, all_gather, sync_batch_norm;
-// batch_norm_backward_reduce, all_reduce, batch_norm_backward_elemt): definitions, inference
+// batch_norm_grad_reduce, all_reduce, batch_norm_grad_elemt): definitions, inference
 // (rules in loom/graph/ops/normalization_rules.hpp) and builders (loom/graph/ops/normalization.hpp).
 //
 // Note [batch norm dtypes]
@@ -91,7 +91,7 @@ void infer_train(inference_context& c, bool sync) {
   set_per_channel(c, 2, s, g);
 }
 
-// batch_norm_train_grad, batch_norm_backward_reduce and batch_norm_backward_elemt read
+// batch_norm_train_grad, batch_norm_grad_reduce and batch_norm_grad_elemt read
 // (dy, x, scale, mean, invstd, ...): checks dy against x and the vectors against x's channels.
 std::optional<rules::batch_norm_geometry> infer_grad_inputs(inference_context& c) {
   check_types(c, true);
@@ -194,7 +194,7 @@ void register_batch_norm_train_ops(op_registry& r) {
   }
   {
     op_def d;
-    d.name = "batch_norm_backward_reduce";
+    d.name = "batch_norm_grad_reduce";
     d.summary =
         "this rank's packed gradient sums [2C + 1] (sum dy, sum dy (x - mean), count), and "
         "its dscale and dbias";
@@ -212,7 +212,7 @@ void register_batch_norm_train_ops(op_registry& r) {
   }
   {
     op_def d;
-    d.name = "batch_norm_backward_elemt";
+    d.name = "batch_norm_grad_elemt";
     d.summary = "dx of a batch normalisation from the packed gradient sums of every rank";
     d.inputs = {typed("dy"),        typed("x"),          typed("scale", "U"),
                 typed("mean", "S"), typed("invstd", "S"), typed("sums", "S")};

@@ -86,7 +86,7 @@ batch_norm_geometry batch_norm_geometry_of(
 //    deviations from the rank's mean; all_gather stacks the ranks' rows into [R, 2C + 1],
 //    which every rank merges in rank order (Chan et al.'s parallel update), so the ranks
 //    agree bit for bit and unequal (even empty) batches are exact;
-//  - backward, batch_norm_backward_reduce: [2C + 1] = (Σ dy[C], Σ dy (x - mean)[C], count),
+//  - backward, batch_norm_grad_reduce: [2C + 1] = (Σ dy[C], Σ dy (x - mean)[C], count),
 //    summed over the ranks by all_reduce.
 
 /// The width of a packed statistics row for `channels` channels: 2C + 1 (-1 when unknown).
