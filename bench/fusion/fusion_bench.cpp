@@ -114,6 +114,7 @@ fusion_bench_result run_fusion_bench(const fusion_bench_options& o) {
   if (o.run_chain) r.chain = run_chain(eff);
   if (o.run_mlp) r.mlp = run_mlp(eff);
   if (o.run_layer_norm) r.layer_norm = run_layer_norm_bench(o.threads, r.repetitions, o.quick);
+  if (o.run_batch_norm) r.batch_norm = run_batch_norm_bench(o.threads, r.repetitions, o.quick);
   return r;
 }
 
@@ -144,6 +145,7 @@ nlohmann::json to_json(const fusion_bench_result& r) {
         {"rewrites", r.mlp->rewrites}};
   }
   if (r.layer_norm) j["layer_norm"] = to_json(*r.layer_norm);
+  if (r.batch_norm) j["batch_norm"] = to_json(*r.batch_norm);
   return j;
 }
 
@@ -173,6 +175,7 @@ std::string to_text(const fusion_bench_result& r) {
         r.mlp->on_samples_per_second / r.mlp->off_samples_per_second);
   }
   if (r.layer_norm) out += to_text(*r.layer_norm);
+  if (r.batch_norm) out += to_text(*r.batch_norm);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "fusion/batch_norm_bench.hpp"
 #include "fusion/layer_norm_bench.hpp"
 
 namespace loom::bench {
@@ -25,6 +26,7 @@ struct fusion_bench_options {
   bool run_chain = true;
   bool run_mlp = true;
   bool run_layer_norm = true;
+  bool run_batch_norm = true;
 };
 
 struct chain_bench_result {
@@ -49,6 +51,7 @@ struct fusion_bench_result {
   std::optional<chain_bench_result> chain;
   std::optional<mlp_passes_result> mlp;
   std::optional<layer_norm_bench_result> layer_norm;
+  std::optional<batch_norm_bench_result> batch_norm;
 };
 
 fusion_bench_result run_fusion_bench(const fusion_bench_options& o);

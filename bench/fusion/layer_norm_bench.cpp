@@ -1,7 +1,6 @@
 #include "fusion/layer_norm_bench.hpp"
 
 #include <fmt/format.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "bench_stats.hpp"
+#include "fusion/python_peer.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -18,8 +18,6 @@
 
 namespace loom::bench {
 namespace {
-
-constexpr const char* python = "/usr/bin/python3";
 
 tensor random_f32(const shape& s, std::uint32_t seed, float lo, float hi) {
   tensor t = memory::host_tensor(dtype::f32, s);
@@ -65,78 +63,21 @@ timings measure(graph g, const std::vector<feed>& feeds, const std::vector<std::
   return {median(std::move(t)) * 1e3, median(std::move(k1)), median(std::move(k2))};
 }
 
-// Where python/bench/layer_norm_torch.py is: beside this file's bench/ directory.
-std::filesystem::path peer_script() {
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "python" /
-         "bench" / "layer_norm_torch.py";
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (const char c : s) {
-    if (c == '\'') {
-      q += "'\\''";
-    } else {
-      q += c;
-    }
-  }
-  return q + "'";
-}
-
 // Runs the PyTorch peer and fills the torch_* fields of r, or says why it could not.
 void measure_peer(layer_norm_bench_result& r) {
-  const auto script = peer_script();
-  if (!std::filesystem::exists(python)) {
-    r.peer_unavailable_reason = fmt::format("{} not found", python);
-    return;
-  }
-  if (!std::filesystem::exists(script)) {
-    r.peer_unavailable_reason = fmt::format("{} not found", script.string());
-    return;
-  }
-  const std::string command =
-      fmt::format("{} {} --threads {} --repetitions {} --rows {} --cols {} --json 2>&1", python,
-                  shell_quote(script.string()), r.threads, r.repetitions, r.rows, r.cols);
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    r.peer_unavailable_reason = fmt::format("could not start: {}", command);
-    return;
-  }
-  std::string out;
-  std::array<char, 4096> buf{};
-  std::size_t got = 0;
-  while ((got = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), got);
-  const int status = ::pclose(pipe);
-  // The last line that parses as a JSON object is the script's answer.
-  nlohmann::json answer;
-  std::size_t end = out.size();
-  while (end > 0) {
-    const std::size_t begin = out.rfind('\n', end - 1);
-    const std::size_t from = begin == std::string::npos ? 0 : begin + 1;
-    const std::string line = out.substr(from, end - from);
-    if (!line.empty() && line.front() == '{') {
-      answer = nlohmann::json::parse(line, nullptr, false);
-      if (!answer.is_discarded()) break;
-    }
-    if (begin == std::string::npos) break;
-    end = begin;
-  }
-  if (answer.is_object() && answer.contains("error")) {
-    r.peer_unavailable_reason = answer["error"].get<std::string>();
-    return;
-  }
-  if (!answer.is_object() || !answer.contains("forward_ms") ||
-      !answer.contains("forward_backward_ms")) {
-    const std::string tail = out.size() > 400 ? out.substr(out.size() - 400) : out;
-    r.peer_unavailable_reason =
-        fmt::format("{} exited with status {} and no result: {}", script.filename().string(),
-                    WIFEXITED(status) ? WEXITSTATUS(status) : -1, tail);
+  const peer_answer a = run_python_peer(
+      "layer_norm_torch.py",
+      {"--threads", std::to_string(r.threads), "--repetitions", std::to_string(r.repetitions),
+       "--rows", std::to_string(r.rows), "--cols", std::to_string(r.cols)},
+      {"forward_ms", "forward_backward_ms"});
+  if (!a.available()) {
+    r.peer_unavailable_reason = a.unavailable_reason;
     return;
   }
   r.peer_available = true;
-  r.torch_version = answer.value("torch_version", std::string("?"));
-  r.torch_forward_ms = answer["forward_ms"].get<double>();
-  r.torch_forward_backward_ms = answer["forward_backward_ms"].get<double>();
+  r.torch_version = a.json.value("torch_version", std::string("?"));
+  r.torch_forward_ms = a.json["forward_ms"].get<double>();
+  r.torch_forward_backward_ms = a.json["forward_backward_ms"].get<double>();
 }
 
 }  // namespace

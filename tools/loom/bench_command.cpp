@@ -144,13 +144,14 @@ void add_bench_command(CLI::App& app) {
   fusion->add_option("--threads", fflags->options.threads, "Threads of the CPU device")
       ->check(CLI::Range(1, 1024));
   fusion->add_option("--only", fflags->only, "Run one part")
-      ->check(CLI::IsMember({"chain", "mlp", "layer_norm"}));
+      ->check(CLI::IsMember({"chain", "mlp", "layer_norm", "batch_norm"}));
   fusion->callback(guarded("bench fusion", [fflags] {
     bench::fusion_bench_options o = fflags->options;
     if (!fflags->only.empty()) {
       o.run_chain = fflags->only == "chain";
       o.run_mlp = fflags->only == "mlp";
       o.run_layer_norm = fflags->only == "layer_norm";
+      o.run_batch_norm = fflags->only == "batch_norm";
     }
     const auto r = bench::run_fusion_bench(o);
     fmt::print("{}", fflags->json ? bench::to_json(r).dump(2) + "\n" : bench::to_text(r));

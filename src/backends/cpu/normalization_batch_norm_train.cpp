@@ -38,14 +38,15 @@ constexpr device_type cpu = device_type::cpu;
 //    m2) are merged in double by Chan et al.'s parallel update, in row order;
 //  - rows (inner == 1: NHWC, and rank 2): x is [rows, C] with C contiguous; blocks of rows
 //    (their size a function of the shape only, never of the thread count) get per-channel
-//    (mean, m2) in vector lanes across the channels, the same two passes over a block that
-//    stays in L1/L2, and the blocks are merged in block order. The normalising (dx) pass is
-//    a second pass over the rows.
+//    (mean, m2) in one pass, in vector lanes across the channels (tiles of channels kept
+//    in registers), and the blocks are merged in block order. The normalising (dx) pass is
+//    a second pass over the blocks.
 // No E[x²] - E[x]² anywhere: a channel of mean 1e4 and unit spread keeps its variance to
 // float32 rounding (tested against float64). The mean enters the normalising pass as
-// cm + delta, cm the mean rounded to the compute type and delta the rest: x - cm is exact
-// for x near the mean, so y keeps its accuracy too (as layer_norm's rows do). The results do
-// not depend on the thread count. 16-bit rows are widened to float in a scratch row first.
+// cm + delta, cm the mean rounded to the compute type and delta the rest, folded into the
+// shift: y = (x - cm) a + (bias - delta a), and x - cm is exact for x near the mean, so y
+// keeps its accuracy too (as layer_norm's rows do). The results do not depend on the thread
+// count. 16-bit values are widened to float as they are loaded.
 // Every loop is compiled for the baseline ISA, AVX2 and AVX-512 (Note [fused instruction
 // sets] in fused_elementwise.cpp), chosen per call.
 
@@ -71,14 +72,16 @@ struct moments {
   }
 };
 
-// Per-channel values the passes read, in the compute type C.
+// Per-channel values the passes read, in the compute type C. The mean enters as cm + delta
+// (Note [batch norm training kernels]); the passes subtract cm only, and delta's share is
+// folded into b (and, for the sums, corrected in double).
 template <class C>
 struct channel_coeffs {
-  std::vector<C> cm;     // the mean rounded to C
-  std::vector<C> delta;  // mean - cm, rounded to C
-  std::vector<C> a;      // forward: scale·invstd; backward: scale·invstd
-  std::vector<C> b;      // forward: bias; backward: -a · mean(dy)
-  std::vector<C> q;      // backward: -a · invstd² · mean(dy (x - mean))
+  std::vector<C> cm;          // the mean rounded to C
+  std::vector<double> delta;  // mean - cm
+  std::vector<C> a;           // scale · invstd
+  std::vector<C> b;           // forward: bias - delta · a; backward: -a · mean(dy) - delta · q
+  std::vector<C> q;           // backward: -a · invstd² · mean(dy (x - mean))
   explicit channel_coeffs(std::int64_t channels)
       : cm(static_cast<std::size_t>(channels)),
         delta(cm.size()),
@@ -88,7 +91,7 @@ struct channel_coeffs {
   void set_mean(std::int64_t c, double mean) {
     const auto i = static_cast<std::size_t>(c);
     cm[i] = static_cast<C>(mean);
-    delta[i] = static_cast<C>(mean - static_cast<double>(cm[i]));
+    delta[i] = mean - static_cast<double>(cm[i]);
   }
 };
 
@@ -106,7 +109,45 @@ struct pass_args {
   double* s1 = nullptr;
   double* s2 = nullptr;
   std::int64_t block_rows = 0;
+  bool stream = false;  // out with streaming stores (Note [batch norm streaming stores])
 };
+
+// Note [batch norm streaming stores]
+// y (dx) is written with non-temporal stores when it is at least stream_min_bytes, not in
+// x's (dy's) buffer, float32 or float64, and made of whole cache lines: every row (a
+// channel plane's row, or a row of channels) starts 64-byte aligned and fills whole lines,
+// as layer_norm's rows do (Note [layer_norm streaming stores] in normalization_kernels.cpp):
+// a plain store first reads each line for ownership, which streaming skips; rows that share
+// lines would leave partial lines to the write-combining buffers, which costs far more
+// (a [64, 256, 14, 14] forward went from 1.3 to 2.6 ms with 784-byte rows streamed).
+constexpr std::int64_t stream_min_bytes = std::int64_t{8} << 20;
+
+// Whether `out` (of `bytes`, rows of `row_bytes`, `in` the input it may have taken the
+// buffer of) should be written with streaming stores.
+template <class T>
+bool should_stream(const T* out, const T* in, std::int64_t bytes, std::int64_t row_bytes) {
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return out != in && bytes >= stream_min_bytes && row_bytes % 64 == 0 &&
+           reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
+  }
+#endif
+  (void)out;
+  (void)in;
+  (void)bytes;
+  (void)row_bytes;
+  return false;
+}
+
+// v at p: streamed (p 16-byte aligned) or stored.
+template <class C, int L>
+[[gnu::always_inline]] inline void put(C* p, const vec<C, L>& v, bool stream) noexcept {
+  if (stream) {
+    vstream<C, L>(p, v);
+  } else {
+    vstore<C, L>(p, v);
+  }
+}
 
 // ---- row loops (L lanes of C) --------------------------------------------------------------
 
@@ -172,21 +213,19 @@ template <class C, int L>
   }
 }
 
-// out = ((v - cm) - delta) · a + b over [0, n).
+// out = (v - cm) · a + b over [0, n).
 template <class C, int L>
-[[gnu::always_inline]] inline void affine_centred(const C* v, C* out, std::int64_t n, C cm, C delta,
-                                                  C a, C b) noexcept {
+[[gnu::always_inline]] inline void affine_centred(const C* v, C* out, std::int64_t n, C cm, C a,
+                                                  C b, bool stream) noexcept {
   std::int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    vstore<C, L>(out + i, ((vload<C, L>(v + i) - cm) - delta) * a + b);
-  }
-  for (; i < n; ++i) out[i] = ((v[i] - cm) - delta) * a + b;
+  for (; i + L <= n; i += L) put<C, L>(out + i, (vload<C, L>(v + i) - cm) * a + b, stream);
+  for (; i < n; ++i) out[i] = (v[i] - cm) * a + b;
 }
 
-// Σ dy and Σ dy ((x - cm) - delta) over [0, n), carried in double every `chunk` values.
+// Σ dy and Σ dy (x - cm) over [0, n), carried in double every `chunk` values.
 template <class C, int L>
 [[gnu::always_inline]] inline void grad_sums(const C* dy, const C* x, std::int64_t n, C cm,
-                                             C delta, double& sdy, double& sdyx) noexcept {
+                                             double& sdy, double& sdyx) noexcept {
   using V = vec<C, L>;
   sdy = 0;
   sdyx = 0;
@@ -199,35 +238,34 @@ template <class C, int L>
       const V g1 = vload<C, L>(dy + i + L);
       a0 += g0;
       a1 += g1;
-      b0 += g0 * ((vload<C, L>(x + i) - cm) - delta);
-      b1 += g1 * ((vload<C, L>(x + i + L) - cm) - delta);
+      b0 += g0 * (vload<C, L>(x + i) - cm);
+      b1 += g1 * (vload<C, L>(x + i + L) - cm);
     }
     for (; i + L <= e; i += L) {
       const V g = vload<C, L>(dy + i);
       a0 += g;
-      b0 += g * ((vload<C, L>(x + i) - cm) - delta);
+      b0 += g * (vload<C, L>(x + i) - cm);
     }
     C t1 = hsum<C, L>(a0 + a1);
     C t2 = hsum<C, L>(b0 + b1);
     for (; i < e; ++i) {
       t1 += dy[i];
-      t2 += dy[i] * ((x[i] - cm) - delta);
+      t2 += dy[i] * (x[i] - cm);
     }
     sdy += static_cast<double>(t1);
     sdyx += static_cast<double>(t2);
   }
 }
 
-// dx = dy · a + ((x - cm) - delta) · q + b over [0, n).
+// dx = dy · a + (x - cm) · q + b over [0, n).
 template <class C, int L>
 [[gnu::always_inline]] inline void grad_apply(const C* dy, const C* x, C* dx, std::int64_t n, C cm,
-                                              C delta, C a, C q, C b) noexcept {
+                                              C a, C q, C b, bool stream) noexcept {
   std::int64_t i = 0;
   for (; i + L <= n; i += L) {
-    vstore<C, L>(dx + i, vload<C, L>(dy + i) * a +
-                             ((vload<C, L>(x + i) - cm) - delta) * q + b);
+    put<C, L>(dx + i, vload<C, L>(dy + i) * a + (vload<C, L>(x + i) - cm) * q + b, stream);
   }
-  for (; i < n; ++i) dx[i] = dy[i] * a + ((x[i] - cm) - delta) * q + b;
+  for (; i < n; ++i) dx[i] = dy[i] * a + (x[i] - cm) * q + b;
 }
 
 // ---- widening of 16-bit rows -----------------------------------------------------------------
@@ -302,8 +340,8 @@ template <class T, int L>
   for (std::int64_t o = 0; o < p.g.outer; ++o) {
     const std::int64_t at = (o * p.g.channels + c) * inner;
     C* dst = out_c(p.out + at, scratch + inner);
-    affine_centred<C, L>(as_c(p.x + at, inner, scratch), dst, inner, k.cm[i], k.delta[i], k.a[i],
-                         k.b[i]);
+    affine_centred<C, L>(as_c(p.x + at, inner, scratch), dst, inner, k.cm[i], k.a[i], k.b[i],
+                         p.stream);
     narrow<T>(dst, p.out + at, inner);
   }
 }
@@ -322,10 +360,11 @@ template <class T, int L>
     double a = 0;
     double b = 0;
     grad_sums<C, L>(as_c(p.dy + at, inner, scratch), as_c(p.x + at, inner, scratch + inner),
-                    inner, p.k->cm[i], p.k->delta[i], a, b);
+                    inner, p.k->cm[i], a, b);
     sdy += a;
     sdyx += b;
   }
+  sdyx -= p.k->delta[i] * sdy;  // Σ dy (x - mean) = Σ dy (x - cm) - delta Σ dy
 }
 
 template <class T, int L>
@@ -339,177 +378,261 @@ template <class T, int L>
     const std::int64_t at = (o * p.g.channels + c) * inner;
     C* dst = out_c(p.out + at, scratch + 2 * inner);
     grad_apply<C, L>(as_c(p.dy + at, inner, scratch), as_c(p.x + at, inner, scratch + inner), dst,
-                     inner, k.cm[i], k.delta[i], k.a[i], k.q[i], k.b[i]);
+                     inner, k.cm[i], k.a[i], k.q[i], k.b[i], p.stream);
     narrow<T>(dst, p.out + at, inner);
   }
 }
 
 // ---- rows (inner == 1) -----------------------------------------------------------------------
+//
+// x is [rows, C]. A block of rows is worked in tiles of W = K·L channels: for each tile, the
+// rows of the block one after another, with the tile's per-channel values (accumulators or
+// coefficients) in registers, so that each element costs one load (and one store); the
+// block (about 32 KiB) stays in L1/L2 while its tiles pass over it. Channels past the last
+// whole tile go one at a time.
 
-// Rows a per-channel lane sum takes before it is carried in double.
+constexpr int tile_vectors = 2;  // K
+
+// Rows a per-channel sum takes before it is carried in double.
 constexpr std::int64_t flush_rows = 32;
 
-// A task's accumulators for the blocks of the rows layout (made once per task).
+// K vectors of C from W values of T at p.
+template <class T, int L, int K>
+[[gnu::always_inline]] inline void load_tile(const T* p, vec<compute_t<T>, L> (&v)[K]) noexcept {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, C>) {
+    for (int k = 0; k < K; ++k) v[k] = vload<C, L>(p + k * L);
+  } else {
+    C t[K * L];
+    for (int i = 0; i < K * L; ++i) t[i] = load(p[i]);
+    for (int k = 0; k < K; ++k) v[k] = vload<C, L>(t + k * L);
+  }
+}
+
+template <class T, int L, int K>
+[[gnu::always_inline]] inline void store_tile(T* p, const vec<compute_t<T>, L> (&v)[K],
+                                              bool stream) noexcept {
+  using C = compute_t<T>;
+  if constexpr (std::is_same_v<T, C>) {
+    for (int k = 0; k < K; ++k) put<C, L>(p + k * L, v[k], stream);
+  } else {
+    (void)stream;
+    C t[K * L];
+    for (int k = 0; k < K; ++k) vstore<C, L>(t + k * L, v[k]);
+    for (int i = 0; i < K * L; ++i) p[i] = store<T>(t[i]);
+  }
+}
+
+// Adds v's lanes to acc[0, W) and clears v.
+template <class C, int L, int K>
+[[gnu::always_inline]] inline void carry(double* acc, vec<C, L> (&v)[K]) noexcept {
+  for (int k = 0; k < K; ++k) {
+    C t[L];
+    std::memcpy(t, &v[k], sizeof t);
+    for (int l = 0; l < L; ++l) acc[k * L + l] += static_cast<double>(t[l]);
+    v[k] = vec<C, L>{};
+  }
+}
+
+// The rows of block b.
 template <class T>
-struct block_work {
-  std::vector<compute_t<T>> part;   // [2, C]: lane sums
-  std::vector<double> total;        // [2, C]: carried sums
-  std::vector<compute_t<T>> cmean;  // [C]
-  explicit block_work(std::int64_t channels)
-      : part(static_cast<std::size_t>(2 * channels)),
-        total(part.size()),
-        cmean(static_cast<std::size_t>(channels)) {}
-};
-
-// acc[0, n) += part[0, n) (double += C), and part cleared.
-template <class C>
-[[gnu::always_inline]] inline void flush(double* acc, C* part, std::int64_t n) noexcept {
-  for (std::int64_t c = 0; c < n; ++c) {
-    acc[c] += static_cast<double>(part[c]);
-    part[c] = C(0);
-  }
-}
-
-// Block b's per-channel mean and m2 into s1/s2 [b, C].
-template <class T, int L>
-[[gnu::always_inline]] inline void block_moments(const pass_args<T>& p, std::int64_t b,
-                                                 compute_t<T>* scratch, block_work<T>& w) {
-  using C = compute_t<T>;
-  using V = vec<C, L>;
-  const std::int64_t ch = p.g.channels;
+std::pair<std::int64_t, std::int64_t> block_range(const pass_args<T>& p, std::int64_t b) {
   const std::int64_t r0 = b * p.block_rows;
-  const std::int64_t r1 = std::min(p.g.outer, r0 + p.block_rows);
-  const auto n = static_cast<double>(r1 - r0);
-  // Per channel: Σ x over the block, then the mean, then Σ (x - mean) and Σ (x - mean)²
-  // (the first corrects the mean's rounding); lanes across the channels, carried in double
-  // every flush_rows rows.
-  C* s = w.part.data();
-  C* q = s + ch;
-  double* total = w.total.data();
-  C* cmean = w.cmean.data();
-  std::fill(s, s + 2 * ch, C(0));
-  std::fill(total, total + 2 * ch, 0.0);
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const C* row = as_c(p.x + r * ch, ch, scratch);
-    std::int64_t c = 0;
-    for (; c + L <= ch; c += L) vstore<C, L>(s + c, vload<C, L>(s + c) + vload<C, L>(row + c));
-    for (; c < ch; ++c) s[c] += row[c];
-    if ((r - r0) % flush_rows == flush_rows - 1 || r + 1 == r1) flush(total, s, ch);
-  }
-  for (std::int64_t c = 0; c < ch; ++c) cmean[c] = static_cast<C>(total[c] / n);
-  std::fill(total, total + 2 * ch, 0.0);
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const C* row = as_c(p.x + r * ch, ch, scratch);
-    std::int64_t c = 0;
-    for (; c + L <= ch; c += L) {
-      const V u = vload<C, L>(row + c) - vload<C, L>(cmean + c);
-      vstore<C, L>(s + c, vload<C, L>(s + c) + u);
-      vstore<C, L>(q + c, vload<C, L>(q + c) + u * u);
+  return {r0, std::min(p.g.outer, r0 + p.block_rows)};
+}
+
+// Block b's per-channel mean and m2 into s1/s2 [b, C]: one pass, deviations from a shift
+// (the block's first row, a value of each channel: nothing cancels unless a channel's spread
+// is far below its distance from that value), m2 corrected for the shift's distance from the
+// mean (Σd² - (Σd)²/n).
+template <class T, int L>
+[[gnu::always_inline]] inline void block_moments(const pass_args<T>& p, std::int64_t b) {
+  using C = compute_t<T>;
+  using V = vec<C, L>;
+  constexpr int K = tile_vectors;
+  constexpr int W = K * L;
+  const std::int64_t ch = p.g.channels;
+  const auto [r0, r1] = block_range(p, b);
+  const double inv_n = 1.0 / static_cast<double>(r1 - r0);
+  const auto finish = [&](std::int64_t c, C shift, double d1, double d2) {
+    p.s1[b * ch + c] = static_cast<double>(shift) + d1 * inv_n;
+    p.s2[b * ch + c] = std::max(0.0, d2 - d1 * d1 * inv_n);
+  };
+  std::int64_t c0 = 0;
+  for (; c0 + W <= ch; c0 += W) {
+    V shift[K];
+    load_tile<T, L, K>(p.x + r0 * ch + c0, shift);
+    V s[K] = {};
+    V q[K] = {};
+    double ts[W] = {};
+    double tq[W] = {};
+    for (std::int64_t r = r0; r < r1; ++r) {
+      V v[K];
+      load_tile<T, L, K>(p.x + r * ch + c0, v);
+      for (int k = 0; k < K; ++k) {
+        const V u = v[k] - shift[k];
+        s[k] += u;
+        q[k] += u * u;
+      }
+      if ((r - r0) % flush_rows == flush_rows - 1) {
+        carry<C, L, K>(ts, s);
+        carry<C, L, K>(tq, q);
+      }
     }
-    for (; c < ch; ++c) {
-      const C u = row[c] - cmean[c];
-      s[c] += u;
-      q[c] += u * u;
-    }
-    if ((r - r0) % flush_rows == flush_rows - 1 || r + 1 == r1) flush(total, s, 2 * ch);
+    carry<C, L, K>(ts, s);
+    carry<C, L, K>(tq, q);
+    C sh[W];
+    for (int k = 0; k < K; ++k) vstore<C, L>(sh + k * L, shift[k]);
+    for (int i = 0; i < W; ++i) finish(c0 + i, sh[i], ts[i], tq[i]);
   }
-  for (std::int64_t c = 0; c < ch; ++c) {
-    const double d1 = total[c];
-    const double d2 = total[ch + c];
-    p.s1[b * ch + c] = static_cast<double>(cmean[c]) + d1 / n;
-    p.s2[b * ch + c] = std::max(0.0, d2 - d1 * d1 / n);
+  for (; c0 < ch; ++c0) {
+    const C shift = load(p.x[r0 * ch + c0]);
+    C s = 0;
+    C q = 0;
+    double ts = 0;
+    double tq = 0;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const C u = load(p.x[r * ch + c0]) - shift;
+      s += u;
+      q += u * u;
+      if ((r - r0) % flush_rows == flush_rows - 1) {
+        ts += static_cast<double>(s);
+        tq += static_cast<double>(q);
+        s = q = 0;
+      }
+    }
+    finish(c0, shift, ts + static_cast<double>(s), tq + static_cast<double>(q));
   }
 }
 
-// Rows [r0, r1): out = ((x - cm) - delta) · a + b per channel.
+// Block b: out = (x - cm) · a + b per channel.
 template <class T, int L>
-[[gnu::always_inline]] inline void rows_normalize(const pass_args<T>& p, std::int64_t r0,
-                                                  std::int64_t r1, compute_t<T>* scratch) {
+[[gnu::always_inline]] inline void block_normalize(const pass_args<T>& p, std::int64_t b) {
   using C = compute_t<T>;
   using V = vec<C, L>;
+  constexpr int K = tile_vectors;
+  constexpr int W = K * L;
   const std::int64_t ch = p.g.channels;
+  const auto [r0, r1] = block_range(p, b);
   const channel_coeffs<C>& k = *p.k;
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const C* row = as_c(p.x + r * ch, ch, scratch);
-    C* dst = out_c(p.out + r * ch, scratch + ch);
-    std::int64_t c = 0;
-    for (; c + L <= ch; c += L) {
-      const V u = (vload<C, L>(row + c) - vload<C, L>(k.cm.data() + c)) -
-                  vload<C, L>(k.delta.data() + c);
-      vstore<C, L>(dst + c, u * vload<C, L>(k.a.data() + c) + vload<C, L>(k.b.data() + c));
+  std::int64_t c0 = 0;
+  for (; c0 + W <= ch; c0 += W) {
+    V cm[K], a[K], bb[K];
+    for (int j = 0; j < K; ++j) {
+      cm[j] = vload<C, L>(k.cm.data() + c0 + j * L);
+      a[j] = vload<C, L>(k.a.data() + c0 + j * L);
+      bb[j] = vload<C, L>(k.b.data() + c0 + j * L);
     }
-    for (; c < ch; ++c) {
-      const auto i = static_cast<std::size_t>(c);
-      dst[c] = ((row[c] - k.cm[i]) - k.delta[i]) * k.a[i] + k.b[i];
+    for (std::int64_t r = r0; r < r1; ++r) {
+      V v[K];
+      load_tile<T, L, K>(p.x + r * ch + c0, v);
+      for (int j = 0; j < K; ++j) v[j] = (v[j] - cm[j]) * a[j] + bb[j];
+      store_tile<T, L, K>(p.out + r * ch + c0, v, p.stream);
     }
-    narrow<T>(dst, p.out + r * ch, ch);
+  }
+  for (; c0 < ch; ++c0) {
+    const auto i = static_cast<std::size_t>(c0);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      p.out[r * ch + c0] = store<T>((load(p.x[r * ch + c0]) - k.cm[i]) * k.a[i] + k.b[i]);
+    }
   }
 }
 
-// Block b's per-channel Σ dy and Σ dy (x - mean) into s1/s2 [b, C], carried in double every
-// flush_rows rows.
+// Block b's per-channel Σ dy and Σ dy (x - mean) into s1/s2 [b, C].
 template <class T, int L>
-[[gnu::always_inline]] inline void block_grad_sums(const pass_args<T>& p, std::int64_t b,
-                                                   compute_t<T>* scratch, block_work<T>& w) {
+[[gnu::always_inline]] inline void block_grad_sums(const pass_args<T>& p, std::int64_t b) {
   using C = compute_t<T>;
   using V = vec<C, L>;
+  constexpr int K = tile_vectors;
+  constexpr int W = K * L;
   const std::int64_t ch = p.g.channels;
-  const std::int64_t r0 = b * p.block_rows;
-  const std::int64_t r1 = std::min(p.g.outer, r0 + p.block_rows);
+  const auto [r0, r1] = block_range(p, b);
   const channel_coeffs<C>& k = *p.k;
-  C* s = w.part.data();
-  C* q = s + ch;
-  double* total = w.total.data();
-  std::fill(s, s + 2 * ch, C(0));
-  std::fill(total, total + 2 * ch, 0.0);
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const C* g = as_c(p.dy + r * ch, ch, scratch);
-    const C* row = as_c(p.x + r * ch, ch, scratch + ch);
-    std::int64_t c = 0;
-    for (; c + L <= ch; c += L) {
-      const V gv = vload<C, L>(g + c);
-      const V u = (vload<C, L>(row + c) - vload<C, L>(k.cm.data() + c)) -
-                  vload<C, L>(k.delta.data() + c);
-      vstore<C, L>(s + c, vload<C, L>(s + c) + gv);
-      vstore<C, L>(q + c, vload<C, L>(q + c) + gv * u);
+  const auto finish = [&](std::int64_t c, double sdy, double sdyx) {
+    p.s1[b * ch + c] = sdy;
+    p.s2[b * ch + c] = sdyx - k.delta[static_cast<std::size_t>(c)] * sdy;
+  };
+  std::int64_t c0 = 0;
+  for (; c0 + W <= ch; c0 += W) {
+    V cm[K];
+    for (int j = 0; j < K; ++j) cm[j] = vload<C, L>(k.cm.data() + c0 + j * L);
+    V s[K] = {};
+    V q[K] = {};
+    double ts[W] = {};
+    double tq[W] = {};
+    for (std::int64_t r = r0; r < r1; ++r) {
+      V g[K];
+      V v[K];
+      load_tile<T, L, K>(p.dy + r * ch + c0, g);
+      load_tile<T, L, K>(p.x + r * ch + c0, v);
+      for (int j = 0; j < K; ++j) {
+        s[j] += g[j];
+        q[j] += g[j] * (v[j] - cm[j]);
+      }
+      if ((r - r0) % flush_rows == flush_rows - 1) {
+        carry<C, L, K>(ts, s);
+        carry<C, L, K>(tq, q);
+      }
     }
-    for (; c < ch; ++c) {
-      const auto i = static_cast<std::size_t>(c);
-      s[c] += g[c];
-      q[c] += g[c] * ((row[c] - k.cm[i]) - k.delta[i]);
-    }
-    if ((r - r0) % flush_rows == flush_rows - 1 || r + 1 == r1) flush(total, s, 2 * ch);
+    carry<C, L, K>(ts, s);
+    carry<C, L, K>(tq, q);
+    for (int i = 0; i < W; ++i) finish(c0 + i, ts[i], tq[i]);
   }
-  for (std::int64_t c = 0; c < ch; ++c) {
-    p.s1[b * ch + c] = total[c];
-    p.s2[b * ch + c] = total[ch + c];
+  for (; c0 < ch; ++c0) {
+    const C cm = k.cm[static_cast<std::size_t>(c0)];
+    C s = 0;
+    C q = 0;
+    double ts = 0;
+    double tq = 0;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const C g = load(p.dy[r * ch + c0]);
+      s += g;
+      q += g * (load(p.x[r * ch + c0]) - cm);
+      if ((r - r0) % flush_rows == flush_rows - 1) {
+        ts += static_cast<double>(s);
+        tq += static_cast<double>(q);
+        s = q = 0;
+      }
+    }
+    finish(c0, ts + static_cast<double>(s), tq + static_cast<double>(q));
   }
 }
 
-// Rows [r0, r1): dx = dy · a + ((x - cm) - delta) · q + b per channel.
+// Block b: dx = dy · a + (x - cm) · q + b per channel.
 template <class T, int L>
-[[gnu::always_inline]] inline void rows_grad_apply(const pass_args<T>& p, std::int64_t r0,
-                                                   std::int64_t r1, compute_t<T>* scratch) {
+[[gnu::always_inline]] inline void block_grad_apply(const pass_args<T>& p, std::int64_t b) {
   using C = compute_t<T>;
   using V = vec<C, L>;
+  constexpr int K = tile_vectors;
+  constexpr int W = K * L;
   const std::int64_t ch = p.g.channels;
+  const auto [r0, r1] = block_range(p, b);
   const channel_coeffs<C>& k = *p.k;
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const C* g = as_c(p.dy + r * ch, ch, scratch);
-    const C* row = as_c(p.x + r * ch, ch, scratch + ch);
-    C* dst = out_c(p.out + r * ch, scratch + 2 * ch);
-    std::int64_t c = 0;
-    for (; c + L <= ch; c += L) {
-      const V u = (vload<C, L>(row + c) - vload<C, L>(k.cm.data() + c)) -
-                  vload<C, L>(k.delta.data() + c);
-      vstore<C, L>(dst + c, vload<C, L>(g + c) * vload<C, L>(k.a.data() + c) +
-                                u * vload<C, L>(k.q.data() + c) + vload<C, L>(k.b.data() + c));
+  std::int64_t c0 = 0;
+  for (; c0 + W <= ch; c0 += W) {
+    V cm[K], a[K], q[K], bb[K];
+    for (int j = 0; j < K; ++j) {
+      cm[j] = vload<C, L>(k.cm.data() + c0 + j * L);
+      a[j] = vload<C, L>(k.a.data() + c0 + j * L);
+      q[j] = vload<C, L>(k.q.data() + c0 + j * L);
+      bb[j] = vload<C, L>(k.b.data() + c0 + j * L);
     }
-    for (; c < ch; ++c) {
-      const auto i = static_cast<std::size_t>(c);
-      dst[c] = g[c] * k.a[i] + ((row[c] - k.cm[i]) - k.delta[i]) * k.q[i] + k.b[i];
+    for (std::int64_t r = r0; r < r1; ++r) {
+      V g[K];
+      V v[K];
+      load_tile<T, L, K>(p.dy + r * ch + c0, g);
+      load_tile<T, L, K>(p.x + r * ch + c0, v);
+      for (int j = 0; j < K; ++j) v[j] = g[j] * a[j] + (v[j] - cm[j]) * q[j] + bb[j];
+      store_tile<T, L, K>(p.out + r * ch + c0, v, p.stream);
     }
-    narrow<T>(dst, p.out + r * ch, ch);
+  }
+  for (; c0 < ch; ++c0) {
+    const auto i = static_cast<std::size_t>(c0);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const C g = load(p.dy[r * ch + c0]);
+      p.out[r * ch + c0] =
+          store<T>(g * k.a[i] + (load(p.x[r * ch + c0]) - k.cm[i]) * k.q[i] + k.b[i]);
+    }
   }
 }
 
@@ -523,10 +646,10 @@ enum class task : std::uint8_t {
   plane_grad_sums,   // s1/s2 [c] = Σdy, Σ dy (x - mean)
   plane_backward,    // sums, then (coefficients by the callback) dx
   plane_grad_apply,  // dx with k
-  block_moments,
-  rows_normalize,
-  block_grad_sums,
-  rows_grad_apply,
+  block_moments,     // s1/s2 [block, c] = mean, m2
+  block_normalize,
+  block_grad_sums,   // s1/s2 [block, c] = Σdy, Σ dy (x - mean)
+  block_grad_apply,
 };
 
 // Between the two halves of a fused plane task: turns channel c's statistics (s1, s2) into
@@ -552,9 +675,8 @@ template <class T, int L>
                                             std::int64_t hi) {
   const pass_args<T>& p = a.p;
   const std::int64_t width = p.g.inner > 1 ? p.g.inner : p.g.channels;
-  std::vector<compute_t<T>> scratch = scratch_for<T>(width, 3);
+  std::vector<compute_t<T>> scratch = scratch_for<T>(p.g.inner > 1 ? width : 0, 3);
   compute_t<T>* s = scratch.data();
-  block_work<T> w(p.g.inner > 1 ? 0 : p.g.channels);
   for (std::int64_t i = lo; i < hi; ++i) {
     switch (t) {
       case task::plane_moments:
@@ -583,19 +705,20 @@ template <class T, int L>
         plane_grad_apply<T, L>(p, i, s);
         break;
       case task::block_moments:
-        block_moments<T, L>(p, i, s, w);
+        block_moments<T, L>(p, i);
         break;
-      case task::rows_normalize:
-        rows_normalize<T, L>(p, i, i + 1, s);
+      case task::block_normalize:
+        block_normalize<T, L>(p, i);
         break;
       case task::block_grad_sums:
-        block_grad_sums<T, L>(p, i, s, w);
+        block_grad_sums<T, L>(p, i);
         break;
-      case task::rows_grad_apply:
-        rows_grad_apply<T, L>(p, i, i + 1, s);
+      case task::block_grad_apply:
+        block_grad_apply<T, L>(p, i);
         break;
     }
   }
+  if (p.stream) stream_fence();
 }
 
 template <class T>
@@ -684,18 +807,26 @@ void channel_moments(kernel_context& ctx, task_args<T>& a, std::vector<double>& 
   a.p.s2 = a.p.s1 + blocks * g.channels;
   run_parallel<T>(ctx, task::block_moments, a, blocks,
                   3.0 * static_cast<double>(a.p.block_rows * g.channels));
-  for (std::int64_t c = 0; c < g.channels; ++c) {
-    moments m;
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      const std::int64_t rows = std::min(a.p.block_rows, g.outer - b * a.p.block_rows);
-      m.merge(static_cast<double>(rows), a.p.s1[b * g.channels + c], a.p.s2[b * g.channels + c]);
+  // The blocks merged in block order (moments::merge; the weights are the same for every
+  // channel, so a block merges as a vector over the channels).
+  double merged = 0;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const auto nb = static_cast<double>(std::min(a.p.block_rows, g.outer - b * a.p.block_rows));
+    const double total = merged + nb;
+    const double f = nb / total;
+    const double h = merged * nb / total;
+    const double* mb = a.p.s1 + b * g.channels;
+    const double* qb = a.p.s2 + b * g.channels;
+    for (std::size_t c = 0; c < mean.size(); ++c) {
+      const double d = mb[c] - mean[c];
+      mean[c] += d * f;
+      m2[c] += qb[c] + d * d * h;
     }
-    mean[static_cast<std::size_t>(c)] = m.mean;
-    m2[static_cast<std::size_t>(c)] = m.m2;
+    merged = total;
   }
 }
 
-// The batch's per-channel Σdy and Σ dy (x - mean) (k's cm and delta set), and (fused, planes
+// The batch's per-channel Σdy and Σ dy (x - mean) (k's means set), and (fused, planes
 // only) the dx pass with the coefficients the hook computes from them.
 template <class T>
 void channel_grad_sums(kernel_context& ctx, task_args<T>& a, std::vector<double>& sdy,
@@ -733,13 +864,23 @@ void second_pass(kernel_context& ctx, task_args<T>& a, bool backward) {
   if (g.inner > 1) {
     run_parallel<T>(ctx, backward ? task::plane_grad_apply : task::plane_normalize, a,
                     g.channels, 2.0 * static_cast<double>(g.count()));
-  } else {
-    run_parallel<T>(ctx, backward ? task::rows_grad_apply : task::rows_normalize, a, g.outer,
-                    2.0 * static_cast<double>(g.channels));
+    return;
   }
+  a.p.block_rows = block_rows_for(g.channels, (backward ? 3 : 2) * sizeof(compute_t<T>));
+  const std::int64_t blocks = (g.outer + a.p.block_rows - 1) / a.p.block_rows;
+  run_parallel<T>(ctx, backward ? task::block_grad_apply : task::block_normalize, a, blocks,
+                  2.0 * static_cast<double>(a.p.block_rows * g.channels));
 }
 
 // ---- kernels ------------------------------------------------------------------------------------
+
+// Streaming stores for `out` of x's geometry (Note [batch norm streaming stores]).
+template <class T>
+bool stream_out(const T* out, const T* in, const rules::batch_norm_geometry& g) {
+  const auto row = static_cast<std::int64_t>(sizeof(T)) * (g.inner > 1 ? g.inner : g.channels);
+  return should_stream(out, in, static_cast<std::int64_t>(sizeof(T)) * g.count() * g.channels,
+                       row);
+}
 
 rules::batch_norm_geometry geometry_of(const kernel_context& ctx, std::size_t x_input,
                                        const std::array<const shape*, 4>& params,
@@ -801,6 +942,7 @@ class forward_kernel final : public op_kernel {
     a.p.out = y.data<T>();
     a.p.g = g;
     a.p.k = &k;
+    a.p.stream = stream_out(a.p.out, a.p.x, g);
     std::vector<double> mean;
     std::vector<double> m2;
     double count = static_cast<double>(g.count());
@@ -810,8 +952,9 @@ class forward_kernel final : public op_kernel {
       const auto i = static_cast<std::size_t>(c);
       invstd[i] = 1.0 / std::sqrt(m2[i] / count + eps_);
       k.set_mean(c, mean[i]);
-      k.a[i] = static_cast<C>(scale[i] * invstd[i]);
-      k.b[i] = static_cast<C>(bias[i]);
+      const double ai = scale[i] * invstd[i];
+      k.a[i] = static_cast<C>(ai);
+      k.b[i] = static_cast<C>(bias[i] - k.delta[i] * ai);
     };
     if (sync_) {
       merge_gathered(ctx, ch, count, mean, m2);
@@ -994,9 +1137,10 @@ class backward_kernel final : public op_kernel {
     const auto coefficients = [&](std::int64_t c) {
       const auto i = static_cast<std::size_t>(c);
       const double ai = scale[i] * invstd[i];
+      const double qi = count > 0 ? -ai * invstd[i] * invstd[i] * sdyx[i] / count : 0.0;
       k.a[i] = static_cast<C>(ai);
-      k.b[i] = static_cast<C>(count > 0 ? -ai * sdy[i] / count : 0.0);
-      k.q[i] = static_cast<C>(count > 0 ? -ai * invstd[i] * invstd[i] * sdyx[i] / count : 0.0);
+      k.q[i] = static_cast<C>(qi);
+      k.b[i] = static_cast<C>((count > 0 ? -ai * sdy[i] / count : 0.0) - k.delta[i] * qi);
     };
     if (part_ == part::elemt) {
       const tensor sums = ctx.input_contiguous(5);
@@ -1007,6 +1151,7 @@ class backward_kernel final : public op_kernel {
       count = packed[static_cast<std::size_t>(2 * ch)];
       tensor& dx = ctx.forward_input_or_allocate_output(0, 0, x.shape());
       a.p.out = dx.data<T>();
+      a.p.stream = stream_out(a.p.out, a.p.dy, g);
       if (g.count() == 0) return;
       for (std::int64_t c = 0; c < ch; ++c) coefficients(c);
       second_pass<T>(ctx, a, true);
@@ -1016,6 +1161,7 @@ class backward_kernel final : public op_kernel {
     if (part_ == part::whole) {
       tensor& dx = ctx.forward_input_or_allocate_output(0, 0, x.shape());
       a.p.out = dx.data<T>();
+      a.p.stream = stream_out(a.p.out, a.p.dy, g);
     }
     set_hook(a, coefficients);
     if (g.count() > 0) {

@@ -5,6 +5,11 @@
 #pragma once
 
 #include <cstring>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 // Wide vectors pass only between always_inline functions, compiled into callers that target
 // AVX2 or AVX-512; GCC and Clang still warn that such a signature would change the ABI
@@ -47,6 +52,44 @@ template <class C, int L>
     for (int l = 0; l < w; ++l) t[l] += t[l + w];
   }
   return t[0];
+}
+
+// Stores v at p, which must be 16-byte aligned, with non-temporal stores (Note [layer_norm
+// streaming stores] in normalization_kernels.cpp): 16-byte SSE2 stores, two per 32-byte
+// vector (write-combining joins them into whole lines). Without SSE2, a plain store.
+template <class C, int L>
+[[gnu::always_inline]] inline void vstream(C* p, const vec<C, L>& v) noexcept {
+#if defined(__SSE2__)
+  constexpr int parts = static_cast<int>(sizeof(v) / 16);
+  if constexpr (std::is_same_v<C, float>) {
+    __m128 q[parts];
+    std::memcpy(q, &v, sizeof v);
+    for (int k = 0; k < parts; ++k) _mm_stream_ps(p + 4 * k, q[k]);
+  } else {
+    __m128d q[parts];
+    std::memcpy(q, &v, sizeof v);
+    for (int k = 0; k < parts; ++k) _mm_stream_pd(p + 2 * k, q[k]);
+  }
+#else
+  vstore<C, L>(p, v);
+#endif
+}
+
+// vstream when Stream, else vstore.
+template <bool Stream, class C, int L>
+[[gnu::always_inline]] inline void vput(C* p, const vec<C, L>& v) noexcept {
+  if constexpr (Stream) {
+    vstream<C, L>(p, v);
+  } else {
+    vstore<C, L>(p, v);
+  }
+}
+
+// Orders a task's streaming stores before whatever follows (the end of parallel_for).
+inline void stream_fence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace loom::cpu
