@@ -36,19 +36,16 @@ double round_seconds(int calls, F&& one) {
   return s;
 }
 
-// One round of data-parallel training on `comm` (nullptr: this process alone): two epochs
-// of `steps` steps, the second timed (the first builds the plan and warms the pools).
-training_row train_round(const distributed_bench_options& o, const train::dataset& data,
-                         std::shared_ptr<distributed::communicator> comm, bool overlap) {
-  train::train_options t;
+// One round of data-parallel training with `t` on `comm` (nullptr: this process alone): two
+// epochs of t.max_steps_per_epoch steps, the second timed (the first builds the plan and
+// warms the pools); t.batch is each rank's.
+training_row train_round(train::train_options t, const train::dataset& data,
+                         std::shared_ptr<distributed::communicator> comm) {
   t.epochs = 2;
-  t.max_steps_per_epoch = o.train_steps;
   t.threads = 1;
   t.evaluate = false;
-  t.overlap = overlap;
-  t.bucket_bytes = o.bucket_bytes;
   const int ranks = comm ? comm->size() : 1;
-  t.batch = o.rank_batch * ranks;
+  t.batch *= ranks;
   t.communicator = std::move(comm);
   const train::train_report r = train::train(data, train::dataset{}, t);
   training_row row;
@@ -68,13 +65,19 @@ std::vector<training_row> training_rows(const distributed_bench_options& o) {
   const auto world = distributed::world();
   const int ranks = world->size();
   const train::dataset data = train::make_digits(o.rank_batch * ranks * o.train_steps, 1);
+  train::train_options t;
+  t.max_steps_per_epoch = o.train_steps;
+  t.bucket_bytes = o.bucket_bytes;
+  t.batch = o.rank_batch;
+  train::train_options serial = t;
+  serial.overlap = false;
   std::vector<std::vector<training_row>> rounds(3);
   for (int k = 0; k < o.train_rounds; ++k) {
-    rounds[0].push_back(train_round(o, data, world, true));
-    rounds[1].push_back(train_round(o, data, world, false));
+    rounds[0].push_back(train_round(t, data, world));
+    rounds[1].push_back(train_round(serial, data, world));
     // One rank alone, the others waiting (and yielding their cores, OMPI_MCA_mpi_yield_when_idle).
     MPI_Barrier(MPI_COMM_WORLD);
-    if (world->rank() == 0) rounds[2].push_back(train_round(o, data, nullptr, true));
+    if (world->rank() == 0) rounds[2].push_back(train_round(t, data, nullptr));
     MPI_Barrier(MPI_COMM_WORLD);
   }
   std::vector<training_row> out;
@@ -85,6 +88,35 @@ std::vector<training_row> training_rows(const distributed_bench_options& o) {
     std::ranges::sort(v, {}, &training_row::step_ms);
     training_row row = v[v.size() / 2];
     row.what = c < 2 ? fmt::format("{} ranks, {}", ranks, names[c]) : names[c];
+    out.push_back(row);
+  }
+  return out;
+}
+
+// The CNN with batch norms, data-parallel on every rank: plain (each rank's statistics)
+// and synchronized (sync_batch_norm), rounds alternating, the median round of each.
+std::vector<training_row> batch_norm_rows(const distributed_bench_options& o) {
+  const auto world = distributed::world();
+  const train::dataset data =
+      train::make_digits(o.batch_norm_rank_batch * world->size() * o.batch_norm_steps, 2);
+  train::train_options t;
+  t.model = "cnn";
+  t.batch_norm = true;
+  t.max_steps_per_epoch = o.batch_norm_steps;
+  t.batch = o.batch_norm_rank_batch;
+  train::train_options sync = t;
+  sync.sync_batch_norm = true;
+  std::vector<std::vector<training_row>> rounds(2);
+  for (int k = 0; k < o.train_rounds; ++k) {
+    rounds[0].push_back(train_round(t, data, world));
+    rounds[1].push_back(train_round(sync, data, world));
+  }
+  std::vector<training_row> out;
+  const char* names[] = {"batch norm", "sync batch norm"};
+  for (std::size_t c = 0; c < rounds.size(); ++c) {
+    std::ranges::sort(rounds[c], {}, &training_row::step_ms);
+    training_row row = rounds[c][rounds[c].size() / 2];
+    row.what = fmt::format("{} ranks, {}", world->size(), names[c]);
     out.push_back(row);
   }
   return out;
@@ -149,7 +181,30 @@ distributed_bench_result run_distributed_bench(const distributed_bench_options& 
     r.bucket_bytes = o.bucket_bytes;
     r.training = training_rows(o);
   }
+  if (o.batch_norm_steps > 0) {
+    r.batch_norm_rank_batch = o.batch_norm_rank_batch;
+    r.batch_norm = batch_norm_rows(o);
+  }
   return r;
+}
+
+// The batch norm comparison's lines (none without it).
+std::string batch_norm_text(const distributed_bench_result& r) {
+  if (r.batch_norm.size() < 2) return {};
+  std::string out = fmt::format(
+      "\ndata-parallel training, cnn with batch norms (Adam), {} examples a rank a step, 1 "
+      "thread a rank\n{:<28} {:>9} {:>12} {:>11}\n",
+      r.batch_norm_rank_batch, "", "ms/step", "samples/s", "comm ms");
+  for (const auto& t : r.batch_norm) {
+    out += fmt::format("{:<28} {:>9.3f} {:>12.0f} {:>11.3f}\n", t.what, t.step_ms,
+                       t.samples_per_second, t.communication_ms);
+  }
+  const training_row& plain = r.batch_norm[0];
+  const training_row& sync = r.batch_norm[1];
+  out += fmt::format(
+      "sync batch norm: {:+.3f} ms a step ({:+.1f}%) over plain data-parallel batch norm\n",
+      sync.step_ms - plain.step_ms, 100 * (sync.step_ms - plain.step_ms) / plain.step_ms);
+  return out;
 }
 
 std::string to_text(const distributed_bench_result& r) {
@@ -164,7 +219,7 @@ std::string to_text(const distributed_bench_result& r) {
   out += r.ranks > 1 ? "GB/s: bus bandwidth, bytes x 2(N-1)/N per second (the slowest rank's time); "
                        "loom/MPI: MPI's median time over loom's; unchk: loom with set_checked(false), no agreement check or timeout\n"
                      : "one rank: bytes per second of a copy-free in-place all_reduce (run under mpirun -np N)\n";
-  if (r.training.empty()) return out;
+  if (r.training.empty()) return out + batch_norm_text(r);
   out += fmt::format(
       "\ndata-parallel training, mlp 784-512-512-10 (Adam), {} examples a rank a step, 1 thread "
       "a rank, {} gradient buckets of at most {:.2f} MiB\n",
@@ -197,6 +252,7 @@ std::string to_text(const distributed_bench_result& r) {
                        r.ranks, ov->samples_per_second / one->samples_per_second,
                        100 * ov->samples_per_second / (one->samples_per_second * r.ranks));
   }
+  out += batch_norm_text(r);
   return out;
 }
 
@@ -221,6 +277,14 @@ nlohmann::json to_json(const distributed_bench_result& r) {
                              {"samples_per_second", t.samples_per_second},
                              {"communication_ms", t.communication_ms},
                              {"overlapped_ms", t.overlapped_ms}});
+  }
+  j["batch_norm"] = nlohmann::json::array();
+  for (const auto& t : r.batch_norm) {
+    j["batch_norm"].push_back({{"what", t.what},
+                               {"ranks", t.ranks},
+                               {"step_ms", t.step_ms},
+                               {"samples_per_second", t.samples_per_second},
+                               {"communication_ms", t.communication_ms}});
   }
   return j;
 }

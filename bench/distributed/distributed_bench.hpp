@@ -30,6 +30,12 @@ struct distributed_bench_options {
   std::size_t bucket_bytes = std::size_t{1} << 20;
   /// Rounds of each training configuration (alternating; the median counts).
   int train_rounds = 3;
+  /// Data-parallel training of the CNN with batch norms (--batch-norm), plain (each rank's
+  /// statistics) against synchronized (sync_batch_norm): what the synchronization costs a
+  /// step. 0 steps: skipped.
+  std::int64_t batch_norm_steps = 30;
+  /// Examples a rank trains on per step in the batch norm comparison.
+  std::int64_t batch_norm_rank_batch = 32;
 };
 
 /// One data-parallel training configuration's median round.
@@ -63,6 +69,9 @@ struct distributed_bench_result {
   std::vector<training_row> training;
   std::int64_t rank_batch = 0;
   std::size_t bucket_bytes = 0;
+  /// With batch_norm_steps: the CNN with plain and with synchronized batch norms.
+  std::vector<training_row> batch_norm;
+  std::int64_t batch_norm_rank_batch = 0;
 };
 
 /// Runs on every rank (collective: every rank must call it with the same options).

@@ -29,6 +29,9 @@ void add_bench_distributed_command(CLI::App& bench) {
   d->add_option("--train-steps", f->options.train_steps,
                 "Steps of the data-parallel training figures (0: none)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000}));
+  d->add_option("--batch-norm-steps", f->options.batch_norm_steps,
+                "Steps of the CNN with plain and with synchronized batch norms (0: none)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{100000}));
   d->add_option("--train-rounds", f->options.train_rounds,
                 "Rounds of each training configuration (the median counts)")
       ->check(CLI::Range(1, 100));

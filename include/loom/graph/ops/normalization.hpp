@@ -1,7 +1,8 @@
 // The normalization family: layer_norm (its gradient, layer_norm_grad, is emitted by the
-// gradient code) and batch_norm, ops of their own; batch_norm_training, group_norm,
-// instance_norm and rms_norm, built of existing differentiable ops (their gradients come
-// from those ops'). The axis follows NumPy (negative counts from the end); an out-of-range
+// gradient code), batch_norm (inference) and batch_norm_train / sync_batch_norm (training,
+// with running statistics), ops of their own; batch_norm_training (statistics only, no
+// running ones), group_norm, instance_norm and rms_norm, built of existing differentiable
+// ops (their gradients come from those ops'). The axis follows NumPy (negative counts from the end); an out-of-range
 // axis or mismatched gamma / beta is an error when the node is added (where shapes are
 // known) or when it runs. The builders add nodes to `x`'s builder and throw what
 // graph::add_node throws.
@@ -94,9 +95,10 @@ batch_norm_train_outputs sync_batch_norm(output x, output scale, output bias,
                                          const batch_norm_options& b = {},
                                          const node_options& o = {});
 
-/// Training-mode batch normalisation: the statistics are the batch's, the mean and the biased
-/// variance over every dimension but 1: y = (x - mean) / sqrt(var + epsilon) · scale + bias,
-/// scale and bias [C]. Built of reduce_mean, sub, mul, rsqrt...; x's rank must be known.
+/// Training-mode batch normalisation composed of other ops, without running statistics: the
+/// statistics are the batch's, the mean and the biased variance over every dimension but 1:
+/// y = (x - mean) / sqrt(var + epsilon) · scale + bias, scale and bias [C]. Built of
+/// reduce_mean, sub, mul, rsqrt...; x's rank must be known. batch_norm_train is the fused op.
 output batch_norm_training(output x, output scale, output bias, double epsilon = 1e-5,
                            const node_options& o = {});
 
