@@ -60,6 +60,14 @@ training_row train_round(train::train_options t, const train::dataset& data,
   return row;
 }
 
+// The median of a configuration's rounds (by step time), named `what`.
+training_row median_round(std::vector<training_row> rounds, std::string what) {
+  std::ranges::sort(rounds, {}, &training_row::step_ms);
+  training_row row = rounds[rounds.size() / 2];
+  row.what = std::move(what);
+  return row;
+}
+
 // The median round of each configuration (by step time), rounds alternating between them.
 std::vector<training_row> training_rows(const distributed_bench_options& o) {
   const auto world = distributed::world();
@@ -83,12 +91,9 @@ std::vector<training_row> training_rows(const distributed_bench_options& o) {
   std::vector<training_row> out;
   const char* names[] = {"overlap", "no overlap", "one rank alone"};
   for (std::size_t c = 0; c < rounds.size(); ++c) {
-    auto& v = rounds[c];
-    if (v.empty()) continue;
-    std::ranges::sort(v, {}, &training_row::step_ms);
-    training_row row = v[v.size() / 2];
-    row.what = c < 2 ? fmt::format("{} ranks, {}", ranks, names[c]) : names[c];
-    out.push_back(row);
+    if (rounds[c].empty()) continue;
+    out.push_back(median_round(std::move(rounds[c]),
+                               c < 2 ? fmt::format("{} ranks, {}", ranks, names[c]) : names[c]));
   }
   return out;
 }
@@ -111,15 +116,9 @@ std::vector<training_row> batch_norm_rows(const distributed_bench_options& o) {
     rounds[0].push_back(train_round(t, data, world));
     rounds[1].push_back(train_round(sync, data, world));
   }
-  std::vector<training_row> out;
-  const char* names[] = {"batch norm", "sync batch norm"};
-  for (std::size_t c = 0; c < rounds.size(); ++c) {
-    std::ranges::sort(rounds[c], {}, &training_row::step_ms);
-    training_row row = rounds[c][rounds[c].size() / 2];
-    row.what = fmt::format("{} ranks, {}", world->size(), names[c]);
-    out.push_back(row);
-  }
-  return out;
+  return {median_round(std::move(rounds[0]), fmt::format("{} ranks, batch norm", world->size())),
+          median_round(std::move(rounds[1]),
+                       fmt::format("{} ranks, sync batch norm", world->size()))};
 }
 
 }  // namespace

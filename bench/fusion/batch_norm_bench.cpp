@@ -7,6 +7,7 @@
 
 #include "bench_stats.hpp"
 #include "fusion/python_peer.hpp"
+#include "fusion/random_input.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/graph/ops/normalization.hpp"
@@ -16,17 +17,6 @@
 
 namespace loom::bench {
 namespace {
-
-tensor filled(const shape& s, std::uint32_t seed, float lo, float hi) {
-  tensor t = memory::host_tensor(dtype::f32, s);
-  float* p = t.data<float>();
-  std::uint32_t x = seed * 2654435761u + 1u;
-  for (std::int64_t i = 0; i < s.num_elements(); ++i) {
-    x = x * 1664525u + 1013904223u;  // an LCG: values in [lo, hi)
-    p[i] = lo + (hi - lo) * static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
-  }
-  return t;
-}
 
 // Median ms of session.run over `repetitions` after warm-up runs.
 double median_run_ms(graph g, const std::vector<feed>& feeds,
@@ -47,15 +37,15 @@ void measure(batch_norm_case& c, int threads, int repetitions) {
   const std::int64_t ch = c.shape[1];
   const shape xs = nhwc ? shape{c.shape[0], c.shape[2], c.shape[3], ch}
                         : shape{c.shape[0], ch, c.shape[2], c.shape[3]};
-  const tensor x = filled(xs, 1, -1.0f, 3.0f);
-  const tensor dy = filled(xs, 2, -1.0f, 1.0f);
+  const tensor x = random_f32(xs, 1, -1.0f, 3.0f);
+  const tensor dy = random_f32(xs, 2, -1.0f, 1.0f);
   for (const bool backward : {false, true}) {
     graph g;
     graph_builder b(g);
     const output xin = ops::placeholder(b, "x", dtype::f32, xs);
     const output dyin = ops::placeholder(b, "dy", dtype::f32, xs);
     const auto var = [&](const char* name, float v) {
-      return ops::variable(b, name, filled({ch}, 3, v, v));
+      return ops::variable(b, name, random_f32({ch}, 3, v, v));
     };
     const output scale = var("scale", 1.0f);
     const output bias = var("bias", 0.0f);

@@ -11,6 +11,7 @@
 
 #include "bench_stats.hpp"
 #include "fusion/python_peer.hpp"
+#include "fusion/random_input.hpp"
 #include "loom/graph/gradients.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/memory/tensor_allocation.hpp"
@@ -18,17 +19,6 @@
 
 namespace loom::bench {
 namespace {
-
-tensor random_f32(const shape& s, std::uint32_t seed, float lo, float hi) {
-  tensor t = memory::host_tensor(dtype::f32, s);
-  float* p = t.data<float>();
-  std::uint32_t x = seed * 2654435761u + 1u;
-  for (std::int64_t i = 0; i < s.num_elements(); ++i) {
-    x = x * 1664525u + 1013904223u;  // an LCG: values in [lo, hi)
-    p[i] = lo + (hi - lo) * static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
-  }
-  return t;
-}
 
 struct timings {
   double run_ms = 0;     // median wall time of session.run

@@ -15,19 +15,8 @@ threads, shape, channels_last; when torch cannot be imported, {"error": "..."} (
 """
 import argparse
 import json
-import statistics
-import time
 
-
-def median_ms(fn, warmup, repetitions):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repetitions):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+from layer_norm_torch import median_ms  # the median of timed calls after warm-up
 
 
 def main():

@@ -115,6 +115,19 @@ paths batch_norm_layer(graph_builder& b, const paths& h, const std::string& name
                           {.name = name + "/eval"})};
 }
 
+// After a layer `name` of `channels` outputs (dim 1) and `fan_in` inputs: a bias ("name/b",
+// added as bias_add's `format` says), or with `normalized` a batch norm ("name/bn"), whose
+// shift takes the bias's place (PyTorch's bias=False before a BatchNorm).
+paths bias_or_batch_norm(graph_builder& b, const paths& h, const std::string& name,
+                         std::int64_t channels, std::int64_t fan_in, bool normalized,
+                         const char* format, initializer& init, model_graph& m) {
+  if (normalized) return batch_norm_layer(b, h, name + "/bn", channels, m);
+  const output bias = ops::variable(b, name + "/b", init.uniform({channels}, fan_in));
+  m.params.push_back(bias);
+  m.parameters += channels;
+  return h.then([&](output v) { return ops::bias_add(v, bias, format); });
+}
+
 model_graph build_mlp(graph_builder& b, output x, const dataset& d, const train_options& o,
                       initializer& init) {
   model_graph m;
@@ -131,16 +144,7 @@ model_graph build_mlp(graph_builder& b, output x, const dataset& d, const train_
     m.params.push_back(w);
     m.parameters += in * out;
     h = h.then([&](output v) { return ops::matmul(v, w); });
-    if (normalized) {
-      // The batch norm's shift takes the bias's place (PyTorch's bias=False before BatchNorm).
-      h = batch_norm_layer(b, h, fmt::format("fc{}/bn", l + 1), out, m);
-    } else {
-      const output bias =
-          ops::variable(b, fmt::format("fc{}/b", l + 1), init.uniform({out}, in));
-      m.params.push_back(bias);
-      m.parameters += out;
-      h = h.then([&](output v) { return ops::bias_add(v, bias); });
-    }
+    h = bias_or_batch_norm(b, h, fmt::format("fc{}", l + 1), out, in, normalized, "NHWC", init, m);
     if (l + 1 < sizes.size()) h = h.then([](output v) { return ops::relu(v); });
     in = out;
     dims += fmt::format("-{}{}", out, normalized ? "bn" : "");
@@ -173,15 +177,8 @@ model_graph build_cnn(graph_builder& b, output x, std::int64_t batch, const data
     ops::conv2d_options conv;
     conv.padding = {1, 1, 1, 1};
     h = h.then([&](output v) { return ops::conv2d(v, w, conv); });
-    if (o.batch_norm) {
-      h = batch_norm_layer(b, h, fmt::format("conv{}/bn", layer + 1), filters, m);
-    } else {
-      const output bias =
-          ops::variable(b, fmt::format("conv{}/b", layer + 1), init.uniform({filters}, fan_in));
-      m.params.push_back(bias);
-      m.parameters += filters;
-      h = h.then([&](output v) { return ops::bias_add(v, bias, "NCHW"); });
-    }
+    h = bias_or_batch_norm(b, h, fmt::format("conv{}", layer + 1), filters, fan_in, o.batch_norm,
+                           "NCHW", init, m);
     ops::pool_options pool;
     pool.kernel = {2, 2};
     h = h.then([&](output v) { return ops::max_pool2d(ops::relu(v), pool); });

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cpu_isa.hpp"
-#include "vector_lanes.hpp"
+#include "row_sums.hpp"
 #include "kernel/common/normalization_helpers.hpp"
 #include "reduction_common.hpp"
 
@@ -63,73 +63,12 @@ constexpr device_type cpu = device_type::cpu;
 // CPU has it, unless the environment caps it with LOOM_MAX_CPU_ISA=baseline (the cap the
 // fused element-wise kernel reads too; docs/runtime.md), which the tests use to run both.
 
-constexpr std::int64_t row_block = 512;     // row elements summed in C before carrying in double
 constexpr std::int64_t flush_rows = 32;     // rows a group sums in C before carrying in double
 constexpr std::int64_t max_groups = 64;     // dgamma/dbeta groups: enough ranges for the threads
 constexpr std::int64_t min_group_rows = 8;  // a group's flush costs about as much as a row
 constexpr std::int64_t max_partial_elements = std::int64_t{1} << 19;  // groups * n, at most
 
 // ---- forward ----------------------------------------------------------------------------
-
-// Σ x[0, n).
-template <class C, int L>
-[[gnu::always_inline]] inline double row_sum(const C* x, std::int64_t n) noexcept {
-  using V = vec<C, L>;
-  double total = 0;
-  for (std::int64_t b = 0; b < n; b += row_block) {
-    const std::int64_t e = std::min(n, b + row_block);
-    std::int64_t i = b;
-    V a0{}, a1{}, a2{}, a3{};
-    for (; i + 4 * L <= e; i += 4 * L) {
-      a0 += vload<C, L>(x + i);
-      a1 += vload<C, L>(x + i + L);
-      a2 += vload<C, L>(x + i + 2 * L);
-      a3 += vload<C, L>(x + i + 3 * L);
-    }
-    for (; i + L <= e; i += L) a0 += vload<C, L>(x + i);
-    C t = hsum<C, L>((a0 + a1) + (a2 + a3));
-    for (; i < e; ++i) t += x[i];
-    total += static_cast<double>(t);
-  }
-  return total;
-}
-
-// s1 = Σ (x - m), s2 = Σ (x - m)² over x[0, n).
-template <class C, int L>
-[[gnu::always_inline]] inline void centred_sums(const C* x, std::int64_t n, C m, double& s1,
-                                                double& s2) noexcept {
-  using V = vec<C, L>;
-  s1 = 0;
-  s2 = 0;
-  for (std::int64_t b = 0; b < n; b += row_block) {
-    const std::int64_t e = std::min(n, b + row_block);
-    std::int64_t i = b;
-    V d[4];
-    V q[4];
-    for (int k = 0; k < 4; ++k) d[k] = q[k] = V{};
-    for (; i + 4 * L <= e; i += 4 * L) {
-      for (int k = 0; k < 4; ++k) {
-        const V u = vload<C, L>(x + i + k * L) - m;
-        d[k] += u;
-        q[k] += u * u;
-      }
-    }
-    for (; i + L <= e; i += L) {
-      const V u = vload<C, L>(x + i) - m;
-      d[0] += u;
-      q[0] += u * u;
-    }
-    C t1 = hsum<C, L>((d[0] + d[1]) + (d[2] + d[3]));
-    C t2 = hsum<C, L>((q[0] + q[1]) + (q[2] + q[3]));
-    for (; i < e; ++i) {
-      const C u = x[i] - m;
-      t1 += u;
-      t2 += u * u;
-    }
-    s1 += static_cast<double>(t1);
-    s2 += static_cast<double>(t2);
-  }
-}
 
 // y = ((x - c) r - delta r) g + b over [0, n), where c + delta is the mean: x - c is exact
 // for x near c, so a large mean costs y no accuracy (as the mean rounded to C would). y may

@@ -123,24 +123,34 @@ std::vector<attr_def> grad_attrs() {
           type_attr("S", {dtype::f32, dtype::f64}), data_format_attr("NCHW")};
 }
 
+// batch_norm_train, and sync_batch_norm (`sync`: a sixth input, the gathered statistics,
+// and the group its gradient's all_reduce uses, which the kernel does not read).
+op_def train_op_def(std::string name, std::string summary, bool sync) {
+  op_def d;
+  d.name = std::move(name);
+  d.summary = std::move(summary);
+  d.inputs = {typed("x"), typed("scale", "U"), typed("bias", "U"), typed("running_mean", "U"),
+              typed("running_var", "U")};
+  d.outputs = {typed("y"), typed("mean", "U"), typed("invstd", "U")};
+  d.attrs = train_attrs(sync);
+  if (sync) {
+    d.inputs.push_back(typed("gathered", "S"));
+    d.attrs.push_back(attr("group", attr_type::string, attr_value(std::string("world"))));
+  }
+  d.infer = [sync](inference_context& c) { infer_train(c, sync); };
+  d.is_stateful = true;  // it updates the running statistics
+  d.colocate_with_input = 3;
+  return d;
+}
+
 }  // namespace
 
 void register_batch_norm_train_ops(op_registry& r) {
-  {
-    op_def d;
-    d.name = "batch_norm_train";
-    d.summary =
-        "training batch normalisation: the batch's statistics per channel, and the running "
-        "statistics (inputs 3 and 4, variables) updated in place";
-    d.inputs = {typed("x"), typed("scale", "U"), typed("bias", "U"), typed("running_mean", "U"),
-                typed("running_var", "U")};
-    d.outputs = {typed("y"), typed("mean", "U"), typed("invstd", "U")};
-    d.attrs = train_attrs(false);
-    d.infer = [](inference_context& c) { infer_train(c, false); };
-    d.is_stateful = true;  // it updates the running statistics
-    d.colocate_with_input = 3;
-    r.add(std::move(d));
-  }
+  r.add(train_op_def(
+      "batch_norm_train",
+      "training batch normalisation: the batch's statistics per channel, and the running "
+      "statistics (inputs 3 and 4, variables) updated in place",
+      false));
   {
     op_def d;
     d.name = "batch_norm_train_grad";
@@ -171,27 +181,11 @@ void register_batch_norm_train_ops(op_registry& r) {
     };
     r.add(std::move(d));
   }
-  {
-    op_def d;
-    d.name = "sync_batch_norm";
-    d.summary =
-        "batch normalisation with the statistics of every rank's batch (input 5: the ranks' "
-        "batch_norm_stats, all-gathered); the running statistics updated in place";
-    d.inputs = {typed("x"),
-                typed("scale", "U"),
-                typed("bias", "U"),
-                typed("running_mean", "U"),
-                typed("running_var", "U"),
-                typed("gathered", "S")};
-    d.outputs = {typed("y"), typed("mean", "U"), typed("invstd", "U")};
-    d.attrs = train_attrs(true);
-    // The communicator its gradient's all_reduce uses (the kernel does not read it).
-    d.attrs.push_back(attr("group", attr_type::string, attr_value(std::string("world"))));
-    d.infer = [](inference_context& c) { infer_train(c, true); };
-    d.is_stateful = true;
-    d.colocate_with_input = 3;
-    r.add(std::move(d));
-  }
+  r.add(train_op_def(
+      "sync_batch_norm",
+      "batch normalisation with the statistics of every rank's batch (input 5: the ranks' "
+      "batch_norm_stats, all-gathered); the running statistics updated in place",
+      true));
   {
     op_def d;
     d.name = "batch_norm_grad_reduce";
