@@ -16,21 +16,6 @@ namespace loom::cpu::batch_norm {
 using reduction::compute_t;
 namespace rules = normalization_rules;
 
-// (count, mean, m2) of a set of values, merged in double (Chan, Golub & LeVeque).
-struct moments {
-  double n = 0;
-  double mean = 0;
-  double m2 = 0;
-  void merge(double nb, double mean_b, double m2_b) noexcept {
-    if (nb <= 0) return;
-    const double total = n + nb;
-    const double d = mean_b - mean;
-    mean += d * (nb / total);
-    m2 += m2_b + d * d * (n * nb / total);
-    n = total;
-  }
-};
-
 // Per-channel values the passes read, in the compute type C. The mean enters as cm + delta
 // (Note [batch norm training kernels]); the passes subtract cm only, and delta's share is
 // folded into b (and, for the sums, corrected in double).

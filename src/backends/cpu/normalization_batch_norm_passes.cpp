@@ -37,6 +37,21 @@ using reduction::store;
 // Every loop is compiled for the baseline ISA, AVX2 and AVX-512 (Note [fused instruction
 // sets] in fused_elementwise.cpp), chosen per call.
 
+// (count, mean, m2) of a set of values, merged in double (Chan, Golub & LeVeque).
+struct moments {
+  double n = 0;
+  double mean = 0;
+  double m2 = 0;
+  void merge(double nb, double mean_b, double m2_b) noexcept {
+    if (nb <= 0) return;
+    const double total = n + nb;
+    const double d = mean_b - mean;
+    mean += d * (nb / total);
+    m2 += m2_b + d * d * (n * nb / total);
+    n = total;
+  }
+};
+
 // Rows of a block in the rows layout: about 32 KiB of values (read twice, from L1/L2), at
 // least 8 rows and at most 1024.
 std::int64_t block_rows_for(std::int64_t channels, std::size_t value_bytes) {

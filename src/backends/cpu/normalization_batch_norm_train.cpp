@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "batch_norm_passes.hpp"
+#include "kernel/common/batch_norm_train_math.hpp"
 #include "kernel/common/normalization_helpers.hpp"
 #include "kernel/common/variable_kernels.hpp"
 
@@ -22,31 +23,10 @@ namespace {
 
 using namespace reduction;
 using namespace batch_norm;
+namespace math = common::batch_norm_train;
+using math::read_vector;
+using math::write_vector;
 constexpr device_type cpu = device_type::cpu;
-
-// ---- per-channel vectors of any float dtype ---------------------------------------------------
-
-std::vector<double> read_vector(const tensor& t) {
-  std::vector<double> v(static_cast<std::size_t>(t.num_elements()));
-  visit_dtype(t.type(), [&](auto tag) {
-    using V = decltype(tag);
-    if constexpr (float_type_v<V>) {
-      const V* p = t.data<V>();
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(load(p[i]));
-    }
-  });
-  return v;
-}
-
-void write_vector(tensor& t, const std::vector<double>& v) {
-  visit_dtype(t.type(), [&](auto tag) {
-    using V = decltype(tag);
-    if constexpr (float_type_v<V>) {
-      V* p = t.data<V>();
-      for (std::size_t i = 0; i < v.size(); ++i) p[i] = store<V>(v[i]);
-    }
-  });
-}
 
 // ---- kernels ------------------------------------------------------------------------------------
 
@@ -59,17 +39,6 @@ void for_float_type(const kernel_context& ctx, dtype t, F&& f) {
     } else {
       ctx.fail("{} has no kernel for {}", ctx.node().op(), to_string(t));
     }
-  });
-}
-
-rules::batch_norm_geometry geometry_of(const kernel_context& ctx, std::size_t x_input,
-                                       const std::array<const shape*, 4>& params,
-                                       const std::array<const char*, 4>& names,
-                                       const std::string& format) {
-  return common::apply_rule(ctx, [&] {
-    const shape& x = ctx.input(x_input).shape();
-    return rules::batch_norm_geometry_of(x, params, rules::batch_norm_channel_axis(format, x.rank()),
-                                         names);
   });
 }
 
@@ -87,7 +56,7 @@ class forward_kernel final : public op_kernel {
         running_var_(c, 4) {}
 
   void compute(kernel_context& ctx) override {
-    const auto g = geometry_of(
+    const auto g = math::geometry(
         ctx, 0,
         {&ctx.input(1).shape(), &ctx.input(2).shape(), &ctx.input(3).shape(),
          &ctx.input(4).shape()},
@@ -105,7 +74,7 @@ class forward_kernel final : public op_kernel {
     const std::vector<double> bias = read_vector(ctx.input_contiguous(2));
     const std::int64_t ch = g.channels;
     tensor& y = ctx.forward_input_or_allocate_output(0, 0, x.shape());
-    const dtype st = x.type() == dtype::f64 ? dtype::f64 : dtype::f32;
+    const dtype st = math::statistics_type(x.type());
     tensor& mean_out = ctx.allocate_output(1, st, shape{ch});
     tensor& invstd_out = ctx.allocate_output(2, st, shape{ch});
 
@@ -116,97 +85,56 @@ class forward_kernel final : public op_kernel {
     a.p.g = g;
     a.p.k = &k;
     a.p.stream = stream_out(a.p.out, a.p.x, g);
-    std::vector<double> mean;
-    std::vector<double> m2;
-    double count = static_cast<double>(g.count());
+    math::statistics st_;
+    st_.count = static_cast<double>(g.count());
     std::vector<double> invstd(static_cast<std::size_t>(ch));
-    // Channel c's coefficients from its mean and m2 (over `count` values).
+    // Channel c's coefficients from its mean and m2.
     const auto coefficients = [&](std::int64_t c) {
       const auto i = static_cast<std::size_t>(c);
-      invstd[i] = 1.0 / std::sqrt(m2[i] / count + eps_);
-      k.set_mean(c, mean[i]);
-      const double ai = scale[i] * invstd[i];
-      k.a[i] = static_cast<C>(ai);
-      k.b[i] = static_cast<C>(bias[i] - k.delta[i] * ai);
+      const auto f = math::forward_coefficients<C>(st_.mean[i], st_.m2[i], st_.count, eps_,
+                                                   scale[i], bias[i]);
+      invstd[i] = f.invstd;
+      k.cm[i] = f.cm;
+      k.delta[i] = f.delta;
+      k.a[i] = f.a;
+      k.b[i] = f.b;
     };
     if (sync_) {
-      merge_gathered(ctx, ch, count, mean, m2);
-      check_count(ctx, count);
+      st_ = math::merge_gathered(ctx, ctx.input_contiguous(5), ch);
+      math::check_count(ctx, st_.count, true);
       if (g.count() > 0) {
         for (std::int64_t c = 0; c < ch; ++c) coefficients(c);
         second_pass<T>(ctx, a, false);
       }
     } else {
-      check_count(ctx, count);
+      math::check_count(ctx, st_.count, false);
       const bool fused = g.inner > 1;
       set_hook(a, coefficients);
-      channel_moments<T>(ctx, a, mean, m2, fused);
+      channel_moments<T>(ctx, a, st_.mean, st_.m2, fused);
       if (!fused) {
         for (std::int64_t c = 0; c < ch; ++c) coefficients(c);
         second_pass<T>(ctx, a, false);
       }
     }
-    write_vector(mean_out, mean);
+    write_vector(mean_out, st_.mean);
     write_vector(invstd_out, invstd);
-    update_running(ctx, mean, m2, count);
+    update_running(ctx, st_);
   }
 
-  // A batch statistic of fewer than 2 values has no unbiased variance (PyTorch refuses it too).
-  void check_count(kernel_context& ctx, double count) const {
-    if (count < 2) {
-      ctx.fail("{} needs more than 1 value per channel in training, got {}{}", ctx.node().op(),
-               count, sync_ ? " over all ranks" : fmt::format(" (x is {})", to_string(ctx.input(0).shape())));
-    }
-  }
-
-  // The ranks' packed (count, mean, m2) rows (input 5), merged in rank order.
-  void merge_gathered(kernel_context& ctx, std::int64_t ch, double& count,
-                      std::vector<double>& mean, std::vector<double>& m2) const {
-    const tensor gathered = ctx.input_contiguous(5);
-    common::apply_rule(ctx, [&] {
-      rules::check_batch_norm_packed(gathered.shape(), ch, true, "the gathered statistics");
-    });
-    const std::vector<double> rows = read_vector(gathered);
-    const std::int64_t ranks = gathered.shape()[0];
-    const std::int64_t w = 2 * ch + 1;
-    mean.assign(static_cast<std::size_t>(ch), 0.0);
-    m2.assign(mean.size(), 0.0);
-    count = 0;
-    for (std::int64_t r = 0; r < ranks; ++r) {
-      const double n = rows[static_cast<std::size_t>(r * w)];
-      if (!(n >= 0) || n != std::floor(n)) {
-        ctx.fail("the gathered statistics of rank {} hold a count of {}", r, n);
-      }
-      count += n;
-    }
-    for (std::int64_t c = 0; c < ch; ++c) {
-      moments m;
-      for (std::int64_t r = 0; r < ranks; ++r) {
-        const double* row = rows.data() + r * w;
-        m.merge(row[0], row[1 + c], row[1 + ch + c]);
-      }
-      mean[static_cast<std::size_t>(c)] = m.mean;
-      m2[static_cast<std::size_t>(c)] = m.m2;
-    }
-  }
-
-  // running = (1 - momentum) running + momentum · batch statistic; the variance unbiased.
-  void update_running(kernel_context& ctx, const std::vector<double>& mean,
-                      const std::vector<double>& m2, double count) {
-    const double unbias = count / (count - 1);
-    auto update = [&](const common::update_target& target, std::size_t input, auto&& value) {
-      auto& var = ctx.variables().get(target.name);
-      const std::lock_guard lock(var.mutex);
-      target.check(ctx, var, ctx.input(input), true);
-      tensor& v = common::writable_value(ctx, var, input);
-      std::vector<double> r = read_vector(v);
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        r[i] = (1 - momentum_) * r[i] + momentum_ * value(i);
-      }
-      write_vector(v, r);
-    };
-    update(running_mean_, 3, [&](std::size_t i) { return mean[i]; });
-    update(running_var_, 4, [&](std::size_t i) { return m2[i] / count * unbias; });
+  // The running statistics, updated in place (PyTorch's rule: math::update_running).
+  void update_running(kernel_context& ctx, const math::statistics& s) {
+    auto& vm = ctx.variables().get(running_mean_.name);
+    auto& vv = ctx.variables().get(running_var_.name);
+    const std::scoped_lock lock(vm.mutex, vv.mutex);
+    running_mean_.check(ctx, vm, ctx.input(3), true);
+    running_var_.check(ctx, vv, ctx.input(4), true);
+    tensor& m = common::writable_value(ctx, vm, 3);
+    tensor& v = common::writable_value(ctx, vv, 4);
+    std::vector<double> rm = read_vector(m);
+    std::vector<double> rv = read_vector(v);
+    math::update_running(rm, rv, s, momentum_);
+    write_vector(m, rm);
+    write_vector(v, rv);
   }
 
   double eps_;
@@ -224,11 +152,13 @@ class stats_kernel final : public op_kernel {
       : op_kernel(c), format_(c.attr<std::string>("data_format")) {}
 
   void compute(kernel_context& ctx) override {
-    const auto g = geometry_of(ctx, 0, {}, rules::batch_norm_param_names, format_);
-    const dtype st = ctx.input(0).type() == dtype::f64 ? dtype::f64 : dtype::f32;
-    tensor& out = ctx.allocate_output(0, st, shape{1, 2 * g.channels + 1});
-    std::vector<double> packed(static_cast<std::size_t>(2 * g.channels + 1), 0.0);
-    packed[0] = static_cast<double>(g.count());
+    const auto g = math::geometry(ctx, 0, {}, rules::batch_norm_param_names, format_);
+    tensor& out = ctx.allocate_output(0, math::statistics_type(ctx.input(0).type()),
+                                      shape{1, 2 * g.channels + 1});
+    math::statistics st;
+    st.count = static_cast<double>(g.count());
+    st.mean.assign(static_cast<std::size_t>(g.channels), 0.0);
+    st.m2.assign(st.mean.size(), 0.0);
     if (g.count() > 0) {
       for_float_type(ctx, ctx.input(0).type(), [&](auto tag) {
         using T = decltype(tag);
@@ -236,14 +166,10 @@ class stats_kernel final : public op_kernel {
         task_args<T> a;
         a.p.x = common::dense_input(ctx, 0, hold).template data<T>();
         a.p.g = g;
-        std::vector<double> mean;
-        std::vector<double> m2;
-        channel_moments<T>(ctx, a, mean, m2, false);
-        std::copy(mean.begin(), mean.end(), packed.begin() + 1);
-        std::copy(m2.begin(), m2.end(), packed.begin() + 1 + g.channels);
+        channel_moments<T>(ctx, a, st.mean, st.m2, false);
       });
     }
-    write_vector(out, packed);
+    write_vector(out, math::packed_statistics(st));
   }
 
  private:
@@ -265,7 +191,7 @@ class backward_kernel final : public op_kernel {
                                                              : part::whole) {}
 
   void compute(kernel_context& ctx) override {
-    const auto g = geometry_of(
+    const auto g = math::geometry(
         ctx, 1, {&ctx.input(2).shape(), &ctx.input(3).shape(), &ctx.input(4).shape(), nullptr},
         {"scale", "mean", "invstd", ""}, format_);
     common::apply_rule(ctx, [&] { rules::check_batch_norm_dy(ctx.input(0).shape(), ctx.input(1).shape()); });
@@ -298,19 +224,14 @@ class backward_kernel final : public op_kernel {
     // Channel c's dx coefficients from the sums over `count` values.
     const auto coefficients = [&](std::int64_t c) {
       const auto i = static_cast<std::size_t>(c);
-      const double ai = scale[i] * invstd[i];
-      const double qi = count > 0 ? -ai * invstd[i] * invstd[i] * sdyx[i] / count : 0.0;
-      k.a[i] = static_cast<C>(ai);
-      k.q[i] = static_cast<C>(qi);
-      k.b[i] = static_cast<C>((count > 0 ? -ai * sdy[i] / count : 0.0) - k.delta[i] * qi);
+      const auto b = math::backward_coefficients<C>(sdy[i], sdyx[i], count, scale[i], invstd[i],
+                                                    k.delta[i]);
+      k.a[i] = b.a;
+      k.q[i] = b.q;
+      k.b[i] = b.b;
     };
     if (part_ == part::elemt) {
-      const tensor sums = ctx.input_contiguous(5);
-      common::apply_rule(ctx, [&] { rules::check_batch_norm_packed(sums.shape(), ch, false, "sums"); });
-      const std::vector<double> packed = read_vector(sums);
-      sdy.assign(packed.begin(), packed.begin() + ch);
-      sdyx.assign(packed.begin() + ch, packed.begin() + 2 * ch);
-      count = packed[static_cast<std::size_t>(2 * ch)];
+      math::unpack_sums(ctx, ctx.input_contiguous(5), ch, sdy, sdyx, count);
       tensor& dx = ctx.forward_input_or_allocate_output(0, 0, x.shape());
       a.p.out = dx.data<T>();
       a.p.stream = stream_out(a.p.out, a.p.dy, g);
@@ -342,15 +263,9 @@ class backward_kernel final : public op_kernel {
     write_vector(ctx.allocate_output(1, u, shape{ch}), dscale);
     write_vector(ctx.allocate_output(2, u, shape{ch}), sdy);
     if (part_ == part::reduce) {
-      std::vector<double> packed(sdy);
-      packed.insert(packed.end(), sdyx.begin(), sdyx.end());
-      packed.push_back(count);
-      write_vector(ctx.allocate_output(0, mean_type(x), shape{2 * ch + 1}), packed);
+      write_vector(ctx.allocate_output(0, math::statistics_type(x.type()), shape{2 * ch + 1}),
+                   math::packed_sums(sdy, sdyx, count));
     }
-  }
-
-  static dtype mean_type(const tensor& x) {
-    return x.type() == dtype::f64 ? dtype::f64 : dtype::f32;
   }
 
   std::string format_;
