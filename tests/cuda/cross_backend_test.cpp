@@ -16,6 +16,10 @@
 
 #include "backends/cuda/cuda_device.hpp"
 #include "cuda_test_support.hpp"
+#include "kernel/common/batch_norm_train_math.hpp"
+#include "loom/graph/gradients.hpp"
+#include "loom/graph/ops/normalization.hpp"
+#include "loom/memory/tensor_allocation.hpp"
 #include "loom/graph/ops.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
@@ -445,6 +449,73 @@ std::vector<xcase> cases() {
              [](graph_builder&, const std::vector<output>& in) {
                return std::vector{ops::batch_norm(in[0], in[1], in[2], in[3], in[4], 1e-5, {})};
              });
+  }
+  // Training batch norm: running statistics as variables of each device's own (made in
+  // the build, so the GPU and the CPU update their own), both layouts; the gradient through
+  // Σ y·w. sync_batch_norm and the gradient's pieces take one rank's packed statistics and
+  // sums directly (no collective: the collectives have cases of their own).
+  const auto running = [](graph_builder& b, std::int64_t c, dtype u) {
+    std::vector<double> zeros(static_cast<std::size_t>(c), 0.0);
+    std::vector<double> ones(static_cast<std::size_t>(c), 1.0);
+    tensor m = memory::host_tensor(u, {c});
+    tensor v = memory::host_tensor(u, {c});
+    common::batch_norm_train::write_vector(m, zeros);
+    common::batch_norm_train::write_vector(v, ones);
+    return std::pair{ops::variable(b, b.g().unique_name("rm"), m),
+                     ops::variable(b, b.g().unique_name("rv"), v)};
+  };
+  for (dtype t : floats) {
+    for (const std::string format : {"NCHW", "NHWC"}) {
+      const shape xs = format == "NCHW" ? shape{6, 5, 7, 9} : shape{6, 7, 9, 5};
+      const std::string name = std::string(to_string(t)) + " " + format;
+      add_case("batch_norm_train", "batch_norm_train " + name,
+               {{t, xs}, {t, {5}, fill_kind::positive}, {t, {5}}},
+               [running, t, format](graph_builder& b, const std::vector<output>& in) {
+                 const auto [rm, rv] = running(b, 5, t);
+                 const auto bn =
+                     ops::batch_norm_train(in[0], in[1], in[2], rm, rv, {.data_format = format});
+                 return std::vector{bn.y, bn.mean, bn.invstd};
+               });
+      add_case("batch_norm_train_grad", "batch_norm_train_grad " + name,
+               {{t, xs}, {t, {5}, fill_kind::positive}, {t, {5}}, {t, xs}},
+               [running, t, format](graph_builder& b, const std::vector<output>& in) {
+                 const auto [rm, rv] = running(b, 5, t);
+                 const auto bn =
+                     ops::batch_norm_train(in[0], in[1], in[2], rm, rv, {.data_format = format});
+                 const auto d = gradients(ops::reduce_sum(ops::mul(bn.y, in[3]), {}),
+                                          {in[0], in[1], in[2]});
+                 return std::vector{d[0], d[1], d[2]};
+               });
+      add_case("batch_norm_stats", "batch_norm_stats " + name, {{t, xs}},
+               [format](graph_builder& b, const std::vector<output>& in) {
+                 return std::vector{b.add1("batch_norm_stats", {in[0]}, {{"data_format", format}})};
+               });
+      add_case("sync_batch_norm", "sync_batch_norm one rank " + name,
+               {{t, xs}, {t, {5}, fill_kind::positive}, {t, {5}}},
+               [running, t, format](graph_builder& b, const std::vector<output>& in) {
+                 const auto [rm, rv] = running(b, 5, t);
+                 const output stats =
+                     b.add1("batch_norm_stats", {in[0]}, {{"data_format", format}});
+                 const auto outs = b.add("sync_batch_norm", {in[0], in[1], in[2], rm, rv, stats},
+                                         {{"data_format", format}});
+                 return std::vector{outs.at(0), outs.at(1), outs.at(2)};
+               });
+      for (const char* piece : {"batch_norm_grad_reduce", "batch_norm_grad_elemt"}) {
+        add_case(piece, std::string(piece) + " " + name,
+                 {{t, xs}, {t, {5}, fill_kind::positive}, {t, {5}}, {t, xs}},
+                 [running, t, format](graph_builder& b, const std::vector<output>& in) {
+                   const auto [rm, rv] = running(b, 5, t);
+                   const auto bn =
+                       ops::batch_norm_train(in[0], in[1], in[2], rm, rv, {.data_format = format});
+                   const attr_map f{{"data_format", format}};
+                   const auto red =
+                       b.add("batch_norm_grad_reduce", {in[3], in[0], in[1], bn.mean, bn.invstd}, f);
+                   const output dx = b.add1("batch_norm_grad_elemt",
+                                            {in[3], in[0], in[1], bn.mean, bn.invstd, red.at(0)}, f);
+                   return std::vector{red.at(0), red.at(1), red.at(2), dx};
+                 });
+      }
+    }
   }
   add_case("argmax", "argmax", {{dtype::f32, {7, 300}}},
            [](graph_builder&, const std::vector<output>& in) {

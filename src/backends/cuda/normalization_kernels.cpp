@@ -105,7 +105,11 @@ class batch_norm_kernel final : public op_kernel {
 
 }  // namespace
 
+// normalization_train_kernels.cpp
+void register_batch_norm_train_kernels(kernel_registry& registry);
+
 void register_normalization_kernels(kernel_registry& r) {
+  register_batch_norm_train_kernels(r);
   r.add(make_kernel_def<batch_norm_kernel>("batch_norm", gpu, "cuda"));
   r.add(make_kernel_def<layer_norm_kernel>("layer_norm", gpu, "cuda"));
   r.add(make_kernel_def<layer_norm_grad_kernel>("layer_norm_grad", gpu, "cuda"));

@@ -68,13 +68,23 @@ struct forward_coefficient {
   C b;
   double invstd;
 };
+/// The mean as cm + delta: cm rounded to the compute type C, delta the rest.
+template <class C>
+struct split_mean {
+  C cm;
+  double delta;
+  explicit split_mean(double mean)
+      : cm(static_cast<C>(mean)), delta(mean - static_cast<double>(cm)) {}
+};
+
 template <class C>
 forward_coefficient<C> forward_coefficients(double mean, double m2, double count, double eps,
                                             double scale, double bias) {
   forward_coefficient<C> k;
   k.invstd = 1.0 / std::sqrt(m2 / count + eps);
-  k.cm = static_cast<C>(mean);
-  k.delta = mean - static_cast<double>(k.cm);
+  const split_mean<C> m(mean);
+  k.cm = m.cm;
+  k.delta = m.delta;
   const double a = scale * k.invstd;
   k.a = static_cast<C>(a);
   k.b = static_cast<C>(bias - k.delta * a);
