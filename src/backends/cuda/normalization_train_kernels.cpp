@@ -99,11 +99,7 @@ class forward_kernel final : public op_kernel {
         running_var_(c, 4) {}
 
   void compute(kernel_context& ctx) override {
-    const auto g = math::geometry(
-        ctx, 0,
-        {&ctx.input(1).shape(), &ctx.input(2).shape(), &ctx.input(3).shape(),
-         &ctx.input(4).shape()},
-        {"scale", "bias", "running_mean", "running_var"}, format_);
+    const auto g = math::forward_geometry(ctx, format_);
     check_dtype(ctx, ctx.input(0).type());
     launch_scope scope(ctx);
     const tensor x = ctx.input_contiguous(0);
@@ -183,7 +179,7 @@ class stats_kernel final : public op_kernel {
       : op_kernel(c), format_(c.attr<std::string>("data_format")) {}
 
   void compute(kernel_context& ctx) override {
-    const auto g = math::geometry(ctx, 0, {}, rules::batch_norm_param_names, format_);
+    const auto g = math::stats_geometry(ctx, format_);
     check_dtype(ctx, ctx.input(0).type());
     launch_scope scope(ctx);
     math::statistics st;
@@ -206,21 +202,15 @@ class stats_kernel final : public op_kernel {
 
 class backward_kernel final : public op_kernel {
  public:
-  enum class part : std::uint8_t { whole, reduce, elemt };
+  using part = math::backward_part;
 
   explicit backward_kernel(const kernel_construction& c)
       : op_kernel(c),
         format_(c.attr<std::string>("data_format")),
-        part_(c.node().op() == "batch_norm_grad_reduce"  ? part::reduce
-              : c.node().op() == "batch_norm_grad_elemt" ? part::elemt
-                                                         : part::whole) {}
+        part_(math::backward_part_of(c)) {}
 
   void compute(kernel_context& ctx) override {
-    const auto g = math::geometry(
-        ctx, 1, {&ctx.input(2).shape(), &ctx.input(3).shape(), &ctx.input(4).shape(), nullptr},
-        {"scale", "mean", "invstd", ""}, format_);
-    common::apply_rule(
-        ctx, [&] { rules::check_batch_norm_dy(ctx.input(0).shape(), ctx.input(1).shape()); });
+    const auto g = math::backward_geometry(ctx, format_);
     check_dtype(ctx, ctx.input(1).type());
     launch_scope scope(ctx);
     const std::int64_t ch = g.channels;

@@ -17,6 +17,19 @@ double to_double(V v) {
   }
 }
 
+// x's geometry (input `x_input`, channels where `format` puts them) with the per-channel
+// vectors `params` named `names`; a rule's failure fails the node.
+rules::batch_norm_geometry geometry(const kernel_context& ctx, std::size_t x_input,
+                                    const std::array<const shape*, 4>& params,
+                                    const std::array<const char*, 4>& names,
+                                    const std::string& format) {
+  return apply_rule(ctx, [&] {
+    const shape& x = ctx.input(x_input).shape();
+    return rules::batch_norm_geometry_of(x, params, rules::batch_norm_channel_axis(format, x.rank()),
+                                         names);
+  });
+}
+
 }  // namespace
 
 std::vector<double> read_vector(const tensor& host) {
@@ -45,15 +58,30 @@ void write_vector(tensor& host, const std::vector<double>& v) {
   });
 }
 
-rules::batch_norm_geometry geometry(const kernel_context& ctx, std::size_t x_input,
-                                    const std::array<const shape*, 4>& params,
-                                    const std::array<const char*, 4>& names,
-                                    const std::string& format) {
-  return apply_rule(ctx, [&] {
-    const shape& x = ctx.input(x_input).shape();
-    return rules::batch_norm_geometry_of(x, params, rules::batch_norm_channel_axis(format, x.rank()),
-                                         names);
-  });
+rules::batch_norm_geometry forward_geometry(const kernel_context& ctx, const std::string& format) {
+  return geometry(ctx, 0,
+                  {&ctx.input(1).shape(), &ctx.input(2).shape(), &ctx.input(3).shape(),
+                   &ctx.input(4).shape()},
+                  {"scale", "bias", "running_mean", "running_var"}, format);
+}
+
+rules::batch_norm_geometry stats_geometry(const kernel_context& ctx, const std::string& format) {
+  return geometry(ctx, 0, {}, rules::batch_norm_param_names, format);
+}
+
+rules::batch_norm_geometry backward_geometry(const kernel_context& ctx, const std::string& format) {
+  const auto g = geometry(
+      ctx, 1, {&ctx.input(2).shape(), &ctx.input(3).shape(), &ctx.input(4).shape(), nullptr},
+      {"scale", "mean", "invstd", ""}, format);
+  apply_rule(ctx, [&] { rules::check_batch_norm_dy(ctx.input(0).shape(), ctx.input(1).shape()); });
+  return g;
+}
+
+backward_part backward_part_of(const kernel_construction& c) {
+  const std::string& op = c.node().op();
+  return op == "batch_norm_grad_reduce"  ? backward_part::reduce
+         : op == "batch_norm_grad_elemt" ? backward_part::elemt
+                                         : backward_part::whole;
 }
 
 statistics merge_gathered(const kernel_context& ctx, const tensor& gathered,

@@ -30,12 +30,19 @@ void write_vector(tensor& host, const std::vector<double>& v);
   return t == dtype::f64 ? dtype::f64 : dtype::f32;
 }
 
-/// x's geometry (input `x_input`, channels where `format` puts them) with the per-channel
-/// vectors `params` named `names`; a rule's failure fails the node.
-rules::batch_norm_geometry geometry(const kernel_context& ctx, std::size_t x_input,
-                                    const std::array<const shape*, 4>& params,
-                                    const std::array<const char*, 4>& names,
-                                    const std::string& format);
+/// The geometry of each op's x with its per-channel inputs checked, as every backend's kernel
+/// starts (a rule's failure fails the node): the forward ops' (x, scale, bias, running_mean,
+/// running_var, ...), batch_norm_stats' (x) and the backward ops' ((dy, x, scale, mean,
+/// invstd, ...), dy checked against x).
+rules::batch_norm_geometry forward_geometry(const kernel_context& ctx, const std::string& format);
+rules::batch_norm_geometry stats_geometry(const kernel_context& ctx, const std::string& format);
+rules::batch_norm_geometry backward_geometry(const kernel_context& ctx, const std::string& format);
+
+/// Which part of the backward pass a node is: batch_norm_train_grad (the whole: dx, dscale,
+/// dbias), batch_norm_grad_reduce (the packed sums, dscale, dbias) or batch_norm_grad_elemt
+/// (dx from the packed sums of every rank, input 5).
+enum class backward_part : std::uint8_t { whole, reduce, elemt };
+[[nodiscard]] backward_part backward_part_of(const kernel_construction& c);
 
 /// Per-channel statistics over `count` values: the means and the sums of squared deviations.
 struct statistics {
