@@ -53,6 +53,7 @@ void check_dtype(const kernel_context& ctx, dtype t) {
 std::vector<double> channel_sums(kernel_context& ctx, launch_scope& scope, const tensor& x,
                                  const tensor* dy, const tensor* centre,
                                  const rules::batch_norm_geometry& g) {
+  if (g.channels == 0) return {};  // no channel: nothing to launch (a grid of 0 blocks fails)
   tensor out = ctx.allocate_temp(dtype::f64, shape{2, g.channels});
   kernels::launch_batch_norm_channel_sums(elem_of(x.type()), x.raw_data(),
                                           dy ? dy->raw_data() : nullptr,
