@@ -8,7 +8,7 @@
 //   - the peer: python/bench/layer_norm_torch.py run by /usr/bin/python3 as a subprocess
 //     with the same thread count. Where that python cannot import torch (or the script is
 //     missing), the result says the peer is unavailable and why, instead of failing.
-// Figures are medians of `repetitions` timed runs after warm-up runs; the target (issue 6)
+// Figures are medians of `repetitions` timed runs after warm-up runs; the target
 // is loom at least 1.5x faster than PyTorch in both, as ratios measured in the same run.
 #pragma once
 

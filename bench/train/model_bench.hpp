@@ -1,10 +1,10 @@
-// `loom bench train --only models`: training throughput of the issue's two models through
+// `loom bench train --only models`: training throughput of the two built-in models through
 // loom::train (graph, gradients, fused Adam, session), in samples per second.
 //   - MLP 784-512-512-10, batch 128, Adam, at 1 and 2 threads;
 //   - CNN (conv 3×3 32, relu, max-pool, conv 3×3 64, relu, max-pool, fc 10) on 1×28×28,
 //     batch 128, Adam, at the bench's thread count.
-// The peer is PyTorch's CPU throughput on the same models on this machine, as the issue
-// states it (PyTorch is not installed here, so it is not measured in the same run).
+// The peer is PyTorch's CPU throughput on the same models on this machine, as quoted
+// for it (PyTorch is not installed here, so it is not measured in the same run).
 #pragma once
 
 #include <nlohmann/json.hpp>

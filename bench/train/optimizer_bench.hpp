@@ -7,7 +7,7 @@
 //     node; target: fused at least 3x faster;
 //   - 8 tensors x 1M f32: the same, and fused against the floor: 28 bytes per element
 //     (read p, g, m, v; write p, m, v) over the triad bandwidth; target: within 1.25x.
-// PyTorch 1.13's Adam on this machine (4.1 ms and 12 ms, from the issue) is printed as
+// PyTorch 1.13's Adam on this machine (4.1 ms and 12 ms, quoted figures) is printed as
 // context only; it is not measured here.
 #pragma once
 
@@ -42,7 +42,7 @@ struct adam_case_result {
   double bytes = 0;     // 28 per element
   double floor_ms = 0;  // bytes / triad bandwidth
   double fused_over_floor = 0;
-  double pytorch_ms = 0;  // the issue's figure, for context
+  double pytorch_ms = 0;  // a quoted figure, for context
 };
 
 struct optimizer_bench_result {

@@ -3,7 +3,7 @@
     PYTHONPATH=build/python python3 python/bench/dlpack_round_trip.py [--json]
 
 Times loom.from_dlpack(t.__dlpack__()) for a loom tensor against PyTorch's own
-torch.from_dlpack(x.__dlpack__()) (the issue's peer: about 0.75 us here), both for a 1 KB
+torch.from_dlpack(x.__dlpack__()) (the peer: about 0.75 us here), both for a 1 KB
 float32 tensor; also the object forms (from_dlpack(t), which asks for __dlpack_device__
 and a versioned capsule first). Medians of 15 repetitions; the target is loom / PyTorch
 <= 1.

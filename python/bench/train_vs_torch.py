@@ -2,7 +2,7 @@
 
     PYTHONPATH=build/python python3 python/bench/train_vs_torch.py [--loom build/loom] [--json]
 
-The issue's models, batch 128, Adam, cross-entropy, on random data:
+loom train's two models, batch 128, Adam, cross-entropy, on random data:
   MLP 784-512-512-10, at 1 and 2 threads;
   CNN conv3x3 32, relu, max-pool 2, conv3x3 64, relu, max-pool 2, fc 10 on 1x28x28.
 PyTorch runs its eager training loop (zero_grad, forward, backward, Adam step) with
@@ -18,8 +18,8 @@ against float32 loom), in one table.
 Mind the peer's BLAS: Debian's python3-torch is built with BLAS_INFO=generic and links the
 system libblas.so.3, which is the netlib reference BLAS unless an optimized one (OpenBLAS)
 is installed as the alternative. Its nn.Linear then runs reference loops (about 1,200
-samples/s for the MLP here, against the issue's 24,000 for an MKL build), so the MLP rows
-are printed with a warning and the issue's figure stays the MLP's peer. Convolutions run on
+samples/s for the MLP here, against the quoted 24,000 for an MKL build), so the MLP rows
+are printed with a warning and the quoted figure stays the MLP's peer. Convolutions run on
 oneDNN (MKL-DNN) in that build too, so the CNN rows are a fair same-run comparison.
 """
 import argparse
