@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernel/common/batch_norm_train_math.hpp"
 #include "loom/graph/ops/normalization_rules.hpp"
 #include "loom/kernel/op_kernel.hpp"
 #include "reduction_common.hpp"
@@ -33,9 +34,9 @@ struct channel_coeffs {
         b(cm.size()),
         q(cm.size()) {}
   void set_mean(std::int64_t c, double mean) {
-    const auto i = static_cast<std::size_t>(c);
-    cm[i] = static_cast<C>(mean);
-    delta[i] = mean - static_cast<double>(cm[i]);
+    const common::batch_norm_train::split_mean<C> m(mean);
+    cm[static_cast<std::size_t>(c)] = m.cm;
+    delta[static_cast<std::size_t>(c)] = m.delta;
   }
 };
 

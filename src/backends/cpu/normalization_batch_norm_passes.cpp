@@ -6,6 +6,7 @@
 
 #include "batch_norm_passes.hpp"
 #include "cpu_isa.hpp"
+#include "kernel/common/batch_norm_train_math.hpp"
 #include "row_sums.hpp"
 
 namespace loom::cpu::batch_norm {
@@ -636,23 +637,15 @@ void channel_moments(kernel_context& ctx, task_args<T>& a, std::vector<double>& 
   a.p.s2 = a.p.s1 + blocks * g.channels;
   run_parallel<T>(ctx, task::block_moments, a, blocks,
                   3.0 * static_cast<double>(a.p.block_rows * g.channels));
-  // The blocks merged in block order (moments::merge; the weights are the same for every
-  // channel, so a block merges as a vector over the channels).
-  double merged = 0;
+  // The blocks merged in block order.
+  common::batch_norm_train::statistics merged{std::move(mean), std::move(m2), 0.0};
   for (std::int64_t b = 0; b < blocks; ++b) {
     const auto nb = static_cast<double>(std::min(a.p.block_rows, g.outer - b * a.p.block_rows));
-    const double total = merged + nb;
-    const double f = nb / total;
-    const double h = merged * nb / total;
-    const double* mb = a.p.s1 + b * g.channels;
-    const double* qb = a.p.s2 + b * g.channels;
-    for (std::size_t c = 0; c < mean.size(); ++c) {
-      const double d = mb[c] - mean[c];
-      mean[c] += d * f;
-      m2[c] += qb[c] + d * d * h;
-    }
-    merged = total;
+    common::batch_norm_train::merge(merged, nb, a.p.s1 + b * g.channels,
+                                    a.p.s2 + b * g.channels);
   }
+  mean = std::move(merged.mean);
+  m2 = std::move(merged.m2);
 }
 
 // The batch's per-channel Σdy and Σ dy (x - mean) (k's means set), and (fused, planes

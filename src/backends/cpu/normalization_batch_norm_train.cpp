@@ -81,13 +81,13 @@ class forward_kernel final : public op_kernel {
     a.p.g = g;
     a.p.k = &k;
     a.p.stream = stream_out(a.p.out, a.p.x, g);
-    math::statistics st_;
-    st_.count = static_cast<double>(g.count());
+    math::statistics stats;
+    stats.count = static_cast<double>(g.count());
     std::vector<double> invstd(static_cast<std::size_t>(ch));
     // Channel c's coefficients from its mean and m2.
     const auto coefficients = [&](std::int64_t c) {
       const auto i = static_cast<std::size_t>(c);
-      const auto f = math::forward_coefficients<C>(st_.mean[i], st_.m2[i], st_.count, eps_,
+      const auto f = math::forward_coefficients<C>(stats.mean[i], stats.m2[i], stats.count, eps_,
                                                    scale[i], bias[i]);
       invstd[i] = f.invstd;
       k.cm[i] = f.cm;
@@ -96,25 +96,25 @@ class forward_kernel final : public op_kernel {
       k.b[i] = f.b;
     };
     if (sync_) {
-      st_ = math::merge_gathered(ctx, ctx.input_contiguous(5), ch);
-      math::check_count(ctx, st_.count, true);
+      stats = math::merge_gathered(ctx, ctx.input_contiguous(5), ch);
+      math::check_count(ctx, stats.count, true);
       if (g.count() > 0) {
         for (std::int64_t c = 0; c < ch; ++c) coefficients(c);
         second_pass<T>(ctx, a, false);
       }
     } else {
-      math::check_count(ctx, st_.count, false);
+      math::check_count(ctx, stats.count, false);
       const bool fused = g.inner > 1;
       set_hook(a, coefficients);
-      channel_moments<T>(ctx, a, st_.mean, st_.m2, fused);
+      channel_moments<T>(ctx, a, stats.mean, stats.m2, fused);
       if (!fused) {
         for (std::int64_t c = 0; c < ch; ++c) coefficients(c);
         second_pass<T>(ctx, a, false);
       }
     }
-    write_vector(mean_out, st_.mean);
+    write_vector(mean_out, stats.mean);
     write_vector(invstd_out, invstd);
-    update_running(ctx, st_);
+    update_running(ctx, stats);
   }
 
   // The running statistics, updated in place (PyTorch's rule: math::update_running).

@@ -84,6 +84,19 @@ backward_part backward_part_of(const kernel_construction& c) {
                                          : backward_part::whole;
 }
 
+void merge(statistics& s, double nb, const double* mean, const double* m2) {
+  if (nb <= 0) return;
+  const double total = s.count + nb;
+  const double f = nb / total;
+  const double h = s.count * nb / total;
+  for (std::size_t c = 0; c < s.mean.size(); ++c) {
+    const double d = mean[c] - s.mean[c];
+    s.mean[c] += d * f;
+    s.m2[c] += m2[c] + d * d * h;
+  }
+  s.count = total;
+}
+
 statistics merge_gathered(const kernel_context& ctx, const tensor& gathered,
                           std::int64_t channels) {
   apply_rule(ctx, [&] {
@@ -103,21 +116,9 @@ statistics merge_gathered(const kernel_context& ctx, const tensor& gathered,
     }
     n[static_cast<std::size_t>(r)] = nr;
   }
-  // Chan et al.: (n, mean, m2) += (nb, mean_b, m2_b), rank by rank; the weights are the same
-  // for every channel.
   for (std::int64_t r = 0; r < ranks; ++r) {
-    const double nb = n[static_cast<std::size_t>(r)];
-    if (nb <= 0) continue;
-    const double total = s.count + nb;
-    const double f = nb / total;
-    const double h = s.count * nb / total;
     const double* row = rows.data() + r * w;
-    for (std::size_t c = 0; c < s.mean.size(); ++c) {
-      const double d = row[1 + c] - s.mean[c];
-      s.mean[c] += d * f;
-      s.m2[c] += row[1 + channels + static_cast<std::int64_t>(c)] + d * d * h;
-    }
-    s.count = total;
+    merge(s, n[static_cast<std::size_t>(r)], row + 1, row + 1 + channels);
   }
   return s;
 }

@@ -51,6 +51,11 @@ struct statistics {
   double count = 0;
 };
 
+/// Merges into `s` a part of nb values with per-channel means `mean` and sums of squared
+/// deviations `m2` (C each): Chan et al.'s parallel update, its weights the same for every
+/// channel. Parts merged in one order give the same bits.
+void merge(statistics& s, double nb, const double* mean, const double* m2);
+
 /// The ranks' packed (count, mean, m2) rows (Note [packed batch statistics]; a host tensor
 /// [R, 2C + 1]) merged in rank order by Chan et al.'s parallel update. Fails the node for
 /// rows of another shape or a count that is not a whole number >= 0.
