@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cpu_isa.hpp"
 #include "elementwise_half.hpp"
 #include "kernel/common/elementwise_checks.hpp"
 #include "kernel/common/elementwise_plan.hpp"
@@ -86,7 +87,7 @@ using loom::ew::plan;
 
 /// out[i] = op(a[i * as]) for i < n (out dense).
 template <class R, class A, class Op>
-inline void unary_run(R* out, const A* a, std::int64_t as, std::int64_t n, const Op& op) {
+[[gnu::always_inline]] inline void unary_run(R* out, const A* a, std::int64_t as, std::int64_t n, const Op& op) {
   if (as == 1) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = store<R>(op(load(a[i])));
   } else if (as == 0) {
@@ -100,7 +101,7 @@ inline void unary_run(R* out, const A* a, std::int64_t as, std::int64_t n, const
 /// out[i] = op(a[i * as], b[i * bs]) for i < n (out dense), with the unit-stride and
 /// stride-0 cases as plain loops.
 template <class R, class A, class B, class Op>
-inline void binary_run(R* out, const A* a, std::int64_t as, const B* b, std::int64_t bs,
+[[gnu::always_inline]] inline void binary_run(R* out, const A* a, std::int64_t as, const B* b, std::int64_t bs,
                        std::int64_t n, const Op& op) {
   if (as == 1 && bs == 1) {
     for (std::int64_t i = 0; i < n; ++i) out[i] = store<R>(op(load(a[i]), load(b[i])));
@@ -117,6 +118,60 @@ inline void binary_run(R* out, const A* a, std::int64_t as, const B* b, std::int
   }
 }
 
+// Note [16-bit element-wise variants]
+// A float16 or bfloat16 element costs integer work on every load and store (the branch-free
+// conversions of elementwise_half.hpp). The baseline instruction set (SSE2) has no
+// 16-to-32-bit widening or 32-to-16-bit narrowing, so GCC spells each out in unpacks and
+// shuffles, 8 elements a step: the bfloat16 relu_grad of the CNN's training step ran at a
+// third of float32's bytes per second, and its cast to float32 no faster. So the runs of a
+// kernel whose input or output is 16-bit are compiled for each instruction set, as the fused
+// kernels are (Note [fused instruction sets] in fused_elementwise.cpp: the same source, the
+// same bits in every variant, the widest allowed picked per process); runs of the other
+// types keep the one baseline loop, which memory bounds already.
+#define LOOM_EW_RUN_VARIANT(isa, target_attr)                                                  \
+  struct runs_##isa {                                                                           \
+    template <class R, class A, class Op>                                                       \
+    target_attr static void unary(R* out, const A* a, std::int64_t as, std::int64_t n,         \
+                                  const Op& op) {                                               \
+      unary_run(out, a, as, n, op);                                                             \
+    }                                                                                           \
+    template <class R, class A, class B, class Op>                                              \
+    target_attr static void binary(R* out, const A* a, std::int64_t as, const B* b,            \
+                                   std::int64_t bs, std::int64_t n, const Op& op) {             \
+      binary_run(out, a, as, b, bs, n, op);                                                     \
+    }                                                                                           \
+  };
+LOOM_EW_RUN_VARIANT(baseline, LOOM_ISA_BASELINE)
+#if LOOM_ISA_HAS_AVX2
+LOOM_EW_RUN_VARIANT(avx2, LOOM_ISA_AVX2)
+#endif
+#if LOOM_ISA_HAS_AVX512
+LOOM_EW_RUN_VARIANT(avx512, LOOM_ISA_AVX512)
+#endif
+#undef LOOM_EW_RUN_VARIANT
+
+/// Calls f(runs) with `runs` the run loops to use for elements of A in and R out: the widest
+/// instruction set's when either is 16-bit (Note [16-bit element-wise variants]), else the
+/// baseline's.
+template <class R, class A, class F>
+void with_runs(F&& f) {
+  if constexpr (is_half_like<A> || is_half_like<R>) {
+    switch (cpu::widest_cpu_isa()) {
+      case cpu::isa_cap::avx512:
+#if LOOM_ISA_HAS_AVX512
+        return f(runs_avx512{});
+#endif
+      case cpu::isa_cap::avx2:
+#if LOOM_ISA_HAS_AVX2
+        return f(runs_avx2{});
+#endif
+      case cpu::isa_cap::baseline:
+        break;
+    }
+  }
+  f(runs_baseline{});
+}
+
 // ---- drivers ---------------------------------------------------------------------------------
 
 /// y = op(x) over input 0 into output 0 (R: the output's C++ type), in place when possible.
@@ -129,17 +184,20 @@ void run_unary(kernel_context& ctx, const Op& op, double cost_ns) {
   if (count == 0) return;
   R* out = y.template data<R>();
   const T* a = x.template data<T>();
-  if (x.is_contiguous()) {
-    // The common case needs no plan: one run over dense memory.
-    ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
-      unary_run(out + begin, a + begin, 1, end - begin, op);
-    });
-    return;
-  }
-  const auto p = make_plan<2>(s, {&x});
-  ctx.parallel_for(p.count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
-    for_each_run(p, begin, end, [&](const std::array<std::int64_t, 2>& off, std::int64_t n) {
-      unary_run(out + off[0], a + off[1], p.inner[1], n, op);
+  with_runs<R, T>([&](auto runs) {
+    using runs_t = decltype(runs);
+    if (x.is_contiguous()) {
+      // The common case needs no plan: one run over dense memory.
+      ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
+        runs_t::unary(out + begin, a + begin, 1, end - begin, op);
+      });
+      return;
+    }
+    const auto p = make_plan<2>(s, {&x});
+    ctx.parallel_for(p.count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
+      for_each_run(p, begin, end, [&](const std::array<std::int64_t, 2>& off, std::int64_t n) {
+        runs_t::unary(out + off[0], a + off[1], p.inner[1], n, op);
+      });
     });
   });
 }
@@ -161,16 +219,19 @@ void run_binary(kernel_context& ctx, const Op& op, double cost_ns) {
   // single element against a dense operand (stride 0).
   const std::int64_t as = flat_stride(x, count);
   const std::int64_t bs = flat_stride(y, count);
-  if (as >= 0 && bs >= 0) {
-    ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
-      binary_run(out + begin, a + begin * as, as, b + begin * bs, bs, end - begin, op);
-    });
-    return;
-  }
-  const auto p = make_plan<3>(s, {&x, &y});
-  ctx.parallel_for(p.count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
-    for_each_run(p, begin, end, [&](const std::array<std::int64_t, 3>& off, std::int64_t n) {
-      binary_run(out + off[0], a + off[1], p.inner[1], b + off[2], p.inner[2], n, op);
+  with_runs<R, T>([&](auto runs) {
+    using runs_t = decltype(runs);
+    if (as >= 0 && bs >= 0) {
+      ctx.parallel_for(count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
+        runs_t::binary(out + begin, a + begin * as, as, b + begin * bs, bs, end - begin, op);
+      });
+      return;
+    }
+    const auto p = make_plan<3>(s, {&x, &y});
+    ctx.parallel_for(p.count, cost_ns, [&](std::int64_t begin, std::int64_t end) {
+      for_each_run(p, begin, end, [&](const std::array<std::int64_t, 3>& off, std::int64_t n) {
+        runs_t::binary(out + off[0], a + off[1], p.inner[1], b + off[2], p.inner[2], n, op);
+      });
     });
   });
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "elementwise_half.hpp"
 #include "loom/core/half.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
 #include "loom/kernel/kernel_registry.hpp"
@@ -151,19 +152,39 @@ void visit_float_type(const kernel_context& ctx, dtype t, std::string_view what,
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-/// T -> its accumulation type.
+/// T -> its accumulation type (half and bfloat16 by the branch-free conversions of
+/// elementwise_half.hpp, loom::half's bits: loops over them vectorise).
 template <class T>
-inline acc_t<T> widen(T v) noexcept {
-  return static_cast<acc_t<T>>(v);
+[[gnu::always_inline]] inline acc_t<T> widen(T v) noexcept {
+  if constexpr (std::is_same_v<T, half>) {
+    return ew::half_to_float(v);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    return ew::bfloat16_to_float(v);
+  } else {
+    return static_cast<acc_t<T>>(v);
+  }
 }
-/// Accumulation type -> T (rounded to nearest for half and bfloat16).
+/// Accumulation type -> T (rounded to nearest even for half and bfloat16).
 template <class T>
-inline T narrow(acc_t<T> v) noexcept {
-  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
-    return T(v);
+[[gnu::always_inline]] inline T narrow(acc_t<T> v) noexcept {
+  if constexpr (std::is_same_v<T, half>) {
+    return ew::float_to_half(v);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    return ew::float_to_bfloat16(v);
   } else {
     return static_cast<T>(v);
   }
+}
+
+/// out[i] = widen(in[i]) for i < n.
+template <class T>
+[[gnu::always_inline]] inline void widen_n(const T* __restrict in, std::int64_t n, acc_t<T>* __restrict out) noexcept {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = widen(in[i]);
+}
+/// out[i] = narrow<T>(in[i]) for i < n.
+template <class T>
+[[gnu::always_inline]] inline void narrow_n(const acc_t<T>* __restrict in, std::int64_t n, T* __restrict out) noexcept {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = narrow<T>(in[i]);
 }
 
 /// The maximum of the dilated window of output (oy, ox) over the plane `in` (taps

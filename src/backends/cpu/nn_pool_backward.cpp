@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_isa.hpp"
 #include "nn_kernels.hpp"
 
 namespace loom::cpu {
@@ -56,67 +57,130 @@ void for_each_plane(const kernel_context& ctx, const T* dy, T* dx, const pool_ge
   });
 }
 
-// The common 2x2, stride 2, unpadded case in float or double: windows tile the plane, so
-// each window writes its four positions directly (dy at its maximum, 0 elsewhere), with
-// no zeroing pass and no accumulator: one read of x and one write of dx. The maximum is
-// chosen exactly as the general loop does (first strictly greater element, from -inf).
-template <class T>
-bool max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx,
-                       const pool_geometry& g) {
-  if constexpr (!std::is_same_v<T, acc_t<T>>) {
-    return false;  // half and bfloat16 accumulate in float: the general loop
-  } else {
-    if (!tiles_2x2(g)) return false;
-    const std::int64_t plane = g.h * g.w;
-    ctx.parallel_for(g.n * g.c, static_cast<double>(plane), [&](std::int64_t lo, std::int64_t hi) {
-      for (std::int64_t p = lo; p < hi; ++p) {
-        const T* in = x + p * plane;
-        T* out = dx + p * plane;
-        const T* grad = dy + p * g.oh * g.ow;
-        constexpr T inf = std::numeric_limits<T>::infinity();
-        // An odd last row or column lies in no window.
-        if (g.h % 2 != 0 || g.w % 2 != 0) std::fill_n(out, plane, T{0});
-        for (std::int64_t oy = 0; oy < g.oh; ++oy) {
-          const T* __restrict r0 = in + 2 * oy * g.w;
-          const T* __restrict r1 = r0 + g.w;
-          const T* __restrict dy_row = grad + oy * g.ow;
-          T* __restrict o0 = out + 2 * oy * g.w;
-          T* __restrict o1 = o0 + g.w;
-          // Selects, no branches, and no dependence between windows, so the loop
-          // vectorizes: on real activations which element wins is random, and a branch per
-          // comparison mispredicts (9.5 ms a CNN step for the two pool gradients with
-          // branches, 5.6 ms branch-free scalar; vectorized, 1.6 ms on 2 threads).
-          for (std::int64_t ox = 0; ox < g.ow; ++ox) {
-            const std::int64_t c0 = 2 * ox;
-            const T e0 = r0[c0];
-            const T e1 = r0[c0 + 1];
-            const T e2 = r1[c0];
-            const T e3 = r1[c0 + 1];
-            // The winner is the first element equal to the maximum (as the general loop's
-            // "e > best" finds it); when nothing beats -inf, the first element.
-            const T best = window_max(e0, e1, e2, e3);
-            const bool w0 = (best == -inf) | (e0 == best);
-            const bool w1 = !w0 & (e1 == best);
-            const bool w2 = !(w0 | w1) & (e2 == best);
-            const bool w3 = !(w0 | w1 | w2);
-            const T v = dy_row[ox];  // loaded once, unconditionally: no control flow
-            o0[c0] = w0 ? v : T{0};
-            o0[c0 + 1] = w1 ? v : T{0};
-            o1[c0] = w2 ? v : T{0};
-            o1[c0 + 1] = w3 ? v : T{0};
-          }
-        }
-      }
-    });
-    return true;
+// The common 2x2, stride 2, unpadded case: windows tile the plane, so each window writes
+// its four positions directly (dy at its maximum, 0 elsewhere), with no zeroing pass and no
+// accumulator: one read of x and one write of dx. The maximum is chosen exactly as the
+// general loop does (first strictly greater element, from -inf). Never inlined into the
+// wider variants below: with 8 or 16 floats a step, a 14-window row is mostly the scalar
+// remainder (the bfloat16 CNN step's pool gradients took 7.0 ms in AVX-512, 3.7 ms in
+// AVX2 and 2.7 in the baseline's 4 a step).
+template <class C>
+[[gnu::noinline]] void max_pool_grad_plane_2x2(const C* in, const C* grad, C* out, const pool_geometry& g) {
+  constexpr C inf = std::numeric_limits<C>::infinity();
+  // An odd last row or column lies in no window.
+  if (g.h % 2 != 0 || g.w % 2 != 0) std::fill_n(out, g.h * g.w, C{0});
+  for (std::int64_t oy = 0; oy < g.oh; ++oy) {
+    const C* __restrict r0 = in + 2 * oy * g.w;
+    const C* __restrict r1 = r0 + g.w;
+    const C* __restrict dy_row = grad + oy * g.ow;
+    C* __restrict o0 = out + 2 * oy * g.w;
+    C* __restrict o1 = o0 + g.w;
+    // Selects, no branches, and no dependence between windows, so the loop vectorizes: on
+    // real activations which element wins is random, and a branch per comparison
+    // mispredicts (9.5 ms a CNN step for the two pool gradients with branches, 5.6 ms
+    // branch-free scalar; vectorized, 1.6 ms on 2 threads).
+    for (std::int64_t ox = 0; ox < g.ow; ++ox) {
+      const std::int64_t c0 = 2 * ox;
+      const C e0 = r0[c0];
+      const C e1 = r0[c0 + 1];
+      const C e2 = r1[c0];
+      const C e3 = r1[c0 + 1];
+      // The winner is the first element equal to the maximum (as the general loop's
+      // "e > best" finds it); when nothing beats -inf, the first element.
+      const C best = window_max(e0, e1, e2, e3);
+      const bool w0 = (best == -inf) | (e0 == best);
+      const bool w1 = !w0 & (e1 == best);
+      const bool w2 = !(w0 | w1) & (e2 == best);
+      const bool w3 = !(w0 | w1 | w2);
+      const C v = dy_row[ox];  // loaded once, unconditionally: no control flow
+      o0[c0] = w0 ? v : C{0};
+      o0[c0 + 1] = w1 ? v : C{0};
+      o1[c0] = w2 ? v : C{0};
+      o1[c0 + 1] = w3 ? v : C{0};
+    }
   }
+}
+
+// The 2x2 case over planes [lo, hi). float16 and bfloat16 planes (x, dy) are widened to
+// float in L1 (`staged`: 2 h w + oh ow floats), routed by the float loop and narrowed back,
+// exactly (dx holds dy's values and zeros): the rows of a 28-wide plane are too short for
+// 16-bit vectors, and the general loop below, accumulating in float, took 4.4 ms of the
+// CNN's bfloat16 training step, 2.2 times float32's.
+template <class T>
+[[gnu::always_inline]] inline void max_pool_grad_planes_2x2(const T* x, const T* dy, T* dx,
+                                                            const pool_geometry& g, std::int64_t lo,
+                                                            std::int64_t hi, acc_t<T>* staged) {
+  using C = acc_t<T>;
+  const std::int64_t plane = g.h * g.w;
+  const std::int64_t out_plane = g.oh * g.ow;
+  for (std::int64_t p = lo; p < hi; ++p) {
+    if constexpr (std::is_same_v<T, C>) {
+      max_pool_grad_plane_2x2(x + p * plane, dy + p * out_plane, dx + p * plane, g);
+    } else {
+      C* in = staged;
+      C* grad = in + plane;
+      C* out = grad + out_plane;
+      widen_n(x + p * plane, plane, in);
+      widen_n(dy + p * out_plane, out_plane, grad);
+      max_pool_grad_plane_2x2(in, grad, out, g);
+      narrow_n(out, plane, dx + p * plane);
+    }
+  }
+}
+
+// Compiled for each instruction set (Note [fused instruction sets]): the conversions of the
+// float16 / bfloat16 planes are long loops that the wide variants do 16 at a time; the
+// float rows stay the baseline's (above).
+#define LOOM_POOL_GRAD_VARIANT(isa, target_attr)                                              \
+  template <class T>                                                                           \
+  target_attr void max_pool_grad_planes_2x2_##isa(const T* x, const T* dy, T* dx,             \
+                                                  const pool_geometry& g, std::int64_t lo,    \
+                                                  std::int64_t hi, acc_t<T>* staged) {        \
+    max_pool_grad_planes_2x2(x, dy, dx, g, lo, hi, staged);                                    \
+  }
+LOOM_POOL_GRAD_VARIANT(baseline, LOOM_ISA_BASELINE)
+#if LOOM_ISA_HAS_AVX2
+LOOM_POOL_GRAD_VARIANT(avx2, LOOM_ISA_AVX2)
+#endif
+#if LOOM_ISA_HAS_AVX512
+LOOM_POOL_GRAD_VARIANT(avx512, LOOM_ISA_AVX512)
+#endif
+#undef LOOM_POOL_GRAD_VARIANT
+
+template <class T>
+void max_pool_grad_2x2(const kernel_context& ctx, const T* x, const T* dy, T* dx,
+                       const pool_geometry& g) {
+  using C = acc_t<T>;
+  const std::int64_t plane = g.h * g.w;
+  auto planes = &max_pool_grad_planes_2x2_baseline<T>;
+  switch (widest_cpu_isa()) {
+    case isa_cap::avx512:
+#if LOOM_ISA_HAS_AVX512
+      planes = &max_pool_grad_planes_2x2_avx512<T>;
+      break;
+#endif
+    case isa_cap::avx2:
+#if LOOM_ISA_HAS_AVX2
+      planes = &max_pool_grad_planes_2x2_avx2<T>;
+#endif
+      break;
+    case isa_cap::baseline:
+      break;
+  }
+  ctx.parallel_for(g.n * g.c, static_cast<double>(plane), [&](std::int64_t lo, std::int64_t hi) {
+    std::vector<C> staged;
+    if constexpr (!std::is_same_v<T, C>) {
+      staged.resize(static_cast<std::size_t>(2 * plane + g.oh * g.ow));
+    }
+    planes(x, dy, dx, g, lo, hi, staged.data());
+  });
 }
 
 // dx[argmax of each window] += dy[window].
 template <class T>
 void max_pool_grad(const kernel_context& ctx, const T* x, const T* dy, T* dx,
                    const pool_geometry& g) {
-  if (max_pool_grad_2x2<T>(ctx, x, dy, dx, g)) return;
+  if (tiles_2x2(g)) return max_pool_grad_2x2<T>(ctx, x, dy, dx, g);
   using Acc = acc_t<T>;
   const double cost = static_cast<double>(g.oh * g.ow * g.kernel[0] * g.kernel[1] + g.h * g.w);
   if (g.dilated()) {  // taps dilation apart: the same rule over them
