@@ -253,7 +253,7 @@ py::dict op_def_dict(const op_def& d) {
   py::list attrs;
   for (const attr_def& a : d.attrs) {
     attrs.append(py::dict(py::arg("name") = a.name, py::arg("type") = to_string(a.type),
-                          py::arg("required") = !a.default_value.has_value()));
+                          py::arg("required") = !a.default_value.has_value() && a.default_from.empty()));
   }
   return py::dict(py::arg("name") = d.name, py::arg("inputs") = inputs,
                   py::arg("outputs") = d.outputs.size(), py::arg("attrs") = attrs,

@@ -245,6 +245,14 @@ const node& graph::add_node(node_spec spec) {
     }
   }
 
+  // Type attributes that default to another's.
+  for (const auto& ad : def->attrs) {
+    if (ad.default_from.empty() || attrs.contains(ad.name)) continue;
+    if (const auto from = attrs.find(ad.default_from); from != attrs.end()) {
+      attrs.emplace(ad.name, from->second);
+    }
+  }
+
   // Required attributes present; type restrictions and validation.
   for (const auto& ad : def->attrs) {
     auto it = attrs.find(ad.name);

@@ -194,7 +194,12 @@ class lowering {
       changed = true;
     }
     for (const node_id id : ed.topological_order()) {
-      if (ed.alive(id) && ed.at(id).def->is_stateful) changed |= read_low_gradients(ctx, id);
+      if (!ed.alive(id)) continue;
+      if (ed.at(id).def->is_stateful) {
+        changed |= read_low_gradients(ctx, id);
+      } else if (ed.at(id).op() == "reduce_sum") {
+        changed |= sum_low_values(ctx, id);
+      }
     }
     return changed;
   }
@@ -380,6 +385,31 @@ class lowering {
     ctx.rewrote({n.name},
                 fmt::format("'{}' reads {} {} gradient{} without a cast to float32",
                             ed.at(now).name, swapped, to_string(low_), swapped == 1 ? "" : "s"));
+    return true;
+  }
+
+  // A float32 reduce_sum of a cast this pass made of 16-bit values (a bias's gradient, say)
+  // sums those values into float32 itself (its output_type): the same sum bit for bit
+  // (the cast is exact and the accumulation the same), reading half the bytes, and the cast
+  // is gone when nothing else reads it.
+  bool sum_low_values(pass_context& ctx, node_id id) {
+    graph_editor& ed = ctx.editor();
+    const node n = ed.at(id);
+    const endpoint in = ed.inputs(id)[0];
+    if (n.attrs.at("T").as<dtype>() != dtype::f32 ||
+        n.attrs.at("output_type").as<dtype>() != dtype::f32 || back_casts_.count(in.node) == 0) {
+      return false;
+    }
+    attr_map attrs = n.attrs;
+    attrs.insert_or_assign("T", attr_value(low_));
+    const node_id now = ed.add({unique_name(ed, n.name + "/amp"), n.op(),
+                                {ed.inputs(in.node)[0]}, std::move(attrs), n.requested_device,
+                                ed.control_inputs(id)});
+    ed.replace_uses({id, 0}, {now, 0});
+    ed.replace_node(id, now);
+    ed.erase(id);
+    ctx.rewrote({n.name}, fmt::format("'{}' sums {} values into float32 without a cast",
+                                      ed.at(now).name, to_string(low_)));
     return true;
   }
 

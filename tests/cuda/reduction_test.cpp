@@ -300,6 +300,28 @@ TEST(CudaReduce, ProdMatchesTheCpu) {
   }
 }
 
+// reduce_sum's output_type float32 over float16 / bfloat16: on the GPU the float32 sum of
+// the widened values (accumulated in double, as the float32 sum is), so the same bits as the
+// GPU's own sum of the cast, and close to the CPU's.
+TEST(CudaReduce, SixteenBitSumsIntoFloat32) {
+  LOOM_REQUIRE_GPU();
+  for (const dtype t : {dtype::f16, dtype::bf16}) {
+    std::uint64_t seed = 70;
+    for (const auto& c : reduce_cases) {
+      const tensor x = random(t, c.s, ++seed);
+      const attr_map widened{{"axes", c.axes}, {"keepdims", c.keepdims}, {"output_type", dtype::f32}};
+      const op_node n = op_node::of("reduce_sum", {x}, widened);
+      const std::string what = label("reduce_sum into float32", t, c.s, axes_text(c.axes));
+      const auto got = compare(n, {x}, what, 10.0, sum_slack(reduced_count(c.s, c.axes), false));
+      ASSERT_EQ(got[0].type(), dtype::f32) << what;
+      const op_node cast = op_node::of("cast", {x}, {{"to", dtype::f32}});
+      const tensor wide = cast.run(test_gpu(), {to_gpu(x)})[0];
+      const op_node sum = op_node::of("reduce_sum", {wide}, {{"axes", c.axes}, {"keepdims", c.keepdims}});
+      expect_bitwise(got[0], to_host(sum.run(test_gpu(), {wide})[0]), what + " against the cast");
+    }
+  }
+}
+
 TEST(CudaReduce, IntegerSumsWrapAsOnTheCpu) {
   LOOM_REQUIRE_GPU();
   for (const dtype t : {dtype::i32, dtype::i64}) {

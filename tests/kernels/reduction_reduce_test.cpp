@@ -11,6 +11,7 @@
 
 #include "kernels/kernel_test_support.hpp"
 #include "kernels/reduction_reference.hpp"
+#include "loom/graph/gradients.hpp"
 #include "loom/graph/graph.hpp"
 #include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/state.hpp"
@@ -357,6 +358,82 @@ TEST(ReduceTest, BuildersInferTypes) {
   EXPECT_EQ(ops::reduce_sum(i, {0}).type(), (tensor_type{dtype::i64, shape{}}));
   EXPECT_THROW((void)ops::reduce_mean(i), invalid_argument);
   EXPECT_THROW((void)ops::reduce_sum(x, {3}), invalid_argument);
+}
+
+
+// reduce_sum's output_type float32 over float16 / bfloat16: the sum of cast(x, float32), bit
+// for bit (the cast is exact and the accumulation the same), without the rounding to 16 bits.
+TEST(ReduceTest, SumOfSixteenBitFloatsIntoFloat32IsTheSumOfTheCast) {
+  const std::vector<std::pair<shape, std::vector<std::int64_t>>> cases = {
+      {{}, {}},          {{5}, {}},          {{3, 4}, {0}},         {{3, 4}, {1}},
+      {{2, 3, 4}, {0, 2}}, {{37, 300}, {0}}, {{5, 1000, 7}, {1}},   {{2, 70000}, {1}},
+      {{64, 3, 341}, {0, 2}}, {{200003}, {}}, {{0, 4}, {0}}};
+  std::uint64_t seed = 1300;
+  for (dtype t : {dtype::f16, dtype::bf16}) {
+    for (const auto& [s, axes] : cases) {
+      for (bool keepdims : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << to_string(t) << " " << to_string(s) << " keepdims "
+                                          << keepdims);
+        const tensor x = random(t, s, seed++, -4.0, 4.0);
+        attr_map widened = reduce_attrs(axes, keepdims);
+        widened.emplace("output_type", dtype::f32);
+        const tensor sum = run_op1("reduce_sum", {x}, widened);
+        const tensor want = run_op1("reduce_sum", {run_op1("cast", {x}, {{"to", dtype::f32}})},
+                                    reduce_attrs(axes, keepdims));
+        ASSERT_EQ(sum.type(), dtype::f32);
+        ASSERT_EQ(sum.shape(), want.shape());
+        EXPECT_EQ(values(sum), values(want));
+        // Not rounded to t: the 16-bit sum differs from it somewhere in most cases.
+        if (s.num_elements() > 1000) {
+          const std::vector<double> narrow = values(run_op1("reduce_sum", {x}, reduce_attrs(axes, keepdims)));
+          const std::vector<double> wide = values(sum);
+          EXPECT_NE(narrow, wide);
+        }
+        // Strided input: summed in another order (its own layout's), so equal within float
+        // rounding.
+        if (s.rank() >= 2 && s.num_elements() > 0) {
+          const std::vector<double> strided =
+              values(run_op1("reduce_sum", {non_contiguous(x)}, widened));
+          const std::vector<double> w = values(want);
+          ASSERT_EQ(strided.size(), w.size());
+          for (std::size_t i = 0; i < w.size(); ++i) {
+            EXPECT_NEAR(strided[i], w[i], 1e-5 * (1.0 + std::abs(w[i])));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ReduceTest, SumOutputTypeIsCheckedAndDifferentiates) {
+  // Any other output_type fails at construction, naming both types.
+  const std::vector<std::pair<dtype, dtype>> bad = {
+      {dtype::f32, dtype::f16}, {dtype::f32, dtype::f64}, {dtype::bf16, dtype::f64},
+      {dtype::i32, dtype::f32}, {dtype::f16, dtype::bf16}, {dtype::i32, dtype::i64}};
+  for (const auto& [in, out] : bad) {
+    expect_error<invalid_argument>(
+        [&, in = in, out = out] {
+          (void)run_op1("reduce_sum", {random(in, {2, 3}, 1)},
+                        {{"axes", std::vector<std::int64_t>{0}}, {"output_type", out}});
+        },
+        {"under_test", std::string("reduce_sum of ") + to_string(in),
+         std::string("cannot give ") + to_string(out)});
+  }
+  // Given as the input's own type, it changes nothing; the builder infers float32; the
+  // gradient comes back in x's dtype.
+  const tensor x = random(dtype::f32, {3, 4}, 2);
+  EXPECT_EQ(values(run_op1("reduce_sum", {x}, {{"axes", std::vector<std::int64_t>{1}},
+                                               {"output_type", dtype::f32}})),
+            values(run_op1("reduce_sum", {x}, reduce_attrs({1}, false))));
+  graph g;
+  graph_builder b(g);
+  const auto h = ops::placeholder(b, "h", dtype::bf16, {4, 6});
+  const auto s = ops::reduce_sum(h, {0}, false, dtype::f32);
+  EXPECT_EQ(s.type(), (tensor_type{dtype::f32, shape{6}}));
+  EXPECT_EQ(s.producer().attrs.at("output_type").as<dtype>(), dtype::f32);
+  EXPECT_EQ(ops::reduce_sum(h, {0}).producer().attrs.at("output_type").as<dtype>(), dtype::bf16);
+  const output dh = gradients(ops::reduce_sum(s), {h})[0];
+  EXPECT_EQ(dh.type(), (tensor_type{dtype::bf16, shape{4, 6}}));
 }
 
 }  // namespace

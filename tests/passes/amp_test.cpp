@@ -212,6 +212,51 @@ training_step make_training_step() {
   return t;
 }
 
+// A float32 sum of a lowered node's result (a bias gradient's reduce_sum) reads the
+// bfloat16 values and sums them into float32 itself (output_type): the cast back is gone,
+// and the answer is the graph with the cast's, bit for bit.
+TEST(Amp, AFloat32SumOfBfloat16ResultsReadsThemWithoutACast) {
+  graph g;
+  graph_builder b(g);
+  std::mt19937 rng(11);
+  const std::vector<double> xv = uniform(rng, 64 * 48);
+  const std::vector<double> wv = uniform(rng, 48 * 40, -0.5, 0.5);
+  const output x = ops::placeholder(b, "x", dtype::f32, {64, 48});
+  const output w = ops::variable(b, "w", make_tensor(dtype::f32, {48, 40}, wv));
+  const output h = ops::matmul(x, w, false, false, {.name = "mm"});
+  (void)ops::reduce_sum(h, {0}, false, {.name = "colsum"});
+  session s(g, amp_session());
+  const tensor feed = make_tensor(dtype::f32, {64, 48}, xv);
+  const tensor got = detach(s.run({{"x", feed}}, {"colsum"})[0]);
+  const auto log = s.explain_passes({"x"}, {"colsum"});
+  EXPECT_FALSE(records(log, pass, kind::rewrite, {"colsum", "sums bfloat16 values into float32"})
+                   .empty())
+      << log_text(log);
+  const graph& planned = s.planned_graph({"x"}, {"colsum"});
+  const node* sum = nullptr;
+  for (const node& n : planned.nodes()) {
+    if (n.op() == "reduce_sum") sum = &n;
+  }
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(sum->attr<dtype>("T"), dtype::bf16);
+  EXPECT_EQ(sum->attr<dtype>("output_type"), dtype::f32);
+  // Casts: x and w in; nothing back (the sum reads the product's bfloat16 result).
+  EXPECT_EQ(count_op(describe(planned), "cast"), 2u) << log_text(log);
+
+  // The same graph written with the casts, run as written: the same bits.
+  graph r;
+  graph_builder rb(r);
+  const output rx = ops::placeholder(rb, "x", dtype::f32, {64, 48});
+  const output rw = ops::variable(rb, "w", make_tensor(dtype::f32, {48, 40}, wv));
+  const output rh = ops::matmul(ops::cast(rx, dtype::bf16), ops::cast(rw, dtype::bf16));
+  (void)ops::reduce_sum(ops::cast(rh, dtype::f32), {0}, false, {.name = "colsum"});
+  session_options as_written;
+  as_written.passes.enabled = false;
+  session rs(r, as_written);
+  EXPECT_EQ(values(got), values(rs.run({{"x", feed}}, {"colsum"})[0]));
+  EXPECT_EQ(got.type(), dtype::f32);
+}
+
 TEST(Amp, ATrainingStepLowersForwardAndBackwardProductsAndTheUpdateReadsBfloat16Gradients) {
   training_step t = make_training_step();
   session s(t.g, amp_session());
@@ -230,7 +275,7 @@ TEST(Amp, ATrainingStepLowersForwardAndBackwardProductsAndTheUpdateReadsBfloat16
   EXPECT_TRUE(refused_with(log, pass, {"kept float32", "softmax_cross_entropy", "float32 list"}))
       << log_text(log);
   // The update reads the bfloat16 weight gradients directly (b1's gradient is a float32
-  // reduction and stays so).
+  // reduction and stays so, summing the bfloat16 values without a cast).
   const node* adam = nullptr;
   for (const node& n : planned.nodes()) {
     if (n.op() == "fused_adam") adam = &n;
@@ -241,6 +286,10 @@ TEST(Amp, ATrainingStepLowersForwardAndBackwardProductsAndTheUpdateReadsBfloat16
   EXPECT_EQ(grad_types, (std::vector<dtype>{dtype::bf16, dtype::f32, dtype::bf16}))
       << log_text(log);
   EXPECT_FALSE(records(log, pass, kind::rewrite, {"reads 2 bfloat16 gradients"}).empty())
+      << log_text(log);
+  EXPECT_FALSE(
+      records(log, pass, kind::rewrite, {"sums bfloat16 values into float32 without a cast"})
+          .empty())
       << log_text(log);
 
   // Master weights stay float32 and the steps train: the loss of a fixed batch falls.

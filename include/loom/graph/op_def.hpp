@@ -52,6 +52,10 @@ struct attr_def {
   std::optional<attr_value> default_value;
   /// For type attributes: the dtypes accepted (empty: any).
   std::vector<dtype> allowed_types;
+  /// For type attributes: when the node does not give it, the value of this other type
+  /// attribute once the inputs have set theirs (reduce_sum's output_type is T's unless
+  /// given). Empty: none.
+  std::string default_from;
   /// Extra validation; throws loom::invalid_argument with a message saying what is wrong
   /// with the value (the graph adds the node's name and the attribute's).
   std::function<void(const attr_value&)> validate;

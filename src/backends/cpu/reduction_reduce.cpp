@@ -198,22 +198,24 @@ struct reducer {
     for (std::int64_t j = 0; j < w; ++j) acc[j] = combine(acc[j], lift(p[Unit ? j : j * s]));
   }
 
-  static T finish(A a, std::int64_t count) noexcept {
+  // The result as O: T, or float for a float16 / bfloat16 T (reduce_sum's output_type).
+  template <class O = T>
+  static O finish(A a, std::int64_t count) noexcept {
     if constexpr (K == reduce_kind::mean) {
-      if (count == 0) return store<T>(std::numeric_limits<double>::quiet_NaN());
-      return store<T>(a / static_cast<double>(count));
+      if (count == 0) return store<O>(std::numeric_limits<double>::quiet_NaN());
+      return store<O>(a / static_cast<double>(count));
     } else if constexpr (K == reduce_kind::l2) {
-      return store<T>(std::sqrt(a));
+      return store<O>(std::sqrt(a));
     } else if constexpr (K == reduce_kind::log_sum) {
-      return store<T>(std::log(a));
+      return store<O>(std::log(a));
     } else if constexpr (K == reduce_kind::log_sum_exp) {
-      return store<T>(a.m + std::log(a.s));
+      return store<O>(a.m + std::log(a.s));
     } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
       return a != 0;
     } else if constexpr (!floating && K != reduce_kind::max && K != reduce_kind::min) {
-      return static_cast<T>(static_cast<std::int64_t>(a));
+      return static_cast<O>(static_cast<std::int64_t>(a));
     } else {
-      return store<T>(a);
+      return store<O>(a);
     }
   }
 };
@@ -362,14 +364,16 @@ void accumulate(const geometry& g, const T* base, std::int64_t ob, std::int64_t 
     body.template operator()<false>();
 }
 
-template <class T, reduce_kind K>
+// O: the output's element type (T, or float for reduce_sum's float32 output_type of a 16-bit
+// T: the same accumulation, one rounding fewer).
+template <class T, reduce_kind K, class O = T>
 void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& reduced,
                  tensor& out) {
   using R = reducer<T, K>;
   using A = typename R::A;
   const geometry g = make_geometry(x, reduced);
   const T* base = x.data<T>();
-  T* y = out.data<T>();
+  O* y = out.data<O>();
   const std::int64_t count = g.num_red;
   const int threads = ctx.num_threads();
   // Units of parallel work over outputs: one output in inner mode, one row block of
@@ -410,7 +414,7 @@ void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& 
       for (std::int64_t c = 1; c < chunks; ++c) {
         acc = R::combine(acc, partial[static_cast<std::size_t>(c * g.num_out + o)]);
       }
-      y[o] = R::finish(acc, count);
+      y[o] = R::template finish<O>(acc, count);
     }
     return;
   }
@@ -422,7 +426,7 @@ void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& 
     std::vector<A> acc(static_cast<std::size_t>(oe - ob));
     accumulate<R>(g, base, ob, oe, acc.data());
     for (std::int64_t o = ob; o < oe; ++o) {
-      y[o] = R::finish(acc[static_cast<std::size_t>(o - ob)], count);
+      y[o] = R::template finish<O>(acc[static_cast<std::size_t>(o - ob)], count);
     }
   });
 }
@@ -443,12 +447,24 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (supports_v<T, K>) {
-        if (num_red == 0) {
-          using R = reducer<T, K>;
-          std::fill_n(out.data<T>(), num_out, R::finish(R::identity(), 0));
-        } else {
-          reduce_into<T, K>(ctx, x, rg.reduced, out);
+        // reduce_sum's output_type: float32 for a float16 / bfloat16 x (the graph checked it:
+        // check_sum_output_type), else x's own.
+        const auto run = [&]<class O>() {
+          if (num_red == 0) {
+            using R = reducer<T, K>;
+            std::fill_n(out.data<O>(), num_out, R::template finish<O>(R::identity(), 0));
+          } else {
+            reduce_into<T, K, O>(ctx, x, rg.reduced, out);
+          }
+        };
+        if constexpr (K == reduce_kind::sum && is_16bit_float_v<T>) {
+          if (out.type() == dtype::f32) return run.template operator()<float>();
         }
+        if (out.type() != x.type()) {
+          ctx.fail("{} of {} has no kernel giving {}", reduction_rules::op_name(K),
+                   to_string(x.type()), to_string(out.type()));
+        }
+        run.template operator()<T>();
       } else {
         ctx.fail("{} has no kernel for {}", reduction_rules::op_name(K), to_string(x.type()));
       }

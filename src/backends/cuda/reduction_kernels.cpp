@@ -69,6 +69,13 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
     }
     launch_scope scope(ctx);
     tensor& out = ctx.allocate_output(0, rg.output);
+    // reduce_sum's output_type: float32 for a float16 / bfloat16 x (check_sum_output_type).
+    const bool widen = out.type() != x.type();
+    if (widen && !(K == reduce_kind::sum && out.type() == dtype::f32 &&
+                   (x.type() == dtype::f16 || x.type() == dtype::bf16))) {
+      ctx.fail("{} of {} has no kernel giving {}", reduction_rules::op_name(K),
+               to_string(x.type()), to_string(out.type()));
+    }
     if (num_out == 0) return;
     if (num_red == 0) {  // sums 0, prod and all 1, mean NaN, logs -inf
       const double v = (K == reduce_kind::prod || K == reduce_kind::all) ? 1.0
@@ -130,13 +137,14 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
       dense = &hold;
       outer = num_out;
     }
-    const kernels::reduce_plan plan = kernels::plan_reduce(elem_of(x.type()), op, outer, n, inner);
+    const kernels::reduce_plan plan =
+        kernels::plan_reduce(elem_of(x.type()), op, outer, n, inner, widen);
     tensor temp;
     if (plan.temp_bytes > 0) {
       temp = ctx.allocate_temp(dtype::u8, shape{static_cast<std::int64_t>(plan.temp_bytes)});
     }
     kernels::launch_reduce(plan, elem_of(x.type()), op, dense->raw_data(), out.raw_data(),
-                           temp.defined() ? temp.raw_data() : nullptr, scope.stream);
+                           temp.defined() ? temp.raw_data() : nullptr, scope.stream, widen);
     check_launch(ctx, reduction_rules::op_name(K));
   }
 };

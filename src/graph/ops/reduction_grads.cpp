@@ -50,8 +50,10 @@ std::int64_t reduced_count(const gradient_context& c, const std::vector<bool>& r
   return n;
 }
 
+// With an output_type wider than x's, dy comes back in x's dtype.
 grads sum_grad(const gradient_context& c) {
-  return {broadcast_back(c, c.grad(0), reduced_axes(c))};
+  const output dx = broadcast_back(c, c.grad(0), reduced_axes(c));
+  return {dx.dtype_of() == c.input_type(0) ? dx : ops::cast(dx, c.input_type(0))};
 }
 
 grads mean_grad(const gradient_context& c) {

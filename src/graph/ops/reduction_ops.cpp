@@ -43,13 +43,18 @@ void infer_reduce(inference_context& c) {
   const tensor_type& in = c.input(0);
   const auto axes = c.attr<std::vector<std::int64_t>>("axes");
   const bool keepdims = c.attr<bool>("keepdims");
+  dtype out = in.type;
+  if (c.def().find_attr("output_type") != nullptr) {  // reduce_sum's
+    out = c.attr<dtype>("output_type");
+    reduction_rules::check_sum_output_type(in.type, out);
+  }
   if (!in.shape) {
     // Unknown rank: a full reduction without keepdims is still a scalar.
-    c.set_output(0, in.type,
+    c.set_output(0, out,
                  axes.empty() && !keepdims ? std::optional<shape>(shape{}) : std::nullopt);
     return;
   }
-  c.set_output(0, in.type,
+  c.set_output(0, out,
                reduction_rules::reduce_geometry_of(*in.shape, axes, keepdims,
                                                    reduction_rules::rule_caller::inference)
                    .output);
@@ -83,17 +88,24 @@ void infer_argmax(inference_context& c) {
   c.set_output(0, out_t, reduction_rules::argmax_output(*in.shape, axis, c.attr<bool>("keepdims")));
 }
 
+// With `output_type` (reduce_sum): the output's dtype, T's unless given
+// (check_sum_output_type says which others are allowed).
 void add_reduce(op_registry& r, const char* name, const char* summary,
-                const std::vector<dtype>& types) {
+                const std::vector<dtype>& types, bool output_type = false) {
   op_def d;
   d.name = name;
   d.summary = summary;
   d.inputs = {typed("input")};
-  d.outputs = {typed("output")};
+  d.outputs = {output_type ? typed("output", "output_type") : typed("output")};
   attr_def axes = attr("axes", attr_type::ints, attr_value(std::vector<std::int64_t>{}));
   axes.validate = validate_axes;
   d.attrs = {type_attr("T", types), std::move(axes),
              attr("keepdims", attr_type::boolean, attr_value(false))};
+  if (output_type) {
+    attr_def out = type_attr("output_type", types);
+    out.default_from = "T";
+    d.attrs.push_back(std::move(out));
+  }
   d.infer = infer_reduce;
   r.add(std::move(d));
 }
@@ -101,7 +113,7 @@ void add_reduce(op_registry& r, const char* name, const char* summary,
 }  // namespace
 
 void register_reduction_ops(op_registry& r) {
-  add_reduce(r, "reduce_sum", "sum over axes", reduce_types());
+  add_reduce(r, "reduce_sum", "sum over axes", reduce_types(), /*output_type=*/true);
   add_reduce(r, "reduce_mean", "mean over axes", float_types());
   add_reduce(r, "reduce_max", "maximum over axes (NaN propagates)", reduce_types());
   add_reduce(r, "reduce_min", "minimum over axes (NaN propagates)", reduce_types());
@@ -164,6 +176,12 @@ output reduce(const char* op, output x, std::vector<std::int64_t> axes, bool kee
 
 output reduce_sum(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
   return reduce("reduce_sum", x, std::move(axes), keepdims, o);
+}
+output reduce_sum(output x, std::vector<std::int64_t> axes, bool keepdims, dtype output_type,
+                  const node_options& o) {
+  return x.builder().add1(
+      "reduce_sum", {x},
+      {{"axes", std::move(axes)}, {"keepdims", keepdims}, {"output_type", output_type}}, o);
 }
 output reduce_mean(output x, std::vector<std::int64_t> axes, bool keepdims, const node_options& o) {
   return reduce("reduce_mean", x, std::move(axes), keepdims, o);

@@ -100,6 +100,14 @@ void check_identity(reduce_kind k, const reduce_geometry& g, const shape& s) {
                                      op_name(k), axis, to_string(s)));
 }
 
+void check_sum_output_type(dtype in, dtype out) {
+  if (out == in || (out == dtype::f32 && (in == dtype::f16 || in == dtype::bf16))) return;
+  throw invalid_argument(fmt::format(
+      "reduce_sum of {} cannot give {}: output_type is the input's type, or float32 for a "
+      "float16 or bfloat16 input",
+      to_string(in), to_string(out)));
+}
+
 along_axis along_axis_of(const shape& s, std::int64_t axis) {
   along_axis a;
   a.axis = normalize_axis(axis, s);

@@ -24,6 +24,11 @@ namespace loom::ops {
 /// in int64 (wrapping) and are stored back as T. An empty reduction gives 0.
 output reduce_sum(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
                   const node_options& o = {});
+/// As above, the sum given as `output_type`: x's dtype, or float32 for a float16 or bfloat16
+/// x (NumPy's np.sum(x, dtype=np.float32)): reduce_sum(cast(x, float32)) bit for bit, reading
+/// x once at its own width.
+output reduce_sum(output x, std::vector<std::int64_t> axes, bool keepdims, dtype output_type,
+                  const node_options& o = {});
 /// The mean over `axes` (float types only). An empty reduction gives NaN.
 output reduce_mean(output x, std::vector<std::int64_t> axes = {}, bool keepdims = false,
                    const node_options& o = {});

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "loom/core/dtype.hpp"
 #include "loom/core/shape.hpp"
 
 namespace loom::reduction_rules {
@@ -79,6 +80,11 @@ reduce_geometry reduce_geometry_of(const shape& s, const std::vector<std::int64_
 /// Fails when a max or min reduces an empty axis: "reduce_max of an empty axis (axis K of
 /// input shape S) has no identity". Sums, means and products of nothing are defined.
 void check_identity(reduce_kind k, const reduce_geometry& g, const shape& s);
+
+/// Fails unless reduce_sum of a `in` input may give `out`: `in` itself, or float32 for a
+/// float16 or bfloat16 input (the sum, accumulated in float as always, stored without the
+/// rounding to 16 bits: reduce_sum(cast(x, float32)) bit for bit, in half the reads).
+void check_sum_output_type(dtype in, dtype out);
 
 // ---- softmax, log_softmax, argmax ---------------------------------------------------------
 

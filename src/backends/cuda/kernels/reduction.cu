@@ -145,6 +145,13 @@ struct partial_reducer : R {
   __device__ static typename R::A lift(typename R::A v) { return v; }
 };
 
+// R (a float reducer) over 16-bit inputs In, each widened exactly on entry: reduce_sum's
+// float32 output_type, the float reduction of cast(x, float32) without the cast.
+template <class R, class In>
+struct widened_reducer : R {
+  __device__ static typename R::A lift(In v) { return R::lift(load(v)); }
+};
+
 template <class R>
 struct combine_fn {
   template <class A>
@@ -282,28 +289,28 @@ void cols_pass(const In* x, void* out, std::int64_t outer, std::int64_t n, std::
       x, out, outer, n, inner, chunks, chunk_len, finish, count);
 }
 
-template <class T, reduce_op K>
-void reduce_typed(const reduce_plan& p, const void* xv, void* y, void* temp, cudaStream_t s) {
-  using R = reducer<T, K>;
+// The passes of `plan` over x (In elements) by reducer R, into y (Out elements).
+template <class In, class R, class Out>
+void reduce_with(const reduce_plan& p, const void* xv, void* y, void* temp, cudaStream_t s) {
   using A = typename R::A;
-  const T* x = static_cast<const T*>(xv);
+  const In* x = static_cast<const In*>(xv);
   const std::int64_t count = p.n;
   if (p.inner == 1) {
     if (p.chunks == 1) {
-      rows_pass<T, R, T>(x, y, p.outer, p.n, 1, p.n, true, count, s);
+      rows_pass<In, R, Out>(x, y, p.outer, p.n, 1, p.n, true, count, s);
     } else {
-      rows_pass<T, R, T>(x, temp, p.outer, p.n, p.chunks, p.chunk_len, false, count, s);
-      rows_pass<A, partial_reducer<R>, T>(static_cast<const A*>(temp), y, p.outer, p.chunks, 1,
-                                          p.chunks, true, count, s);
+      rows_pass<In, R, Out>(x, temp, p.outer, p.n, p.chunks, p.chunk_len, false, count, s);
+      rows_pass<A, partial_reducer<R>, Out>(static_cast<const A*>(temp), y, p.outer, p.chunks, 1,
+                                            p.chunks, true, count, s);
     }
     return;
   }
   if (p.chunks == 1) {
-    cols_pass<T, R, T>(x, y, p.outer, p.n, p.inner, 1, p.n, true, count, s);
+    cols_pass<In, R, Out>(x, y, p.outer, p.n, p.inner, 1, p.n, true, count, s);
   } else {
-    cols_pass<T, R, T>(x, temp, p.outer, p.n, p.inner, p.chunks, p.chunk_len, false, count, s);
-    cols_pass<A, partial_reducer<R>, T>(static_cast<const A*>(temp), y, p.outer, p.chunks,
-                                        p.inner, 1, p.chunks, true, count, s);
+    cols_pass<In, R, Out>(x, temp, p.outer, p.n, p.inner, p.chunks, p.chunk_len, false, count, s);
+    cols_pass<A, partial_reducer<R>, Out>(static_cast<const A*>(temp), y, p.outer, p.chunks,
+                                          p.inner, 1, p.chunks, true, count, s);
   }
 }
 
@@ -451,7 +458,7 @@ bool reduce_supports(elem_type t, reduce_op op) {
 }
 
 reduce_plan plan_reduce(elem_type t, reduce_op op, std::int64_t outer, std::int64_t n,
-                        std::int64_t inner) {
+                        std::int64_t inner, bool widen) {
   reduce_plan p;
   p.outer = outer;
   p.n = n;
@@ -474,7 +481,7 @@ reduce_plan plan_reduce(elem_type t, reduce_op op, std::int64_t outer, std::int6
     p.chunk_len = ceil_div(n, chunks);
     p.chunks = ceil_div(n, p.chunk_len);  // no empty pieces
     std::size_t acc_bytes = 0;
-    visit_reduce(t, op, [&](auto tag, auto k) {
+    visit_reduce(widen ? elem_type::f32 : t, op, [&](auto tag, auto k) {
       using T = decltype(tag);
       constexpr reduce_op K = decltype(k)::value;
       if constexpr (supported_v<T, K>) acc_bytes = sizeof(typename reducer<T, K>::A);
@@ -485,11 +492,22 @@ reduce_plan plan_reduce(elem_type t, reduce_op op, std::int64_t outer, std::int6
 }
 
 void launch_reduce(const reduce_plan& plan, elem_type t, reduce_op op, const void* x, void* y,
-                   void* temp, cudaStream_t stream) {
+                   void* temp, cudaStream_t stream, bool widen) {
+  if (widen) {  // a float16 / bfloat16 sum into float32
+    if (op != reduce_op::sum) return;
+    if (t == elem_type::f16) {
+      reduce_with<f16, widened_reducer<reducer<float, reduce_op::sum>, f16>, float>(
+          plan, x, y, temp, stream);
+    } else if (t == elem_type::bf16) {
+      reduce_with<bf16, widened_reducer<reducer<float, reduce_op::sum>, bf16>, float>(
+          plan, x, y, temp, stream);
+    }
+    return;
+  }
   visit_reduce(t, op, [&](auto tag, auto k) {
     using T = decltype(tag);
     constexpr reduce_op K = decltype(k)::value;
-    if constexpr (supported_v<T, K>) reduce_typed<T, K>(plan, x, y, temp, stream);
+    if constexpr (supported_v<T, K>) reduce_with<T, reducer<T, K>, T>(plan, x, y, temp, stream);
   });
 }
 

@@ -55,8 +55,10 @@ struct reduce_plan {
 };
 
 /// The plan for reducing [outer, n, inner] of type t with op (n > 0, outer·inner > 0).
+/// `widen`: a float16 / bfloat16 sum into float32 (reduce_sum's output_type), accumulated as
+/// the float32 sum of the widened values is.
 reduce_plan plan_reduce(elem_type t, reduce_op op, std::int64_t outer, std::int64_t n,
-                        std::int64_t inner);
+                        std::int64_t inner, bool widen = false);
 
 /// Whether op takes t (sum, max, min, prod, l1, sum_square: f32, f64, f16, bf16, i32, i64;
 /// mean, l2, log_sum, log_sum_exp: the floats; any, all: bool).
@@ -65,7 +67,7 @@ bool reduce_supports(elem_type t, reduce_op op);
 /// y[o, j] = op over x[o, :, j] (y dense [outer, inner], of type t), by `plan`; `temp` holds
 /// plan.temp_bytes bytes of device memory when that is not 0. Queued on `stream`.
 void launch_reduce(const reduce_plan& plan, elem_type t, reduce_op op, const void* x, void* y,
-                   void* temp, cudaStream_t stream);
+                   void* temp, cudaStream_t stream, bool widen = false);
 
 /// count elements of elem_bytes (1, 2, 4 or 8) bytes at p set to the low bytes of `bits`.
 void launch_fill(void* p, std::int64_t count, int elem_bytes, std::uint64_t bits,
