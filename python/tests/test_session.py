@@ -228,3 +228,22 @@ def test_the_docs_example_trains(rng):
     assert last < first
     with pytest.raises(TypeError, match="must be a loom.Output"):
         loom.ops.reduce_mean(loom.ops.softmax_cross_entropy(logits, labels), axes=[0])
+
+
+def test_sum_of_float16_given_in_float32_as_numpy_dtype(rng):
+    # np.sum(x, dtype=np.float32): loom's reduce_sum(x, output_type=float32) of a float16 x,
+    # against float64 sums of the same float16 values; not rounded to float16.
+    x16 = (rng.standard_normal((64, 300)) * 3).astype(np.float16)
+    g = loom.Graph()
+    x = g.placeholder("x", loom.float16, [64, 300])
+    wide = loom.ops.reduce_sum(x, axes=[0], output_type=loom.float32)
+    narrow = loom.ops.reduce_sum(x, axes=[0])
+    cast_then_sum = loom.ops.reduce_sum(loom.ops.cast(x, to=loom.float32), axes=[0])
+    assert wide.dtype == loom.float32 and narrow.dtype == loom.float16
+    got, got16, want_bits = (np.asarray(v) for v in loom.Session(g).run([wide, narrow, cast_then_sum], {x: x16}))
+    want = x16.astype(np.float64).sum(axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
+    assert got.dtype == np.float32 and np.array_equal(got, want_bits)
+    assert np.abs(got16.astype(np.float64) - want).max() > np.abs(got - want).max()
+    with pytest.raises(ValueError, match="cannot give float16"):
+        loom.ops.reduce_sum(g.placeholder("y", loom.float32, [3]), output_type=loom.float16)
