@@ -151,10 +151,7 @@ class stats_kernel final : public op_kernel {
     const auto g = math::stats_geometry(ctx, format_);
     tensor& out = ctx.allocate_output(0, math::statistics_type(ctx.input(0).type()),
                                       shape{1, 2 * g.channels + 1});
-    math::statistics st;
-    st.count = static_cast<double>(g.count());
-    st.mean.assign(static_cast<std::size_t>(g.channels), 0.0);
-    st.m2.assign(st.mean.size(), 0.0);
+    math::statistics st = math::zero_statistics(g.channels, static_cast<double>(g.count()));
     if (g.count() > 0) {
       for_float_type(ctx, ctx.input(0).type(), [&](auto tag) {
         using T = decltype(tag);

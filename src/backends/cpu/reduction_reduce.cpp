@@ -447,8 +447,9 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
     visit_dtype(x.type(), [&](auto tag) {
       using T = decltype(tag);
       if constexpr (supports_v<T, K>) {
-        // reduce_sum's output_type: float32 for a float16 / bfloat16 x (the graph checked it:
-        // check_sum_output_type), else x's own.
+        // reduce_sum's output_type: x's own, or float32 for a float16 / bfloat16 x.
+        common::apply_rule(
+            ctx, [&] { reduction_rules::check_sum_output_type(x.type(), out.type()); });
         const auto run = [&]<class O>() {
           if (num_red == 0) {
             using R = reducer<T, K>;
@@ -459,10 +460,6 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
         };
         if constexpr (K == reduce_kind::sum && is_16bit_float_v<T>) {
           if (out.type() == dtype::f32) return run.template operator()<float>();
-        }
-        if (out.type() != x.type()) {
-          ctx.fail("{} of {} has no kernel giving {}", reduction_rules::op_name(K),
-                   to_string(x.type()), to_string(out.type()));
         }
         run.template operator()<T>();
       } else {

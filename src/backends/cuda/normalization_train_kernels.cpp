@@ -64,6 +64,17 @@ std::vector<double> channel_sums(kernel_context& ctx, launch_scope& scope, const
   return host_values(scope, out);
 }
 
+// x's per-channel means and m2 over its `count` values per channel, from the device.
+math::statistics moments(kernel_context& ctx, launch_scope& scope, const tensor& x,
+                         const rules::batch_norm_geometry& g) {
+  math::statistics st = math::zero_statistics(g.channels, static_cast<double>(g.count()));
+  if (g.count() == 0) return st;
+  const std::vector<double> sums = channel_sums(ctx, scope, x, nullptr, nullptr, g);
+  st.mean.assign(sums.begin(), sums.begin() + g.channels);
+  st.m2.assign(sums.begin() + g.channels, sums.end());
+  return st;
+}
+
 // The coefficients [4, C] (cm, a, q, b) on the device, in x's compute type.
 template <class C>
 tensor coefficients_on_device(launch_scope& scope, const std::vector<C>& cm,
@@ -112,11 +123,8 @@ class forward_kernel final : public op_kernel {
                                 ch);
       math::check_count(ctx, st.count, true);
     } else {
-      st.count = static_cast<double>(g.count());
-      math::check_count(ctx, st.count, false);
-      const std::vector<double> sums = channel_sums(ctx, scope, x, nullptr, nullptr, g);
-      st.mean.assign(sums.begin(), sums.begin() + ch);
-      st.m2.assign(sums.begin() + ch, sums.end());
+      math::check_count(ctx, static_cast<double>(g.count()), false);
+      st = moments(ctx, scope, x, g);
     }
     const std::vector<double> scale = host_values(scope, ctx.input(1));
     const std::vector<double> bias = host_values(scope, ctx.input(2));
@@ -183,16 +191,7 @@ class stats_kernel final : public op_kernel {
     const auto g = math::stats_geometry(ctx, format_);
     check_dtype(ctx, ctx.input(0).type());
     launch_scope scope(ctx);
-    math::statistics st;
-    st.count = static_cast<double>(g.count());
-    st.mean.assign(static_cast<std::size_t>(g.channels), 0.0);
-    st.m2.assign(st.mean.size(), 0.0);
-    if (g.count() > 0) {
-      const std::vector<double> sums =
-          channel_sums(ctx, scope, ctx.input_contiguous(0), nullptr, nullptr, g);
-      st.mean.assign(sums.begin(), sums.begin() + g.channels);
-      st.m2.assign(sums.begin() + g.channels, sums.end());
-    }
+    const math::statistics st = moments(ctx, scope, ctx.input_contiguous(0), g);
     ctx.set_output(0, device_values(scope, math::statistics_type(ctx.input(0).type()),
                                     shape{1, 2 * g.channels + 1}, math::packed_statistics(st)));
   }

@@ -69,13 +69,9 @@ class reduce_kernel final : public common::reduce_kernel_base<K> {
     }
     launch_scope scope(ctx);
     tensor& out = ctx.allocate_output(0, rg.output);
-    // reduce_sum's output_type: float32 for a float16 / bfloat16 x (check_sum_output_type).
+    // reduce_sum's output_type: x's own, or float32 for a float16 / bfloat16 x.
+    common::apply_rule(ctx, [&] { reduction_rules::check_sum_output_type(x.type(), out.type()); });
     const bool widen = out.type() != x.type();
-    if (widen && !(K == reduce_kind::sum && out.type() == dtype::f32 &&
-                   (x.type() == dtype::f16 || x.type() == dtype::bf16))) {
-      ctx.fail("{} of {} has no kernel giving {}", reduction_rules::op_name(K),
-               to_string(x.type()), to_string(out.type()));
-    }
     if (num_out == 0) return;
     if (num_red == 0) {  // sums 0, prod and all 1, mean NaN, logs -inf
       const double v = (K == reduce_kind::prod || K == reduce_kind::all) ? 1.0

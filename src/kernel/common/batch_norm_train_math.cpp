@@ -97,6 +97,14 @@ void merge(statistics& s, double nb, const double* mean, const double* m2) {
   s.count = total;
 }
 
+statistics zero_statistics(std::int64_t channels, double count) {
+  statistics s;
+  s.mean.assign(static_cast<std::size_t>(channels), 0.0);
+  s.m2.assign(s.mean.size(), 0.0);
+  s.count = count;
+  return s;
+}
+
 statistics merge_gathered(const kernel_context& ctx, const tensor& gathered,
                           std::int64_t channels) {
   apply_rule(ctx, [&] {
@@ -105,9 +113,7 @@ statistics merge_gathered(const kernel_context& ctx, const tensor& gathered,
   const std::vector<double> rows = read_vector(gathered);
   const std::int64_t ranks = gathered.shape()[0];
   const std::int64_t w = 2 * channels + 1;
-  statistics s;
-  s.mean.assign(static_cast<std::size_t>(channels), 0.0);
-  s.m2.assign(s.mean.size(), 0.0);
+  statistics s = zero_statistics(channels);
   std::vector<double> n(static_cast<std::size_t>(ranks));
   for (std::int64_t r = 0; r < ranks; ++r) {
     const double nr = rows[static_cast<std::size_t>(r * w)];

@@ -51,6 +51,10 @@ struct statistics {
   double count = 0;
 };
 
+/// Statistics of `channels` channels over `count` values, their means and m2 all 0 (to fill,
+/// or to merge parts into).
+[[nodiscard]] statistics zero_statistics(std::int64_t channels, double count = 0);
+
 /// Merges into `s` a part of nb values with per-channel means `mean` and sums of squared
 /// deviations `m2` (C each): Chan et al.'s parallel update, its weights the same for every
 /// channel. Parts merged in one order give the same bits.
