@@ -5,13 +5,18 @@
 
 namespace loom::cuda {
 
+// cuda_libraries.cpp is compiled with hidden visibility (its forwarding functions must never
+// stand in for another library's cuBLAS or NVRTC); loom's own functions here stay visible to
+// what links a shared libloom (the sanitizer builds' tests).
+#define LOOM_CUDA_LIBRARIES_API [[gnu::visibility("default")]]
+
 /// Loads cuBLAS, cuBLASLt and NVRTC now, once per process. Returns "" when all three are
 /// there, else why not (the library and dlopen's message, and what to install).
-[[nodiscard]] const std::string& load_libraries();
+LOOM_CUDA_LIBRARIES_API [[nodiscard]] const std::string& load_libraries();
 
 /// Loads NCCL (libnccl.so.2) now, once per process: "" when it is there, else why not. Only
 /// NCCL communicators load it (loom/distributed/nccl.hpp).
-[[nodiscard]] const std::string& load_nccl();
+LOOM_CUDA_LIBRARIES_API [[nodiscard]] const std::string& load_nccl();
 
 /// The sonames loom loads: "libcublas.so.13" and so on.
 struct library_sonames {
@@ -19,9 +24,9 @@ struct library_sonames {
   const char* cublaslt;
   const char* nvrtc;
 };
-[[nodiscard]] library_sonames sonames() noexcept;
+LOOM_CUDA_LIBRARIES_API [[nodiscard]] library_sonames sonames() noexcept;
 
 /// Whether `soname` is mapped into this process (for tests of the lazy loading).
-[[nodiscard]] bool library_loaded(const char* soname);
+LOOM_CUDA_LIBRARIES_API [[nodiscard]] bool library_loaded(const char* soname);
 
 }  // namespace loom::cuda
