@@ -21,7 +21,10 @@
 // are zero in every blocked tensor.)
 //
 // A first layer of fewer than 16 channels that the rule computes NCHW in and blocks out
-// (conv_blocks::output) reads its NCHW input as it is.
+// (conv_blocks::output) reads its NCHW input as it is. A max or average pool between
+// convolutions in blocks pools the blocks (data_format "NCHW16c") where the CPU's rule says
+// it gives the same bits (nn_rules::cpu_pools_in_channel_blocks): the conversion out of the
+// blocks moves below it and meets the next convolution's.
 //
 // Answers do not change: the converted node asks oneDNN for the same primitive as the NCHW
 // one (format_tag::any for the activations, or nChw16c where the rule says channel blocks,
@@ -275,6 +278,49 @@ class conv_layout final : public graph_pass {
     return true;
   }
 
+  // A pool over from_channel_blocks pools the blocks themselves where the CPU's rule says the
+  // bits are the same (cpu_pools_in_channel_blocks: float32, oneDNN's one implementation for
+  // both layouts): pool(from_channel_blocks(v)) -> from_channel_blocks(pool_blocked(v)); the
+  // conversion moves below it, towards the next convolution's, which undoes it.
+  static bool sink_pool(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& n = ed.at(id);
+    const bool max = n.op() == "max_pool2d";
+    if ((!max && n.op() != "avg_pool2d") || !nn_rules::is_nchw(n.attr<std::string>("data_format")) ||
+        !ctx.options().channel_blocks || !ed.control_inputs(id).empty() || ed.has_control_users(id) ||
+        ed.is_pinned(id)) {
+      return false;
+    }
+    const endpoint in = ed.inputs(id)[0];
+    const node& conversion = ed.at(in.node);
+    const auto& xs = ed.type_of(in).shape;
+    if (conversion.op() != "from_channel_blocks" || conversion.attr<std::string>("data_format") != "NCHW" ||
+        !same_request(conversion, n) || !xs || xs->rank() != 4) {
+      return false;
+    }
+    const nn_rules::pool_geometry g = nn_rules::pool2d_geometry(
+        *xs, nn_rules::pool_window_of(n.attr<ints>("kernel"), n.attr<ints>("strides"), n.attr<ints>("padding"),
+                                      n.attr<bool>("ceil_mode"), n.attr<ints>("dilations")));
+    const bool include_pad = !max && n.attr<bool>("count_include_pad");
+    if (!nn_rules::cpu_pools_in_channel_blocks(g, n.outputs[0].type, max, include_pad)) return false;
+    const std::string name = n.name;
+    const std::string device = n.requested_device;
+    attr_map attrs = n.attrs;
+    attrs.erase("T");
+    attrs["data_format"] = std::string("NCHW16c");
+    const node_id pooled = ed.add({.name = ed.g().unique_name(name + "/blocks"),
+                                   .op = n.op(),
+                                   .inputs = {ed.inputs(in.node)[0]},
+                                   .attrs = std::move(attrs),
+                                   .device = device,
+                                   .control_inputs = {}});
+    ed.replace_uses({id, 0}, add1(ed, "from_channel_blocks", {pooled, 0},
+                                  {{"channels", conversion.attr<std::int64_t>("channels")}}, name + "/nchw", device));
+    ed.erase(id);
+    ctx.rewrote({name}, fmt::format("'{}' pools in channel blocks: the conversion moved below it",
+                                    ed.at(pooled).name));
+    return true;
+  }
+
   bool do_run(pass_context& ctx) override {
     graph_editor& ed = ctx.editor();
     bool changed = false;
@@ -287,7 +333,8 @@ class conv_layout final : public graph_pass {
     if (!changed) return false;
     // In topological order a moved transpose is met again below its new reader.
     for (node_id id : ed.topological_order()) {
-      if (ed.alive(id) && !sink(ed, ctx, id) && !cancel(ed, ctx, id) && !cancel_blocks(ed, ctx, id)) {
+      if (ed.alive(id) && !sink(ed, ctx, id) && !sink_pool(ed, ctx, id) && !cancel(ed, ctx, id) &&
+          !cancel_blocks(ed, ctx, id)) {
         merge_conversion(ed, ctx, id);
       }
     }

@@ -9,6 +9,9 @@
 
 #include "kernels/kernel_test_support.hpp"
 #include "loom/core/half.hpp"
+#include "loom/graph/gradients.hpp"
+#include "loom/graph/ops.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 
 namespace loom::testing {
 namespace {
@@ -131,6 +134,69 @@ TEST(ChannelBlocks, AFirstLayerTakesNchwAndGivesBlocks) {
   EXPECT_EQ(std::memcmp(in_blocks.raw_data(), want.raw_data(), want.nbytes()), 0);
 }
 
+// max_pool2d and avg_pool2d in NCHW16c = the NCHW pool's output in blocks, bit for bit, NaN
+// and infinities included, where nn_rules::cpu_pools_in_channel_blocks says so (oneDNN pools
+// both layouts with one implementation); a part-filled last block stays zero.
+TEST(ChannelBlocks, APoolInBlocksGivesTheNchwAnswerInBlocks) {
+  using ints = std::vector<std::int64_t>;
+  struct pool_case {
+    const char* op;
+    attr_map attrs;
+  };
+  const std::vector<pool_case> cases{
+      {"max_pool2d", {{"kernel", ints{3, 3}}, {"strides", ints{2, 2}}, {"padding", ints{1, 1, 1, 1}}}},
+      {"max_pool2d", {{"kernel", ints{3, 2}}, {"strides", ints{1, 2}}, {"ceil_mode", true}}},
+      {"avg_pool2d", {{"kernel", ints{3, 3}}, {"strides", ints{1, 1}}, {"padding", ints{1, 1, 1, 1}}}},
+      {"avg_pool2d",
+       {{"kernel", ints{3, 3}}, {"strides", ints{2, 2}}, {"padding", ints{1, 1, 1, 1}}, {"count_include_pad", true}}},
+  };
+  for (const std::int64_t c : {16, 20, 40}) {
+    tensor x = random(dtype::f32, {2, c, 9, 7}, 7);
+    float* v = x.data<float>();
+    v[3] = std::numeric_limits<float>::quiet_NaN();
+    v[40] = std::numeric_limits<float>::infinity();
+    for (std::int64_t y = 1; y < 4; ++y) {  // a 3x3 patch of -inf in channel 1: whole windows
+      for (std::int64_t xx = 1; xx < 4; ++xx) v[9 * 7 + y * 7 + xx] = -std::numeric_limits<float>::infinity();
+    }
+    for (const auto& pc : cases) {
+      SCOPED_TRACE(std::string(pc.op) + " channels " + std::to_string(c));
+      const tensor plain = run_op1(pc.op, {x}, pc.attrs);
+      attr_map blocked_attrs = pc.attrs;
+      blocked_attrs["data_format"] = std::string("NCHW16c");
+      const tensor in_blocks = run_op1(pc.op, {run_op1("to_channel_blocks", {x})}, blocked_attrs);
+      const tensor want = run_op1("to_channel_blocks", {plain});
+      ASSERT_EQ(in_blocks.shape(), want.shape());
+      nn_rules::pool_window win = nn_rules::pool_window_of(
+          pc.attrs.at("kernel").as<ints>(), pc.attrs.at("strides").as<ints>(),
+          pc.attrs.contains("padding") ? pc.attrs.at("padding").as<ints>() : ints{0, 0, 0, 0},
+          pc.attrs.contains("ceil_mode"), ints{1, 1});
+      const bool max = std::string_view(pc.op) == "max_pool2d";
+      if (nn_rules::cpu_pools_in_channel_blocks(nn_rules::pool2d_geometry(x.shape(), win), dtype::f32, max,
+                                                pc.attrs.contains("count_include_pad"))) {
+        EXPECT_EQ(std::memcmp(in_blocks.raw_data(), want.raw_data(), want.nbytes()), 0);
+      } else {
+        // Another implementation: the same values where no NaN or -inf window decides them.
+        const tensor back = run_op1("from_channel_blocks", {in_blocks}, {{"channels", c}});
+        for (std::int64_t i = 0; i < plain.num_elements(); ++i) {
+          const float a = plain.data<float>()[i], b = back.data<float>()[i];
+          if (std::isfinite(a) && std::isfinite(b)) {
+            EXPECT_NEAR(a, b, 1e-6f * (1 + std::fabs(a))) << i;
+          }
+        }
+      }
+    }
+  }
+  // bfloat16 max pooling in blocks: the same maxima.
+  const tensor xb = random(dtype::bf16, {1, 24, 8, 8}, 9);
+  const attr_map window{{"kernel", ints{3, 3}}, {"strides", ints{2, 2}}, {"padding", ints{1, 1, 1, 1}}};
+  attr_map blocked = window;
+  blocked["data_format"] = std::string("NCHW16c");
+  const tensor want = run_op1("to_channel_blocks", {run_op1("max_pool2d", {xb}, window)});
+  const tensor got = run_op1("max_pool2d", {run_op1("to_channel_blocks", {xb})}, blocked);
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(got.raw_data(), want.raw_data(), want.nbytes()), 0);
+}
+
 TEST(ChannelBlocks, BadInputIsATypedErrorNamingIt) {
   const tensor b = run_op1("to_channel_blocks", {random(dtype::f32, {1, 20, 2, 2}, 1)});
   try {
@@ -154,6 +220,49 @@ TEST(ChannelBlocks, BadInputIsATypedErrorNamingIt) {
   EXPECT_THROW((void)run_op1("conv2d", {random(dtype::f32, {1, 20, 2, 2}, 1), random(dtype::f32, {8, 20, 1, 1}, 2)},
                              {{"data_format", std::string("NCHW16")}}),
                error);
+  // Pools in blocks: an NCHW input, float64, dilations, an unknown layout.
+  const attr_map pool{{"kernel", std::vector<std::int64_t>{2, 2}}, {"data_format", std::string("NCHW16c")}};
+  const auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  std::string m = message([&] { (void)run_op1("max_pool2d", {random(dtype::f32, {1, 20, 4, 4}, 1)}, pool); });
+  EXPECT_NE(m.find("needs an input [n, blocks, h, w, 16], got [1, 20, 4, 4]"), std::string::npos) << m;
+  m = message([&] { (void)run_op1("avg_pool2d", {b64}, pool); });
+  EXPECT_NE(m.find("float32 or bfloat16, not float64"), std::string::npos) << m;
+  attr_map dilated = pool;
+  dilated["dilations"] = std::vector<std::int64_t>{2, 2};
+  const tensor b5 = run_op1("to_channel_blocks", {random(dtype::f32, {1, 20, 5, 5}, 1)});
+  m = message([&] { (void)run_op1("max_pool2d", {b5}, dilated); });
+  EXPECT_NE(m.find("dilations of 1 only"), std::string::npos) << m;
+  attr_map nhwc = pool;
+  nhwc["data_format"] = std::string("NHWC");
+  m = message([&] { (void)run_op1("max_pool2d", {b}, nhwc); });
+  EXPECT_NE(m.find("must be \"NCHW\" or \"NCHW16c\""), std::string::npos) << m;
+}
+
+// A pool in channel blocks is an inference layout: asking for its gradient is an error naming
+// the node.
+TEST(ChannelBlocks, APoolInBlocksHasNoGradient) {
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", dtype::f32, {1, 2, 4, 4, 16});
+  auto y = b.add1("max_pool2d", {x},
+                  {{"kernel", std::vector<std::int64_t>{2, 2}}, {"data_format", std::string("NCHW16c")}},
+                  {.name = "pool"});
+  try {
+    (void)gradients(ops::reduce_sum(y), {x});
+    FAIL() << "a gradient through a pool in blocks";
+  } catch (const error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'pool'"), std::string::npos) << m;
+    EXPECT_NE(m.find("channel blocks (data_format NCHW16c, an inference layout) has no gradient"), std::string::npos)
+        << m;
+  }
 }
 
 }  // namespace

@@ -854,6 +854,69 @@ TEST(PassDifferential, ConvLayoutChainsComputeInChannelBlocks) {
   expect_all_same(r, {"y"}, bitwise, "conv_layout");
 }
 
+// Pools between convolutions in channel blocks: max and average pooling (padding counted and
+// not, ceil_mode) over 20 channels (a part-filled last block) holding NaN, infinities and
+// windows of -inf alone; each pool reads and feeds a depthwise 1x1 convolution of ones (its
+// input passes through, special values included). Where the CPU's rule says the blocks give
+// the same bits (nn_rules::cpu_pools_in_channel_blocks) the pools run in them; a tiled 2x2
+// max pool (loom's own loop, not oneDNN's) and a dilated one stay NCHW. Bit for bit the NCHW
+// graph's answers either way.
+TEST(PassDifferential, ConvLayoutPoolsInChannelBlocks) {
+  const dtype t = dtype::f32;
+  std::mt19937 rng(14);
+  const shape xs{2, 20, 11, 9};
+  auto xv = sprinkled(t, rng, xs.num_elements(), 17, 3);
+  for (std::int64_t y = 4; y < 8; ++y) {  // windows of -inf alone, in channel 5 of image 1
+    for (std::int64_t x = 2; x < 6; ++x) xv[static_cast<std::size_t>(((20 + 5) * 11 + y) * 9 + x)] = -inf;
+  }
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", t, {-1, 20, 11, 9});  // an unknown batch
+  std::vector<feed> feeds{{"x", make(t, xs, xv)}};
+  const auto ones = ops::constant(b, make(t, {20, 1, 1, 1}, std::vector<double>(20, 1.0)));
+  ops::conv2d_options depthwise;
+  depthwise.groups = 20;
+  const auto pass_through = [&](output v) { return ops::conv2d(v, ones, depthwise); };
+  auto c0 = pass_through(x);
+  struct pool_case {
+    const char* name;
+    bool max;
+    ops::pool_options o;
+    bool in_blocks;  // where the CPU computes convolutions in blocks
+  };
+  const std::vector<pool_case> cases{
+      {"max_3x3_s2_p1", true, {.kernel = {3, 3}, .strides = {2, 2}, .padding = {1, 1, 1, 1}}, true},
+      {"max_3x3_s2_ceil", true, {.kernel = {3, 3}, .strides = {2, 2}, .padding = {0, 0, 0, 0}, .ceil_mode = true}, true},
+      {"avg_3x3_s1_p1", false, {.kernel = {3, 3}, .strides = {1, 1}, .padding = {1, 1, 1, 1}}, true},
+      {"avg_3x3_s2_p1_include_pad", false,
+       {.kernel = {3, 3}, .strides = {2, 2}, .padding = {1, 1, 1, 1}, .count_include_pad = true}, true},
+      {"avg_2x2_s2_ceil", false, {.kernel = {2, 2}, .strides = {2, 2}, .ceil_mode = true}, true},
+      {"max_2x2_tiles", true, {.kernel = {2, 2}, .strides = {2, 2}}, false},
+      {"max_3x3_dilated", true, {.kernel = {3, 3}, .strides = {1, 1}, .dilations = {2, 2}}, false},
+  };
+  std::vector<std::string> fetches;
+  std::size_t moved = 0;
+  for (const auto& c : cases) {
+    auto pooled = c.max ? ops::max_pool2d(c0, c.o, {.name = c.name}) : ops::avg_pool2d(c0, c.o, {.name = c.name});
+    ops::identity(pass_through(pooled), {.name = std::string("y_") + c.name});
+    fetches.push_back(std::string("y_") + c.name);
+    moved += c.in_blocks ? 1 : 0;
+  }
+  const auto r = run_off_on(g, feeds, fetches);
+  const std::string log = log_text(r.log);
+  std::size_t in_blocks = 0;
+  for (const auto& n : r.planned) {
+    if ((n.op == "max_pool2d" || n.op == "avg_pool2d") && n.name.ends_with("/blocks")) ++in_blocks;
+  }
+  EXPECT_EQ(in_blocks, nn_rules::cpu_computes_in_channel_blocks() ? moved : 0u) << log;
+  if (nn_rules::cpu_computes_in_channel_blocks()) {
+    EXPECT_NE(log.find("'max_3x3_s2_p1/blocks' pools in channel blocks"), std::string::npos) << log;
+    // In: x; out: the two pools that stay NCHW and the seven results.
+    EXPECT_EQ(count_op(r.planned, "to_channel_blocks"), 3u) << log;
+  }
+  expect_all_same(r, fetches, bitwise, "conv_layout");
+}
+
 // ---- layer_norm_fusion ---------------------------------------------------------------------
 
 // Rows of one kind of special value each, over n columns: ordinary; one NaN; one +inf; one

@@ -106,12 +106,22 @@ void max_pool_2x2(kernel_context& ctx, const T* x, T* out, const pool_geometry& 
   });
 }
 
-// The geometry of a pooling node over x, failing the node for an input not of rank 4, an
-// empty image, or a window larger than the padded input.
+// The geometry of a pooling node over x, failing the node for an input not of rank 4 (or,
+// `blocked`, not [n, blocks, h, w, 16]: then the geometry of the NCHW tensor of blocks x 16
+// channels), an empty image, or a window larger than the padded input.
 pool_geometry checked_pool_geometry(const kernel_context& ctx, const tensor& x,
-                                    const nn_rules::pool_window& window) {
-  if (x.rank() != 4) ctx.fail("pooling needs an NCHW input of rank 4, got {}", x.describe());
-  const pool_geometry g = nn_rules::pool2d_geometry(x.shape(), window);
+                                    const nn_rules::pool_window& window, bool blocked = false) {
+  if (blocked) {
+    if (x.rank() != 5 || x.shape()[4] != nn_rules::channel_block) {
+      ctx.fail("pooling in channel blocks (NCHW16c) needs an input [n, blocks, h, w, 16], got {}",
+               x.describe());
+    }
+  } else if (x.rank() != 4) {
+    ctx.fail("pooling needs an NCHW input of rank 4, got {}", x.describe());
+  }
+  const shape& s = x.shape();
+  const pool_geometry g = nn_rules::pool2d_geometry(
+      blocked ? shape{s[0], s[1] * nn_rules::channel_block, s[2], s[3]} : s, window);
   if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", x.describe());
   if (g.oh < 0 || g.ow < 0) {
     ctx.fail("the window [{}, {}] is larger than the padded input {}", g.kernel[0], g.kernel[1],
@@ -144,6 +154,24 @@ void max_pool_by_rule(kernel_context& ctx, const T* x, T* out, const pool_geomet
   });
 }
 
+dnnl::algorithm pooling_algorithm(bool max, bool include_pad) {
+  return max           ? dnnl::algorithm::pooling_max
+         : include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                       : dnnl::algorithm::pooling_avg_exclude_padding;
+}
+
+// oneDNN's pooling (inference) over g in the layout `tag`: nchw, or nChw16c (g.c then a
+// whole number of blocks).
+dnnl::pooling_forward::primitive_desc pooling_primitive(const pool_geometry& g, dnnl::memory::data_type dt,
+                                                        dnnl::algorithm alg, dnnl::memory::format_tag tag) {
+  const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, tag);
+  const dnnl::memory::desc dst_md({g.n, g.c, g.oh, g.ow}, dt, tag);
+  const dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, alg, src_md, dst_md,
+                                         {g.stride[0], g.stride[1]}, {g.kernel[0], g.kernel[1]},
+                                         {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
+  return {desc, onednn::user_scratchpad_attr(), onednn::engine()};
+}
+
 template <bool Max>
 class pool_kernel final : public op_kernel {
  public:
@@ -153,12 +181,14 @@ class pool_kernel final : public op_kernel {
       : op_kernel(c),
         type_(c.attr<dtype>("T")),
         include_pad_(!Max && c.attr<bool>("count_include_pad")),
+        blocked_(nn_rules::is_channel_blocked(c.attr<std::string>("data_format"))),
         window_(pool_window_of(c)) {}
 
   void compute(kernel_context& ctx) override {
     if (include_pad_ && window_.ceil_mode) {
       ctx.fail("ceil_mode with count_include_pad is not supported");  // Note [pooling ceil_mode]
     }
+    if (blocked_) return compute_in_blocks(ctx);
     const pool_geometry g = checked_pool_geometry(ctx, ctx.input(0), window_);
     tensor& out = ctx.allocate_output(0, g.output_shape());
     if (out.num_elements() == 0) return;
@@ -186,26 +216,41 @@ class pool_kernel final : public op_kernel {
   }
 
  private:
+  // Under "NCHW16c" (Note [channel blocks]): oneDNN's pooling over nChw16c, the blocks'
+  // zero channels pooled to zeros (padding never fills a whole window: it is smaller than
+  // the window). conv_layout moves a pool into blocks only where this gives the NCHW
+  // pooling's bits (cpu_pools_in_channel_blocks).
+  void compute_in_blocks(kernel_context& ctx) {
+    const pool_geometry g = checked_pool_geometry(ctx, ctx.input(0), window_, true);
+    if (g.dilated()) ctx.fail("pooling in channel blocks (NCHW16c) takes dilations of 1 only");
+    const auto dt = onednn::data_type_of(type_);
+    if (!dt || (type_ != dtype::f32 && type_ != dtype::bf16)) {
+      ctx.fail("pooling in channel blocks (NCHW16c) computes through oneDNN: float32 or bfloat16, not {}",
+               to_string(type_));
+    }
+    tensor& out = ctx.allocate_output(0, nn_rules::blocked_shape(g.output_shape()));
+    if (out.num_elements() == 0) return;
+    const tensor x = ctx.input_contiguous(0);
+    if (!run_onednn(ctx, x, out, g, *dt, dnnl::memory::format_tag::nChw16c)) {
+      ctx.fail("oneDNN has no pooling over {} in channel blocks", x.describe());
+    }
+  }
+
   bool run_onednn(kernel_context& ctx, const tensor& x, tensor& out, const pool_geometry& g,
-                  dnnl::memory::data_type dt) {
-    using tag = dnnl::memory::format_tag;
+                  dnnl::memory::data_type dt,
+                  dnnl::memory::format_tag layout = dnnl::memory::format_tag::nchw) {
     const int threads = ctx.num_threads();
-    const onednn::primitive_cache::key key{
-        static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w};
+    const onednn::primitive_cache::key key{static_cast<std::int64_t>(type_),
+                                           threads,
+                                           static_cast<std::int64_t>(layout),
+                                           g.n,
+                                           g.c,
+                                           g.h,
+                                           g.w};
     const auto plan = cache_.get(key, [&] {
       onednn::use_threads(threads);
-      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, tag::nchw);
-      const dnnl::memory::desc dst_md({g.n, g.c, g.oh, g.ow}, dt, tag::nchw);
-      const auto alg = Max            ? dnnl::algorithm::pooling_max
-                       : include_pad_ ? dnnl::algorithm::pooling_avg_include_padding
-                                      : dnnl::algorithm::pooling_avg_exclude_padding;
-      const dnnl::pooling_forward::desc desc(
-          dnnl::prop_kind::forward_inference, alg, src_md, dst_md, {g.stride[0], g.stride[1]},
-          {g.kernel[0], g.kernel[1]}, {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
-      const dnnl::pooling_forward::primitive_desc pd(desc, onednn::user_scratchpad_attr(),
-                                                     onednn::engine());
-      return onednn::make_plan<dnnl::pooling_forward>(
-          pd, {{DNNL_ARG_SRC, src_md}, {DNNL_ARG_DST, dst_md}});
+      const auto pd = pooling_primitive(g, dt, pooling_algorithm(Max, include_pad_), layout);
+      return onednn::make_plan<dnnl::pooling_forward>(pd, {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DST, pd.dst_desc()}});
     });
     if (!plan->primitive) return false;
     onednn::execute(ctx, *plan, {x.raw_data(), out.raw_data()});
@@ -214,6 +259,7 @@ class pool_kernel final : public op_kernel {
 
   dtype type_;
   bool include_pad_;
+  bool blocked_;
   nn_rules::pool_window window_;
   onednn::primitive_cache cache_;
 };
@@ -257,3 +303,31 @@ void register_nn_pool_kernels(kernel_registry& r) {
 }
 
 }  // namespace loom::cpu
+
+namespace loom {
+
+// Note [channel blocks]: a float32 pool between convolutions in blocks, unless the NCHW kernel
+// is loom's own (tiled 2x2 max windows, dilations) or oneDNN would pool nChw16c with another
+// implementation than nchw (which could treat NaN or a window of -inf otherwise): the same
+// jit kernel pools both layouts on AVX-512 (nchw through its transposes).
+bool nn_rules::cpu_pools_in_channel_blocks(const pool_geometry& g, dtype t, bool max, bool include_pad) noexcept {
+  if (t != dtype::f32 || g.dilated() || (max && cpu::tiles_2x2(g)) || !cpu_computes_in_channel_blocks()) {
+    return false;
+  }
+  if (g.c <= 0 || g.h <= 0 || g.w <= 0 || g.oh <= 0 || g.ow <= 0) return false;
+  pool_geometry probe = g;
+  probe.n = std::max<std::int64_t>(g.n, 1);  // an unknown batch
+  pool_geometry blocks = probe;
+  blocks.c = channel_blocks(g.c) * channel_block;
+  try {
+    using tag = dnnl::memory::format_tag;
+    const auto alg = cpu::pooling_algorithm(max, include_pad);
+    const auto dt = dnnl::memory::data_type::f32;
+    return cpu::pooling_primitive(probe, dt, alg, tag::nchw).impl_info_str() ==
+           cpu::pooling_primitive(blocks, dt, alg, tag::nChw16c).impl_info_str();
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
+}  // namespace loom

@@ -193,6 +193,11 @@ gradient_fn fused_grad(bool conv) {
 }
 
 attr_map pool_attrs(const gradient_context& c) {
+  const auto format = c.forward().attrs.find("data_format");
+  if (format != c.forward().attrs.end() && nn_rules::is_channel_blocked(format->second.as<std::string>())) {
+    c.fail("a pooling in channel blocks (data_format NCHW16c, an inference layout) has no gradient: "
+           "differentiate the NCHW graph");
+  }
   return {{"kernel", c.attr<ints>("kernel")},
           {"strides", c.attr<ints>("strides")},
           {"padding", c.attr<ints>("padding")},

@@ -308,6 +308,19 @@ void infer_pool(inference_context& c) {
     return;
   }
   const shape& s = *x.shape;
+  // max_pool2d and avg_pool2d under "NCHW16c" (Note [channel blocks]): [n, blocks, h, w, 16]
+  // in and out, each block's channels pooled as an NCHW tensor of blocks x 16 channels.
+  if (c.def().name != "max_pool2d_with_indices" &&
+      nn_rules::is_channel_blocked(c.attr<std::string>("data_format"))) {
+    if (s.rank() != 5 || s[4] != nn_rules::channel_block) {
+      c.fail(fmt::format("{} in channel blocks (NCHW16c) needs an input [n, blocks, h, w, 16], got {}",
+                         c.def().name, to_string(s)));
+    }
+    const std::int64_t channels = s[1] < 0 ? -1 : s[1] * nn_rules::channel_block;
+    const shape out = pool_forward_shape(c, shape{s[0], channels, s[2], s[3]});
+    c.set_output(0, x.type, nn_rules::blocked_shape(out));
+    return;
+  }
   if (s.rank() != 4) {
     c.fail(fmt::format("{} needs an NCHW input of rank 4, got {}", c.def().name, to_string(s)));
   }
@@ -498,10 +511,19 @@ void register_nn_ops(op_registry& r) {
     const bool avg = std::string_view(name) == "avg_pool2d";
     op_def d;
     d.name = name;
-    d.summary = avg ? "mean over 2-D windows, NCHW" : "maximum over 2-D windows, NCHW";
+    d.summary = avg ? "mean over 2-D windows, NCHW (or channel blocks)"
+                    : "maximum over 2-D windows, NCHW (or channel blocks)";
     d.inputs = {typed("input")};
     d.outputs = {typed("output")};
     d.attrs = pool_attr_defs(avg);
+    // "NCHW16c": channel blocks (Note [channel blocks]), where conv_layout moves a pool between
+    // convolutions that compute in them; CPU kernels alone read them.
+    auto format = attr("data_format", attr_type::string, std::string("NCHW"));
+    format.validate = [](const attr_value& v) {
+      const auto f = v.as<std::string>();
+      if (f != "NCHW" && f != "NCHW16c") throw invalid_argument("must be \"NCHW\" or \"NCHW16c\"");
+    };
+    d.attrs.push_back(std::move(format));
     d.infer = infer_pool;
     r.add(std::move(d));
   }

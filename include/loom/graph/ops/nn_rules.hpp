@@ -321,6 +321,13 @@ inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
   return g;
 }
 
+/// Whether a CPU pool (max, or average with or without `include_pad`) over `g` (NCHW; n may
+/// be unknown) of dtype `t` gives the same bits computed in channel blocks (Note [channel
+/// blocks]; data_format "NCHW16c"), where conv_layout may move it (defined by the CPU
+/// backend: float32, a machine that computes convolutions in blocks, a window oneDNN pools
+/// with the same implementation in both layouts).
+bool cpu_pools_in_channel_blocks(const pool_geometry& g, dtype t, bool max, bool include_pad) noexcept;
+
 // ---- conv_transpose2d ---------------------------------------------------------------------
 
 /// conv_transpose2d's output [n, co, oh, ow] for x [n, ci, h, w] and a filter in ONNX's
