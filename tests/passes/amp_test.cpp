@@ -4,6 +4,7 @@
 // it refuses (float64 nodes, kernels that only emulate the low precision) with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "loom/graph/gradients.hpp"
@@ -356,6 +357,53 @@ TEST(Amp, NodeOverridesAndOpListsDecide) {
     session s(t.g, o);
     EXPECT_EQ(planned_types(s.planned_graph({"x"}, {"y"}), "matmul"),
               (std::vector<dtype>{dtype::f32, dtype::bf16}));
+  }
+}
+
+// Note [short reductions stay float32]: a convolution over one channel and a 3x3 window
+// (9 values summed for each output) and its filter gradient stay float32, with the reason;
+// the next convolution (4 channels: 36 values) and its input and filter gradients are
+// lowered, and the pool between them stays float32 (its input is float32); a
+// node override lowers the short one anyway.
+TEST(Amp, ConvolutionsOverFewInputValuesStayFloat32) {
+  graph g;
+  graph_builder b(g);
+  std::mt19937 rng(13);
+  const output x = ops::placeholder(b, "x", dtype::f32, {4, 1, 8, 8});
+  const output w1 = ops::variable(b, "w1", make_tensor(dtype::f32, {4, 1, 3, 3}, uniform(rng, 36, -0.5, 0.5)));
+  const output w2 = ops::variable(b, "w2", make_tensor(dtype::f32, {6, 4, 3, 3}, uniform(rng, 216, -0.5, 0.5)));
+  ops::conv2d_options c;
+  c.padding = {1, 1};
+  ops::pool_options p;
+  p.kernel = {2, 2};
+  p.strides = {2, 2};
+  const output h = ops::max_pool2d(ops::conv2d(x, w1, c, {.name = "first"}), p);
+  const output y = ops::conv2d(h, w2, c, {.name = "second"});
+  const output loss = ops::reduce_sum(y, {}, false, {.name = "loss"});
+  const std::vector<output> grads = gradients(loss, {w1, w2});
+  const std::vector<std::string> fetches{"loss", grads[0].name(), grads[1].name()};
+  {
+    session s(g, amp_session());
+    const auto log = s.explain_passes({"x"}, fetches);
+    const graph& planned = s.planned_graph({"x"}, fetches);
+    EXPECT_EQ(planned_types(planned, "conv2d"), (std::vector<dtype>{dtype::f32, dtype::bf16})) << log_text(log);
+    auto filters = planned_types(planned, "conv2d_backprop_filter");
+    std::sort(filters.begin(), filters.end());
+    EXPECT_EQ(filters, (std::vector<dtype>{dtype::f32, dtype::bf16})) << log_text(log);
+    EXPECT_EQ(planned_types(planned, "conv2d_backprop_input"), (std::vector<dtype>{dtype::bf16})) << log_text(log);
+    EXPECT_EQ(planned_types(planned, "max_pool2d"), (std::vector<dtype>{dtype::f32})) << log_text(log);
+    EXPECT_EQ(records(log, pass, kind::refused,
+                      {"kept float32: it sums 9 input values for each output, fewer than the 16 that make "
+                       "bfloat16 products pay"})
+                  .size(),
+              2u)
+        << log_text(log);
+  }
+  {
+    session_options o = amp_session();
+    o.passes.amp.policy.nodes["first"] = true;
+    session s(g, o);
+    EXPECT_EQ(planned_types(s.planned_graph({"x"}, fetches), "conv2d"), (std::vector<dtype>{dtype::bf16, dtype::bf16}));
   }
 }
 
