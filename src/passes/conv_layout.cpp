@@ -302,19 +302,23 @@ class conv_layout final : public graph_pass {
                                       n.attr<bool>("ceil_mode"), n.attr<ints>("dilations")));
     const bool include_pad = !max && n.attr<bool>("count_include_pad");
     if (!nn_rules::cpu_pools_in_channel_blocks(g, n.outputs[0].type, max, include_pad)) return false;
+    // Copies: adding nodes may move the ones `n` and `conversion` refer to.
     const std::string name = n.name;
+    const std::string op = n.op();
     const std::string device = n.requested_device;
+    const std::int64_t channels = conversion.attr<std::int64_t>("channels");
+    const endpoint blocks = ed.inputs(in.node)[0];
     attr_map attrs = n.attrs;
     attrs.erase("T");
     attrs["data_format"] = std::string("NCHW16c");
     const node_id pooled = ed.add({.name = ed.g().unique_name(name + "/blocks"),
-                                   .op = n.op(),
-                                   .inputs = {ed.inputs(in.node)[0]},
+                                   .op = op,
+                                   .inputs = {blocks},
                                    .attrs = std::move(attrs),
                                    .device = device,
                                    .control_inputs = {}});
-    ed.replace_uses({id, 0}, add1(ed, "from_channel_blocks", {pooled, 0},
-                                  {{"channels", conversion.attr<std::int64_t>("channels")}}, name + "/nchw", device));
+    ed.replace_uses({id, 0},
+                    add1(ed, "from_channel_blocks", {pooled, 0}, {{"channels", channels}}, name + "/nchw", device));
     ed.erase(id);
     ctx.rewrote({name}, fmt::format("'{}' pools in channel blocks: the conversion moved below it",
                                     ed.at(pooled).name));
