@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "elementwise_half.hpp"
+#include "elementwise_loop.hpp"
 #include "loom/core/half.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
 #include "loom/kernel/kernel_registry.hpp"
@@ -152,28 +152,19 @@ void visit_float_type(const kernel_context& ctx, dtype t, std::string_view what,
 template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-/// T -> its accumulation type (half and bfloat16 by the branch-free conversions of
-/// elementwise_half.hpp, loom::half's bits: loops over them vectorise).
+/// T -> its accumulation type: the element-wise kernels' load (half and bfloat16 by the
+/// branch-free conversions of elementwise_half.hpp, so loops over them vectorise).
 template <class T>
 [[gnu::always_inline]] inline acc_t<T> widen(T v) noexcept {
-  if constexpr (std::is_same_v<T, half>) {
-    return ew::half_to_float(v);
-  } else if constexpr (std::is_same_v<T, bfloat16>) {
-    return ew::bfloat16_to_float(v);
-  } else {
-    return static_cast<acc_t<T>>(v);
-  }
+  static_assert(std::is_same_v<acc_t<T>, ew::compute_t<T>>, "a float type");
+  return ew::load(v);
 }
-/// Accumulation type -> T (rounded to nearest even for half and bfloat16).
+/// Accumulation type -> T: the element-wise kernels' store (half and bfloat16 rounded to
+/// nearest even).
 template <class T>
 [[gnu::always_inline]] inline T narrow(acc_t<T> v) noexcept {
-  if constexpr (std::is_same_v<T, half>) {
-    return ew::float_to_half(v);
-  } else if constexpr (std::is_same_v<T, bfloat16>) {
-    return ew::float_to_bfloat16(v);
-  } else {
-    return static_cast<T>(v);
-  }
+  static_assert(std::is_same_v<acc_t<T>, ew::compute_t<T>>, "a float type");
+  return ew::store<T>(v);
 }
 
 /// out[i] = widen(in[i]) for i < n.
