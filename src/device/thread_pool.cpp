@@ -35,9 +35,9 @@
 //
 // A run_until caller is an extra, temporary worker: it spins as one (in `spinners_`) and
 // then sleeps on its own condition variable (counted in `waiters_`), so pushes wake
-// sleeping workers first and a waiter only for items no worker will claim. Its flag's
-// setter calls wake_waiters(), which takes the mutex before notifying, so the same
-// argument covers the flag: a waiter either sees it set or is asleep when notified.
+// sleeping workers first and a waiter only for items no worker will claim. Its flag is set
+// by set_and_wake(), under the mutex, so the same argument covers the flag: a waiter either
+// sees it set or is asleep when notified.
 
 namespace loom {
 namespace {
@@ -406,10 +406,13 @@ void thread_pool::run_until(const std::atomic<bool>& flag) {
   }
 }
 
-void thread_pool::wake_waiters() {
-  // Taking the mutex orders the caller's store to the flag before any waiter's last look
-  // at it: a waiter either saw the flag or is inside wait() and gets this notification.
-  { const std::lock_guard<std::mutex> lock(impl_->mutex); }
+void thread_pool::set_and_wake(std::atomic<bool>& flag) {
+  // Under the mutex: a waiter either saw the flag before this or is inside wait() and gets
+  // the notification. And the notification goes out before the mutex is released: a waiter
+  // that sees the flag may return and destroy the pool at once (a session.run ending on a
+  // thread outside the pool), and ~thread_pool takes this mutex before anything is freed.
+  const std::lock_guard<std::mutex> lock(impl_->mutex);
+  flag.store(true, std::memory_order_release);
   impl_->waiter_cv.notify_all();
 }
 

@@ -328,9 +328,9 @@ void submit_blocking(run_state& st, std::int32_t index) {
 void finish(run_state& st, std::int32_t finished) {
   if (st.remaining.fetch_sub(finished, std::memory_order_acq_rel) == finished) {
     if (thread_pool* helper = st.helper) {
-      // Once `done` is set the caller may return and destroy st: only `helper` is used.
-      st.done.store(true, std::memory_order_release);
-      helper->wake_waiters();
+      // Once `done` is set the caller may return and destroy st, and then the session with
+      // `helper`: set_and_wake() is safe for that (it holds the pool's mutex throughout).
+      helper->set_and_wake(st.done);
     } else {
       std::lock_guard lock(st.done_mutex);
       st.done.store(true, std::memory_order_relaxed);

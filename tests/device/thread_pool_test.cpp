@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -319,8 +320,7 @@ TEST(ThreadPool, RunUntilRunsQueuedWorkOnTheCaller) {
     pool.schedule([&] {
       if (std::this_thread::get_id() != me) elsewhere = true;
       if (ran.fetch_add(1) + 1 == 3) {
-        done.store(true);
-        pool.wake_waiters();
+        pool.set_and_wake(done);
       }
     });
   }
@@ -345,8 +345,7 @@ TEST(ThreadPool, RunUntilWakesForLaterWorkAndForItsFlag) {
       std::this_thread::sleep_for(std::chrono::milliseconds(round % 2 == 0 ? 5 : 0));
       pool.schedule([&] {
         on_caller = std::this_thread::get_id() == me;
-        done.store(true);
-        pool.wake_waiters();
+        pool.set_and_wake(done);
       });
     });
     pool.run_until(done);
@@ -357,11 +356,25 @@ TEST(ThreadPool, RunUntilWakesForLaterWorkAndForItsFlag) {
     std::atomic<bool> flag{false};
     std::thread setter([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(round % 2 == 0 ? 5 : 0));
-      flag.store(true);
-      pool.wake_waiters();
+      pool.set_and_wake(flag);
     });
     pool.run_until(flag);
     setter.join();
+  }
+}
+
+TEST(ThreadPool, AWaiterMayDestroyThePoolAsSoonAsItSeesItsFlag) {
+  // A session.run whose last node ends on a thread outside the pool: the caller returns as
+  // soon as it sees the flag and destroys the pool while the setter may still be waking it
+  // (ThreadSanitizer reports any use of the pool after the destructor began).
+  for (int round = 0; round < 200; ++round) {
+    auto pool = std::make_unique<thread_pool>(2, "brief");
+    std::atomic<bool> flag{false};
+    std::thread setter([&flag, p = pool.get()] { p->set_and_wake(flag); });
+    pool->run_until(flag);
+    pool.reset();
+    setter.join();
+    EXPECT_TRUE(flag.load());
   }
 }
 

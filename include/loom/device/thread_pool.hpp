@@ -74,11 +74,13 @@ class thread_pool {
 
   /// Runs queued tasks on the calling thread until `flag` is true, sleeping when there are
   /// none, so a thread that waits for work it handed to the pool (a session.run) is one of
-  /// the pool's threads meanwhile instead of an idle one. Whoever sets `flag` must then call
-  /// wake_waiters(). Returns at once when `flag` is already true.
+  /// the pool's threads meanwhile instead of an idle one. Set `flag` with set_and_wake().
+  /// Returns at once when `flag` is already true.
   void run_until(const std::atomic<bool>& flag);
-  /// Wakes every run_until caller to look at its flag again.
-  void wake_waiters();
+  /// Sets `flag` and wakes every run_until caller to look at its flag again. Safe when the
+  /// caller of run_until destroys the pool as soon as it sees `flag`: everything this call
+  /// does with the pool happens under the pool's mutex, which the destructor takes first.
+  void set_and_wake(std::atomic<bool>& flag);
 
   /// Index of the calling thread in this pool (1 .. size()-1 for workers), or 0 when the
   /// caller is not one of its workers.
