@@ -1,12 +1,19 @@
 // A convolution whose filter is a `const` node keeps the filter reordered into oneDNN's
 // layout across runs (Note [constant reorders]): its answers are bit for bit those of the
-// same convolution with the filter fed at run time, run after run, for new inputs too.
+// same convolution with the filter fed at run time, run after run, for new inputs too. The
+// 3x3 layers that run Winograd's algorithm for a constant filter (Note [Winograd
+// convolutions] in src/backends/cpu/nn_conv.cpp) instead match a float64 convolution within
+// float32's tolerance, with or without the graph passes, bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernel_test_support.hpp"
+#include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/runtime/session.hpp"
 
@@ -52,6 +59,96 @@ TEST(ConvConstantFilter, SameBitsAsAFedFilterRunAfterRun) {
   check({2, 16, 9, 9}, {32, 16, 3, 3}, 1, dtype::f32);
   check({1, 32, 7, 7}, {32, 1, 3, 3}, 32, dtype::f32);  // depthwise
   check({1, 8, 5, 5}, {8, 4, 3, 3}, 2, dtype::bf16);
+}
+
+// The float64 convolution of x [n, c, h, w] with w [o, c, 3, 3], stride 1, padding 1: each
+// output's value and the sum of its products' magnitudes.
+struct reference_conv {
+  std::vector<double> value, magnitude;
+};
+reference_conv conv3x3_float64(const tensor& x, const tensor& w) {
+  const auto xv = values(x);
+  const auto wv = values(w);
+  const std::int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+  const std::int64_t o = w.shape()[0];
+  reference_conv r;
+  r.value.assign(static_cast<std::size_t>(n * o * h * wd), 0.0);
+  r.magnitude.assign(r.value.size(), 0.0);
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (std::int64_t f = 0; f < o; ++f) {
+      for (std::int64_t y = 0; y < h; ++y) {
+        for (std::int64_t xx = 0; xx < wd; ++xx) {
+          double sum = 0;
+          double mag = 0;
+          for (std::int64_t ci = 0; ci < c; ++ci) {
+            for (std::int64_t i = 0; i < 3; ++i) {
+              for (std::int64_t j = 0; j < 3; ++j) {
+                const std::int64_t iy = y - 1 + i;
+                const std::int64_t ix = xx - 1 + j;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const double p = xv[static_cast<std::size_t>(((b * c + ci) * h + iy) * wd + ix)] *
+                                 wv[static_cast<std::size_t>(((f * c + ci) * 3 + i) * 3 + j)];
+                sum += p;
+                mag += std::fabs(p);
+              }
+            }
+          }
+          const auto k = static_cast<std::size_t>(((b * o + f) * h + y) * wd + xx);
+          r.value[k] = sum;
+          r.magnitude[k] = mag;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+TEST(ConvConstantFilter, WinogradLayersMatchFloat64AndThePassesKeepTheirBits) {
+  // 64 channels in and out, 3x3, stride 1: a resnet layer, Winograd's for a constant filter.
+  const shape xs{2, 64, 14, 14};
+  const shape ws{64, 64, 3, 3};
+  const tensor w = random(dtype::f32, ws, 11, -0.2, 0.2);
+  const ops::conv2d_options o{.strides = {1, 1}, .padding = {1, 1, 1, 1}, .dilations = {1, 1}, .groups = 1};
+  const auto make = [&](bool constant) {
+    graph g;
+    graph_builder b(g);
+    auto x = ops::placeholder(b, "x", dtype::f32, xs);
+    auto filter = constant ? ops::constant(b, w, {.name = "w", .device = {}})
+                           : ops::placeholder(b, "w", dtype::f32, ws);
+    (void)ops::relu(ops::conv2d(x, filter, o, {.name = "y", .device = {}}), {.name = "r", .device = {}});
+    return g;
+  };
+  session_options bare;
+  bare.passes.enabled = false;
+  session plain(make(true), bare);
+  session passes(make(true), session_options{});
+  session fed(make(false), bare);
+  for (std::uint64_t seed : {1U, 2U}) {
+    SCOPED_TRACE(seed);
+    const tensor x = random(dtype::f32, xs, seed);
+    const auto a = plain.run({{"x", x}}, {"y", "r"});
+    const auto b = passes.run({{"x", x}}, {"r"});  // the relu fused into the convolution
+    const auto c = fed.run({{"x", x}, {"w", w}}, {"y"});
+    expect_same_bits(a.at(1), b.at(0));
+    const reference_conv want = conv3x3_float64(x, w);
+    const auto got = values(a.at(0));
+    const auto direct = values(c.at(0));
+    int reported = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      // float32's tolerance of conv2d's own tests (tests/kernels/nn_conv_test.cpp).
+      const double tol = 1e-5 * want.magnitude[i];
+      if (!(std::fabs(got[i] - want.value[i]) <= tol && std::fabs(direct[i] - want.value[i]) <= tol) &&
+          reported++ < 8) {
+        ADD_FAILURE() << "element " << i << ": constant filter " << got[i] << ", fed filter "
+                      << direct[i] << ", float64 " << want.value[i];
+      }
+    }
+    // Where oneDNN computes in channel blocks (AVX-512) it has Winograd's kernels: the
+    // constant filter's sums are then not the direct kernel's.
+    if (nn_rules::cpu_computes_in_channel_blocks()) {
+      EXPECT_NE(std::memcmp(a.at(0).raw_data(), c.at(0).raw_data(), a.at(0).nbytes()), 0);
+    }
+  }
 }
 
 }  // namespace

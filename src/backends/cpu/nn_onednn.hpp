@@ -45,7 +45,9 @@
 // plan, which reuses the copy when oneDNN picked the same layout for the weights.
 // Inference graphs reorder their weights once, as ONNX Runtime prepacks them; variables,
 // which training updates in place, are reordered on every run as before. The kept copy is
-// what the per-run reorder would make, so the answers are the same.
+// what the per-run reorder would make, so the answers are the same, except for the 3x3
+// convolutions that a constant filter lets run Winograd's algorithm (Note [Winograd
+// convolutions] in nn_conv.cpp): their filter transform is such a kept copy.
 #pragma once
 
 #include <cstdint>
