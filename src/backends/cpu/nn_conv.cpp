@@ -97,9 +97,10 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // fewer products than the direct sum (Winograd's minimal filtering: F(2x2, 3x3) takes 16
 // products for 4 outputs instead of 36; F(4x4, 3x3) 36 for 16 instead of 144), at the price
 // of transforming the input, the filter and the output. oneDNN has both on AVX-512 for float32
-// in channel blocks, jit_fp32_wino_2x3 and jit_wino_4x3, and picks one by the images and the
-// threads (2x3 for one image; at 2 to 8 images 4x3 on one thread and 2x3 on two or more), so
-// the last bits of such a layer can differ between thread counts. Timed
+// in channel blocks, jit_fp32_wino_2x3 and jit_wino_4x3, and picks one by the images, the
+// channels and the threads (here 2x3 for one image; for 2 to 8 images of 64 or 128 channels
+// 4x3 on one thread, 2x3 on two), so the last bits of such a layer can differ between thread
+// counts. Timed
 // here against the direct kernel that computed them before (oneDNN 2.6, the primitive alone,
 // channel blocks, median of 15, 1 and 2 threads), the layers of a resnet took 1.1 to 2.5x less
 // time: 64 channels at 56x56, one image, 1080 against 612 us; 128 at 28x28, ten images, 10.9
