@@ -3,7 +3,8 @@
 // same convolution with the filter fed at run time, run after run, for new inputs too. The
 // 3x3 layers that run Winograd's algorithm for a constant filter (Note [Winograd
 // convolutions] in src/backends/cpu/nn_conv.cpp) instead match a float64 convolution within
-// float32's tolerance, with or without the graph passes, bit for bit.
+// float32's tolerance, with or without the graph passes and channels first or last, bit for
+// bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernels/kernel_test_support.hpp"
+#include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
@@ -118,9 +120,20 @@ TEST(ConvConstantFilter, WinogradLayersMatchFloat64AndThePassesKeepTheirBits) {
     (void)ops::relu(ops::conv2d(x, filter, o, {.name = "y", .device = {}}), {.name = "r", .device = {}});
     return g;
   };
+  // The same layer channels last: the kernel computes it in the same blocks.
+  graph nhwc_graph;
+  {
+    graph_builder b(nhwc_graph);
+    ops::conv2d_options on = o;
+    on.data_format = "NHWC";
+    auto x = ops::transpose(ops::placeholder(b, "x", dtype::f32, xs), {0, 2, 3, 1});
+    auto y = ops::conv2d(x, ops::constant(b, w, {.name = "w", .device = {}}), on);
+    (void)ops::transpose(y, {0, 3, 1, 2}, {.name = "y", .device = {}});
+  }
   session_options bare;
   bare.passes.enabled = false;
   session plain(make(true), bare);
+  session nhwc(std::move(nhwc_graph), bare);
   session passes(make(true), session_options{});
   session fed(make(false), bare);
   for (std::uint64_t seed : {1U, 2U}) {
@@ -130,6 +143,7 @@ TEST(ConvConstantFilter, WinogradLayersMatchFloat64AndThePassesKeepTheirBits) {
     const auto b = passes.run({{"x", x}}, {"r"});  // the relu fused into the convolution
     const auto c = fed.run({{"x", x}, {"w", w}}, {"y"});
     expect_same_bits(a.at(1), b.at(0));
+    expect_same_bits(a.at(0), nhwc.run({{"x", x}}, {"y"}).at(0));
     const reference_conv want = conv3x3_float64(x, w);
     const auto got = values(a.at(0));
     const auto direct = values(c.at(0));
