@@ -122,13 +122,14 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // whose filter transform is done once (Note [constant reorders]). A variable's (training)
 // would be transformed on every step, and its gradients are the direct convolution's.
 bool winograd_pays(const conv_geometry& g, dtype t, bool constant_filter) {
-  constexpr std::int64_t least_products = std::int64_t{1} << 22;
+  constexpr double least_products = 1 << 22;
   constexpr std::int64_t least_channels = 32;
   return constant_filter && t == dtype::f32 && g.groups == 1 && g.kh == 3 && g.kw == 3 &&
          g.stride == std::array<std::int64_t, 2>{1, 1} && g.dilation == std::array<std::int64_t, 2>{1, 1} &&
          g.c % nn_rules::channel_block == 0 && g.o % nn_rules::channel_block == 0 &&
          g.c >= least_channels && g.o >= least_channels &&
-         g.n * g.oh * g.ow * g.o * g.c * 9 >= least_products &&
+         static_cast<double>(g.n) * static_cast<double>(g.oh * g.ow) * static_cast<double>(g.o * g.c) * 9 >=
+             least_products &&
          nn_rules::conv_channel_blocks(g, t) == nn_rules::conv_blocks::both;
 }
 
