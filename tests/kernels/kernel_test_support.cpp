@@ -142,6 +142,52 @@ std::vector<double> values(const tensor& x) {
   return out;
 }
 
+conv2d_reference conv2d_float64(const tensor& x, const tensor& w, const std::vector<std::int64_t>& strides,
+                                const std::vector<std::int64_t>& padding,
+                                const std::vector<std::int64_t>& dilations, std::int64_t groups) {
+  const auto xv = values(x);
+  const auto wv = values(w);
+  std::vector<std::int64_t> p = padding;
+  if (p.size() == 2) p = {p[0], p[0], p[1], p[1]};
+  const std::int64_t n = x.dim(0), ch = x.dim(1), h = x.dim(2), wd = x.dim(3);
+  const std::int64_t o = w.dim(0), cg = w.dim(1), kh = w.dim(2), kw = w.dim(3);
+  const std::int64_t oh = (h + p[0] + p[1] - dilations[0] * (kh - 1) - 1) / strides[0] + 1;
+  const std::int64_t ow = (wd + p[2] + p[3] - dilations[1] * (kw - 1) - 1) / strides[1] + 1;
+  conv2d_reference r;
+  r.s = {n, o, oh, ow};
+  r.value.assign(static_cast<std::size_t>(n * o * oh * ow), 0.0);
+  r.magnitude.assign(r.value.size(), 0.0);
+  const std::int64_t per_group = o / groups;
+  for (std::int64_t b = 0; b < n; ++b) {
+    for (std::int64_t f = 0; f < o; ++f) {
+      const std::int64_t g = f / per_group;
+      for (std::int64_t y = 0; y < oh; ++y) {
+        for (std::int64_t xx = 0; xx < ow; ++xx) {
+          double sum = 0;
+          double mag = 0;
+          for (std::int64_t ci = 0; ci < cg; ++ci) {
+            for (std::int64_t i = 0; i < kh; ++i) {
+              for (std::int64_t j = 0; j < kw; ++j) {
+                const std::int64_t iy = y * strides[0] - p[0] + i * dilations[0];
+                const std::int64_t ix = xx * strides[1] - p[2] + j * dilations[1];
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const double a = xv[static_cast<std::size_t>(((b * ch + g * cg + ci) * h + iy) * wd + ix)];
+                const double bw = wv[static_cast<std::size_t>(((f * cg + ci) * kh + i) * kw + j)];
+                sum += a * bw;
+                mag += std::fabs(a * bw);
+              }
+            }
+          }
+          const auto k = static_cast<std::size_t>(((b * o + f) * oh + y) * ow + xx);
+          r.value[k] = sum;
+          r.magnitude[k] = mag;
+        }
+      }
+    }
+  }
+  return r;
+}
+
 tensor non_contiguous(const tensor& x) {
   const std::size_t r = x.rank();
   EXPECT_GE(r, 2u);

@@ -34,6 +34,17 @@ tensor make(dtype t, const shape& s, const std::vector<double>& values);
 tensor random(dtype t, const shape& s, std::uint64_t seed, double lo = -2.0, double hi = 2.0);
 /// The elements of `x` (any dtype, any strides) in row-major order, as doubles.
 std::vector<double> values(const tensor& x);
+/// conv2d's definition in float64: x [n, c, h, w] with w [o, c / groups, kh, kw], `padding`
+/// [top, bottom, left, right] (or [h, w]). Each output's value and the sum of its products'
+/// magnitudes (a tolerance's scale), and the output shape.
+struct conv2d_reference {
+  shape s;
+  std::vector<double> value;
+  std::vector<double> magnitude;
+};
+conv2d_reference conv2d_float64(const tensor& x, const tensor& w, const std::vector<std::int64_t>& strides,
+                                const std::vector<std::int64_t>& padding,
+                                const std::vector<std::int64_t>& dilations, std::int64_t groups);
 /// A non-contiguous view with the same elements as `x`: the data is stored transposed
 /// (last two dims swapped) in a new buffer and viewed back through strides. Needs rank >= 2.
 tensor non_contiguous(const tensor& x);

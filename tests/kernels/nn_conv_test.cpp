@@ -24,57 +24,6 @@ struct conv_case {
   std::int64_t groups = 1;
 };
 
-struct conv_result {
-  shape s;
-  std::vector<double> v;
-  std::vector<double> scale;  // Σ|x·w| per output
-};
-
-conv_result reference(const conv_case& c, const tensor& x, const tensor& w) {
-  const auto xv = values(x);
-  const auto wv = values(w);
-  std::vector<std::int64_t> p = c.padding;
-  if (p.size() == 2) p = {p[0], p[0], p[1], p[1]};
-  const std::int64_t n = c.x[0], ch = c.x[1], h = c.x[2], wd = c.x[3];
-  const std::int64_t o = c.w[0], cg = c.w[1], kh = c.w[2], kw = c.w[3];
-  const std::int64_t oh = (h + p[0] + p[1] - c.dilations[0] * (kh - 1) - 1) / c.strides[0] + 1;
-  const std::int64_t ow = (wd + p[2] + p[3] - c.dilations[1] * (kw - 1) - 1) / c.strides[1] + 1;
-  conv_result r;
-  r.s = {n, o, oh, ow};
-  r.v.assign(static_cast<std::size_t>(n * o * oh * ow), 0.0);
-  r.scale.assign(r.v.size(), 0.0);
-  const std::int64_t per_group = o / c.groups;
-  for (std::int64_t b = 0; b < n; ++b) {
-    for (std::int64_t f = 0; f < o; ++f) {
-      const std::int64_t g = f / per_group;
-      for (std::int64_t y = 0; y < oh; ++y) {
-        for (std::int64_t xx = 0; xx < ow; ++xx) {
-          double sum = 0;
-          double mag = 0;
-          for (std::int64_t ci = 0; ci < cg; ++ci) {
-            for (std::int64_t i = 0; i < kh; ++i) {
-              for (std::int64_t j = 0; j < kw; ++j) {
-                const std::int64_t iy = y * c.strides[0] - p[0] + i * c.dilations[0];
-                const std::int64_t ix = xx * c.strides[1] - p[2] + j * c.dilations[1];
-                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
-                const double a =
-                    xv[static_cast<std::size_t>(((b * ch + g * cg + ci) * h + iy) * wd + ix)];
-                const double bw = wv[static_cast<std::size_t>(((f * cg + ci) * kh + i) * kw + j)];
-                sum += a * bw;
-                mag += std::fabs(a * bw);
-              }
-            }
-          }
-          const auto k = static_cast<std::size_t>(((b * o + f) * oh + y) * ow + xx);
-          r.v[k] = sum;
-          r.scale[k] = mag;
-        }
-      }
-    }
-  }
-  return r;
-}
-
 attr_map attrs_of(const conv_case& c) {
   return {{"strides", c.strides},
           {"padding", c.padding},
@@ -124,14 +73,14 @@ void check_with(const conv_case& c, const tensor& x, const tensor& w) {
     SCOPED_TRACE("NHWC");
     check_nhwc(c, x, w, got);
   }
-  const conv_result want = reference(c, x, w);
+  const conv2d_reference want = conv2d_float64(x, w, c.strides, c.padding, c.dilations, c.groups);
   ASSERT_EQ(to_string(got.shape()), to_string(want.s));
   const auto g = values(got);
   int reported = 0;
   for (std::size_t i = 0; i < g.size(); ++i) {
-    const double tol = tolerance(x.type()) * want.scale[i] + 1e-30;
-    if (!(std::fabs(g[i] - want.v[i]) <= tol) && reported++ < 8) {
-      ADD_FAILURE() << "element " << i << ": got " << g[i] << ", expected " << want.v[i];
+    const double tol = tolerance(x.type()) * want.magnitude[i] + 1e-30;
+    if (!(std::fabs(g[i] - want.value[i]) <= tol) && reported++ < 8) {
+      ADD_FAILURE() << "element " << i << ": got " << g[i] << ", expected " << want.value[i];
     }
   }
 }

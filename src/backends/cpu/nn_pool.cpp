@@ -7,6 +7,7 @@
 #include <array>
 #include <limits>
 
+#include "kernel/common/apply_rule.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -106,22 +107,13 @@ void max_pool_2x2(kernel_context& ctx, const T* x, T* out, const pool_geometry& 
   });
 }
 
-// The geometry of a pooling node over x, failing the node for an input not of rank 4 (or,
-// `blocked`, not [n, blocks, h, w, 16]: then the geometry of the NCHW tensor of blocks x 16
-// channels), an empty image, or a window larger than the padded input.
+// The geometry of a pooling node over x (its NCHW view: nn_rules::pool_input_view), failing
+// the node for an input of another rank, an empty image, or a window larger than the padded
+// input.
 pool_geometry checked_pool_geometry(const kernel_context& ctx, const tensor& x,
                                     const nn_rules::pool_window& window, bool blocked = false) {
-  if (blocked) {
-    if (x.rank() != 5 || x.shape()[4] != nn_rules::channel_block) {
-      ctx.fail("pooling in channel blocks (NCHW16c) needs an input [n, blocks, h, w, 16], got {}",
-               x.describe());
-    }
-  } else if (x.rank() != 4) {
-    ctx.fail("pooling needs an NCHW input of rank 4, got {}", x.describe());
-  }
-  const shape& s = x.shape();
-  const pool_geometry g = nn_rules::pool2d_geometry(
-      blocked ? shape{s[0], s[1] * nn_rules::channel_block, s[2], s[3]} : s, window);
+  const shape view = common::apply_rule(ctx, [&] { return nn_rules::pool_input_view(x.shape(), blocked); });
+  const pool_geometry g = nn_rules::pool2d_geometry(view, window);
   if (g.h == 0 || g.w == 0) ctx.fail("pooling over an empty image: {}", x.describe());
   if (g.oh < 0 || g.ow < 0) {
     ctx.fail("the window [{}, {}] is larger than the padded input {}", g.kernel[0], g.kernel[1],

@@ -307,24 +307,18 @@ void infer_pool(inference_context& c) {
     c.set_output(0, x.type, std::nullopt);
     return;
   }
-  const shape& s = *x.shape;
   // max_pool2d and avg_pool2d under "NCHW16c" (Note [channel blocks]): [n, blocks, h, w, 16]
   // in and out, each block's channels pooled as an NCHW tensor of blocks x 16 channels.
-  if (c.def().name != "max_pool2d_with_indices" &&
-      nn_rules::is_channel_blocked(c.attr<std::string>("data_format"))) {
-    if (s.rank() != 5 || s[4] != nn_rules::channel_block) {
-      c.fail(fmt::format("{} in channel blocks (NCHW16c) needs an input [n, blocks, h, w, 16], got {}",
-                         c.def().name, to_string(s)));
-    }
-    const std::int64_t channels = s[1] < 0 ? -1 : s[1] * nn_rules::channel_block;
-    const shape out = pool_forward_shape(c, shape{s[0], channels, s[2], s[3]});
-    c.set_output(0, x.type, nn_rules::blocked_shape(out));
-    return;
+  const bool blocked = c.def().name != "max_pool2d_with_indices" &&
+                       nn_rules::is_channel_blocked(c.attr<std::string>("data_format"));
+  shape view;
+  try {
+    view = nn_rules::pool_input_view(*x.shape, blocked);
+  } catch (const invalid_argument& e) {
+    c.fail(fmt::format("{}: {}", c.def().name, e.what()));
   }
-  if (s.rank() != 4) {
-    c.fail(fmt::format("{} needs an NCHW input of rank 4, got {}", c.def().name, to_string(s)));
-  }
-  c.set_output(0, x.type, pool_forward_shape(c, s));
+  const shape out = pool_forward_shape(c, view);
+  c.set_output(0, x.type, blocked ? nn_rules::blocked_shape(out) : out);
 }
 
 // max_pool2d_with_indices: the values as max_pool2d, the indices (int64) of the same shape.

@@ -308,6 +308,18 @@ shape conv_input_view(const shape& x, const shape& w, std::int64_t groups, std::
   return shape{x[0], channels, x[2], x[3]};
 }
 
+shape pool_input_view(const shape& x, bool blocked) {
+  if (!blocked) {
+    if (x.rank() != 4) throw invalid_argument(fmt::format("pooling needs an NCHW input of rank 4, got {}", to_string(x)));
+    return x;
+  }
+  if (x.rank() != 5 || x[4] != channel_block) {
+    throw invalid_argument(fmt::format(
+        "pooling in channel blocks (NCHW16c) needs an input [n, blocks, h, w, 16], got {}", to_string(x)));
+  }
+  return shape{x[0], x[1] < 0 ? -1 : x[1] * channel_block, x[2], x[3]};
+}
+
 shape conv_output_in(const shape& nchw, std::string_view data_format) {
   if (is_channel_blocked(data_format)) return blocked_shape(nchw);
   return data_format == "NHWC" ? shape{nchw[0], nchw[2], nchw[3], nchw[1]} : nchw;

@@ -321,6 +321,12 @@ inline pool_geometry pool2d_geometry(const shape& x, const pool_window& win) {
   return g;
 }
 
+/// The NCHW view of a pooling input of shape `x`: x itself (NCHW, rank 4) or, `blocked`
+/// (data_format "NCHW16c", Note [channel blocks]), [n, blocks x 16, h, w] of the blocks
+/// [n, blocks, h, w, 16] (dimensions may be -1 at inference). Throws invalid_argument naming x
+/// when its rank (or its blocks) is not the layout's.
+shape pool_input_view(const shape& x, bool blocked);
+
 /// Whether a CPU pool (max, or average with or without `include_pad`) over `g` (NCHW; n may
 /// be unknown) of dtype `t` gives the same bits computed in channel blocks (Note [channel
 /// blocks]; data_format "NCHW16c"), where conv_layout may move it (defined by the CPU
