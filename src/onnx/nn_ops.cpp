@@ -124,10 +124,12 @@ void conv_lowering(node_context& c) {
   }
   ops::conv2d_options o{.strides = w.strides, .padding = w.padding, .dilations = w.dilations,
                         .groups = c.attr_int("group", 1)};
-  const bool bias = c.has(2);
-  const bool last = !bias && !w.one_d;
-  output y = ops::conv2d(x, f, o, last ? c.opts() : c.aux("conv"));
-  if (bias) y = ops::bias_add(y, c.in(2), "NCHW", w.one_d ? c.aux("bias") : c.opts());
+  // ONNX's B is the convolution's own bias: a term of its sum, where the kernel adds it (as
+  // ONNX Runtime and PyTorch do), not a bias_add after the rounded convolution; the session's
+  // epilogue fusion may then add a residual and an activation to that node.
+  const node_options name = w.one_d ? c.aux("conv") : c.opts();
+  output y = c.has(2) ? ops::fused_conv2d(x, f, ops::epilogue{.bias = c.in(2), .bias_in_sum = true}, o, name)
+                      : ops::conv2d(x, f, o, name);
   if (w.one_d) y = ops::squeeze(y, {2}, c.opts());
   c.set(0, y);
 }
@@ -624,7 +626,7 @@ void global_lp_pool_lowering(node_context& c) {
 void add_nn_ops(op_table& t) {
   t["MeanVarianceNormalization"] = {mvn_lowering, {"reduce_mean"}};
   t["GlobalLpPool"] = {global_lp_pool_lowering, {"reduce_sum"}};
-  t["Conv"] = {conv_lowering, {"conv2d", "bias_add"}};
+  t["Conv"] = {conv_lowering, {"conv2d", "fused_conv2d"}};
   t["MaxPool"] = {[](node_context& c) { pool_lowering(c, true); },
                   {"max_pool2d", "max_pool2d_with_indices"}};
   t["AveragePool"] = {[](node_context& c) { pool_lowering(c, false); }, {"avg_pool2d"}};

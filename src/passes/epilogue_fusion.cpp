@@ -4,7 +4,9 @@
 // unfused ops (Note [fused epilogue] in src/backends/cpu/nn_fused.cpp).
 //
 // Matches a core, then any of these steps, in this order, at least one:
-//   core  = matmul(a, b) (any transposes, batched too) or conv2d(x, w) (any attributes)
+//   core  = matmul(a, b) (any transposes, batched too) or conv2d(x, w) (any attributes), or
+//         fused_conv2d(x, w, bias) with bias_in_sum and nothing else (an imported Conv with
+//         its bias: then the match has its bias already, and no bias step follows)
 //   bias: bias_add(core, bias) along the channel (the last dim of a matmul's product:
 //         "NHWC", or "NCHW" on a rank-2 product; dim 1 of a conv2d's NCHW output: "NCHW";
 //         the last of an NHWC conv2d's: "NHWC"), or add(core, bias) (either order) where
@@ -59,6 +61,7 @@ struct match {
   std::size_t channel = 0;     // the bias's dim of the output
   std::vector<node_id> chain;  // core first
   std::optional<endpoint> bias;
+  bool bias_in_sum = false;  // the core's own bias (a fused_conv2d core)
   std::optional<endpoint> residual;
   std::string activation = "none";
   // Activation "clip": its bounds, and whether a maximum was taken that a minimum may end.
@@ -200,9 +203,16 @@ class epilogue_fusion final : public graph_pass {
         name, to_string(ed.type_of(*other)), to_string(out));
   }
 
+  // A fused_conv2d whose epilogue is only its own bias, in the sum: a core that has its bias.
+  static bool conv_with_bias(const node& n) {
+    return n.op() == "fused_conv2d" && n.attr<bool>("bias_in_sum") && !n.attr<bool>("has_residual") &&
+           n.attr<std::string>("activation") == "none";
+  }
+
   static std::optional<match> find(const graph_editor& ed, pass_context& ctx, node_id id) {
     const node& core = ed.at(id);
-    const bool conv = core.op() == "conv2d";
+    const bool with_bias = conv_with_bias(core);
+    const bool conv = core.op() == "conv2d" || with_bias;
     if ((core.op() != "matmul" && !conv) || !is_floating(core.outputs[0].type)) return std::nullopt;
     const auto& os = core.outputs[0].shape;
     if (!os || os->rank() < 2 || (conv && os->rank() != 4)) return std::nullopt;
@@ -213,6 +223,10 @@ class epilogue_fusion final : public graph_pass {
     mt.channel = nn_rules::channel_axis(
         out.rank(), conv && nn_rules::is_nchw(core.attr<std::string>("data_format")));
     mt.chain.push_back(id);
+    if (with_bias) {
+      mt.bias = ed.inputs(id)[2];
+      mt.bias_in_sum = true;
+    }
     if (!ed.control_inputs(id).empty()) {
       if (auto r = ed.uses({id, 0}); !r.empty() && epilogue_op(ed.at(r.front().node).op())) {
         ctx.refused({core.name},
@@ -223,6 +237,7 @@ class epilogue_fusion final : public graph_pass {
     }
     for (const char* kind : {"bias", "residual", "activation", "clip_max"}) {
       if (std::string(kind) == "clip_max" && !mt.clip_open) break;
+      if (std::string(kind) == "bias" && mt.bias_in_sum) continue;
       const endpoint cur{mt.chain.back(), 0};
       const auto& uses = ed.uses(cur);
       auto refuse = [&](node_id r, const std::string& why) {
@@ -286,7 +301,7 @@ class epilogue_fusion final : public graph_pass {
     if (mt.bias) {
       const auto& bs = ed.type_of(*mt.bias).shape;
       endpoint b = *mt.bias;
-      if (bs->rank() != 1) {
+      if (bs && bs->rank() != 1) {
         const std::int64_t c = (*core.outputs[0].shape)[mt.channel];
         b = {ed.add({.name = ed.g().unique_name(fmt::format("{}/bias", last_name)),
                      .op = "reshape",
@@ -300,7 +315,11 @@ class epilogue_fusion final : public graph_pass {
     }
     if (mt.residual) inputs.push_back(*mt.residual);
     attr_map attrs = core.attrs;
-    attrs.erase("T");
+    for (const char* epilogue_attr : {"T", "num_args", "has_bias", "has_residual", "activation", "clip_min",
+                                      "clip_max", "bias_in_sum"}) {
+      attrs.erase(epilogue_attr);
+    }
+    if (mt.conv) attrs.emplace("bias_in_sum", mt.bias_in_sum);
     attrs.emplace("has_bias", mt.bias.has_value());
     attrs.emplace("has_residual", mt.residual.has_value());
     attrs.emplace("activation", mt.activation);
@@ -320,7 +339,9 @@ class epilogue_fusion final : public graph_pass {
     const auto names = names_of(ed, mt.chain);
     for (auto it = mt.chain.rbegin(); it != mt.chain.rend(); ++it) ed.erase(*it);
     std::vector<std::string> parts;
-    if (mt.bias) parts.push_back(fmt::format("bias '{}'", ed.g().endpoint_name(*mt.bias)));
+    if (mt.bias) {
+      parts.push_back(fmt::format("bias '{}'{}", ed.g().endpoint_name(*mt.bias), mt.bias_in_sum ? " (in the sum)" : ""));
+    }
     if (mt.residual)
       parts.push_back(fmt::format("residual '{}'", ed.g().endpoint_name(*mt.residual)));
     if (mt.activation == "clip") {

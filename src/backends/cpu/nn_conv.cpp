@@ -6,7 +6,12 @@
 // view of NHWC tensors, through a transposed copy).
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <mutex>
+#include <span>
 
 #include "cpu_isa.hpp"
 #include "kernel/common/apply_rule.hpp"
@@ -18,10 +23,11 @@ namespace {
 
 using namespace nn_detail;
 
-// out[n, o] = sum over the group's channels c and the window of x[n, g*cg + c] * w[o, c].
-// One task per output plane; each accumulates in Acc and rounds once.
+// out[n, o] = bias[o] + sum over the group's channels c and the window of
+// x[n, g*cg + c] * w[o, c] (the bias, when given, starting the sum). One task per output
+// plane; each accumulates in Acc and rounds once.
 template <class T>
-void reference_conv(kernel_context& ctx, const T* x, const T* w, T* out, const conv_geometry& g) {
+void reference_conv(kernel_context& ctx, const T* x, const T* w, const T* bias, T* out, const conv_geometry& g) {
   using Acc = acc_t<T>;
   const std::int64_t planes = g.n * g.o;
   const std::int64_t plane = g.oh * g.ow;
@@ -33,7 +39,7 @@ void reference_conv(kernel_context& ctx, const T* x, const T* w, T* out, const c
       const std::int64_t n = p / g.o;
       const std::int64_t o = p % g.o;
       const std::int64_t group = o / per_group;
-      std::fill(acc.begin(), acc.end(), Acc{0});
+      std::fill(acc.begin(), acc.end(), bias != nullptr ? widen<T>(bias[o]) : Acc{0});
       for (std::int64_t c = 0; c < g.cg; ++c) {
         const T* in = x + (n * g.c + group * g.cg + c) * g.h * g.w;
         const T* filt = w + (o * g.cg + c) * g.kh * g.kw;
@@ -133,6 +139,43 @@ bool winograd_pays(const conv_geometry& g, dtype t, bool constant_filter) {
          nn_rules::conv_channel_blocks(g, t) == nn_rules::conv_blocks::both;
 }
 
+// The largest of the bit patterns of p[0, n) without their sign bits, which order as the
+// floats' magnitudes do, infinity and NaN past every number; in the baseline and, for the
+// machines that have it, in AVX-512 (16 lanes a step).
+[[gnu::always_inline]] inline std::uint32_t largest_magnitude_bits(const float* p, std::int64_t n) {
+  std::uint32_t m = 0;
+  for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<std::uint32_t>(p[i]) & 0x7fffffffU);
+  return m;
+}
+LOOM_ISA_BASELINE std::uint32_t largest_magnitude_bits_baseline(const float* p, std::int64_t n) {
+  return largest_magnitude_bits(p, n);
+}
+#if LOOM_ISA_HAS_AVX512
+LOOM_ISA_AVX512 std::uint32_t largest_magnitude_bits_avx512(const float* p, std::int64_t n) {
+  return largest_magnitude_bits(p, n);
+}
+#endif
+
+// The largest magnitude of a float32 tensor's elements, inf when one is NaN or infinite (on
+// oneDNN's threads: Note [work after a primitive]).
+double largest_magnitude(kernel_context& ctx, const tensor& t) {
+  const float* p = t.data<float>();
+  std::atomic<std::uint32_t> largest{0};
+  onednn::parallel_for(ctx.num_threads(), t.num_elements(), 0.05, [&](std::int64_t lo, std::int64_t hi) {
+#if LOOM_ISA_HAS_AVX512
+    const std::uint32_t m = widest_cpu_isa() == isa_cap::avx512 ? largest_magnitude_bits_avx512(p + lo, hi - lo)
+                                                                 : largest_magnitude_bits_baseline(p + lo, hi - lo);
+#else
+    const std::uint32_t m = largest_magnitude_bits_baseline(p + lo, hi - lo);
+#endif
+    std::uint32_t seen = largest.load();
+    while (m > seen && !largest.compare_exchange_weak(seen, m)) {
+    }
+  });
+  const std::uint32_t m = largest.load();
+  return m >= 0x7f800000U ? HUGE_VAL : static_cast<double>(std::bit_cast<float>(m));
+}
+
 class conv2d_kernel final : public op_kernel, public chunked_kernel {
  public:
   // oneDNN runs on its own (OpenMP) threads, all of the device's.
@@ -152,9 +195,9 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     }
   }
 
-  void compute(kernel_context& ctx) override { compute_in_chunks(ctx, nullptr); }
+  void compute(kernel_context& ctx) override { compute_in_chunks(ctx, nullptr, nullptr); }
 
-  void compute_in_chunks(kernel_context& ctx, const chunk_done& after) override {
+  bool compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) override {
     const tensor& xin = ctx.input(0);
     const tensor& win = ctx.input(1);
     if (win.rank() != 4) ctx.fail("conv2d needs an OIHW filter of rank 4, got {}", win.describe());
@@ -171,23 +214,57 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
       ctx.fail("the filter {} is larger than the padded input {}", win.describe(), xin.describe());
     }
     tensor& out = ctx.allocate_output(0, nn_rules::conv_output_in(g.output_shape(), format_));
-    if (out.num_elements() == 0) return;
-    if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: zeros
-      std::memset(out.raw_data(), 0, out.nbytes());
+    if (core != nullptr && core->check) core->check(out);
+    const tensor bias = core != nullptr && core->bias_input ? ctx.input_contiguous(*core->bias_input) : tensor();
+    if (out.num_elements() == 0) return false;
+    if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: the bias alone
+      fill_with_bias(ctx, out, bias, g);
       if (after) after(0, g.n, g.n);
-      return;
+      return false;
     }
     const tensor x = ctx.input_contiguous(0);
     const tensor w = ctx.input_contiguous(1);
-    if (const auto dt = onednn::data_type_of(type_); dt && run_onednn(ctx, x, w, out, g, *dt, blocked_in, after)) {
-      return;
+    if (const auto dt = onednn::data_type_of(type_)) {
+      const in_core* clip = core != nullptr && core->clip ? core : nullptr;
+      if (clip != nullptr && clip_in_primitive(ctx, x, w, bias, out, g, *clip) &&
+          run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, nullptr, clip)) {
+        return true;
+      }
+      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, nullptr)) return false;
     }
-    run_reference(ctx, x, w, out, g, view, blocked_in);
+    run_reference(ctx, x, w, bias, out, g, view, blocked_in);
     if (after) after(0, g.n, g.n);
+    return false;
   }
 
  private:
-  void run_reference(kernel_context& ctx, const tensor& x, const tensor& w, tensor& out, const conv_geometry& g,
+  // The output where every window lies in the padding: the bias (zeros without one), in the
+  // output's layout.
+  void fill_with_bias(kernel_context& ctx, tensor& out, const tensor& bias, const conv_geometry& g) const {
+    std::memset(out.raw_data(), 0, out.nbytes());
+    if (!bias.defined()) return;
+    visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
+      using T = decltype(tag);
+      const T* b = bias.data<T>();
+      T* o = out.data<T>();
+      const std::int64_t pixels = g.oh * g.ow;
+      const std::int64_t block = blocked_ ? nn_rules::channel_block : 1;
+      const std::int64_t blocks = (g.o + block - 1) / block;
+      for (std::int64_t n = 0; n < g.n; ++n) {
+        for (std::int64_t p = 0; p < pixels; ++p) {
+          for (std::int64_t c = 0; c < g.o; ++c) {
+            const std::int64_t at = blocked_ ? ((n * blocks + c / block) * pixels + p) * block + c % block
+                                    : nchw_  ? (n * g.o + c) * pixels + p
+                                             : (n * pixels + p) * g.o + c;
+            o[at] = b[c];
+          }
+        }
+      }
+    });
+  }
+
+  void run_reference(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias, tensor& out,
+                     const conv_geometry& g,
                      const shape& view, bool blocked_in) {
     if (blocked_) {
       // The reference loop on the NCHW tensors, between copies out of and into the blocks.
@@ -199,7 +276,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
       tensor yr = ctx.allocate_temp(type_, g.output_shape());
       visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
         using T = decltype(tag);
-        reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), yr.data<T>(), g);
+        reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr, yr.data<T>(), g);
       });
       to_channel_blocks(ctx, yr, out);
       return;
@@ -215,89 +292,160 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     }
     visit_float_type(ctx, type_, "conv2d", [&](auto tag) {
       using T = decltype(tag);
-      reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), yr.data<T>(), g);
+      reference_conv<T>(ctx, xr.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr, yr.data<T>(), g);
     });
     if (!nchw_) relayout(yr, true, out.raw_data());
   }
 
   // Runs the primitive on chunks of images (Note [convolutions in chunks]), calling `after`
-  // for each; false when oneDNN has no implementation.
-  bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, tensor& out,
+  // for each, with the bias in the sum when given and the clip `clip` as a post-op when
+  // given; false, having run nothing, when oneDNN has no implementation (or, with the clip,
+  // none that is the plain primitive's: Note [bias and clip in the primitive]).
+  bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias, tensor& out,
                   const conv_geometry& whole, dnnl::memory::data_type dt, bool blocked_in,
-                  const chunk_done& after) {
+                  const chunk_done& after, const in_core* clip) {
     const std::int64_t chunk = images_per_chunk(whole, type_);
+    // The plans of both chunk sizes first (they differ in the batch only).
+    std::shared_ptr<const onednn::plan> plans[2];
+    for (int k = 0; k < 2; ++k) {
+      conv_geometry g = whole;
+      g.n = k == 0 ? std::min(chunk, whole.n) : whole.n % chunk;
+      if (g.n == 0) continue;
+      plans[k] = plan_for(ctx, g, dt, blocked_in, bias.defined(), clip);
+      if (!plans[k]->primitive) return false;
+    }
     const auto x_image = static_cast<std::int64_t>(x.nbytes()) / whole.n;
     const auto out_image = static_cast<std::int64_t>(out.nbytes()) / whole.n;
     for (std::int64_t lo = 0; lo < whole.n; lo += chunk) {
-      conv_geometry g = whole;
-      g.n = std::min(chunk, whole.n - lo);
-      const auto plan = plan_for(ctx, g, dt, blocked_in);
-      if (!plan->primitive) return false;  // (then at lo == 0: plans differ in the batch only)
+      const onednn::plan& plan = *plans[lo + chunk <= whole.n ? 0 : 1];
+      const void* data[] = {static_cast<const std::byte*>(x.raw_data()) + lo * x_image, w.raw_data(),
+                            static_cast<std::byte*>(out.raw_data()) + lo * out_image,
+                            bias.defined() ? bias.raw_data() : nullptr};
       // The filter is argument 1 (Note [constant reorders]).
-      onednn::execute(ctx, *plan,
-                      {static_cast<const std::byte*>(x.raw_data()) + lo * x_image, w.raw_data(),
-                       static_cast<std::byte*>(out.raw_data()) + lo * out_image},
-                      constants_, constant_filter_ ? 0b010U : 0U);
-      if (after) after(lo, lo + g.n, whole.n);
+      onednn::execute(ctx, plan, std::span<const void* const>(data, bias.defined() ? 4 : 3), constants_,
+                      constant_filter_ ? 0b010U : 0U);
+      if (after) after(lo, lo + std::min(chunk, whole.n - lo), whole.n);
     }
     return true;
   }
 
+  // Whether the primitive may apply `clip` (Note [bias and clip in the primitive]): float32 in
+  // channel blocks, a constant filter, numeric bounds in order, an input no more than half
+  // the output's size (the check below reads it), and no sum of the convolution able to
+  // reach an infinity, and so a NaN: every input finite, and the largest input times the
+  // largest sum of a filter's magnitudes, with room for rounding and Winograd's transforms,
+  // plus the largest bias, below 2^100.
+  bool clip_in_primitive(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias,
+                         const tensor& out, const conv_geometry& g, const in_core& clip) {
+    if (type_ != dtype::f32 || !blocked_ || !constant_filter_ || !(clip.lo <= clip.hi) ||
+        x.num_elements() > out.num_elements() / 2) {
+      return false;
+    }
+    double total = 2.0 * filter_magnitude(w, g) * largest_magnitude(ctx, x);
+    if (bias.defined()) total += largest_magnitude(ctx, bias);
+    return total < std::ldexp(1.0, 100);  // false for inf and NaN
+  }
+
+  // The largest sum over an output channel of its filter's magnitudes (inf when the filter
+  // is not finite); computed once, for the constant filter.
+  double filter_magnitude(const tensor& w, const conv_geometry& g) {
+    const std::lock_guard lock(filter_mutex_);
+    if (filter_handle_ == w.raw_data()) return filter_magnitude_;
+    const float* p = w.data<float>();
+    const std::int64_t per = g.cg * g.kh * g.kw;
+    double largest = 0.0;
+    for (std::int64_t o = 0; o < g.o && std::isfinite(largest); ++o) {
+      double sum = 0.0;
+      for (std::int64_t i = 0; i < per; ++i) sum += std::fabs(static_cast<double>(p[o * per + i]));
+      largest = std::isfinite(sum) ? std::max(largest, sum) : HUGE_VAL;
+    }
+    filter_handle_ = w.raw_data();
+    filter_magnitude_ = largest;
+    return largest;
+  }
+
+  // The plan of the primitive for `g`, with the bias in the sum when `bias`, and with the
+  // clip `clip` as a post-op when given: then no primitive unless it is the implementation
+  // the plan without it has, writing loom's buffer itself (Note [bias and clip in the
+  // primitive]).
   std::shared_ptr<const onednn::plan> plan_for(kernel_context& ctx, const conv_geometry& g,
-                                               dnnl::memory::data_type dt, bool blocked_in) {
-    using tag = dnnl::memory::format_tag;
+                                               dnnl::memory::data_type dt, bool blocked_in, bool bias,
+                                               const in_core* clip) {
     const int threads = ctx.num_threads();
-    const onednn::primitive_cache::key key{
-        static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw};
-    return cache_.get(key, [&] {
-      onednn::use_threads(threads);
-      // oneDNN's dims are NCHW whatever the layout.
-      const tag layout = blocked_ ? tag::nChw16c : nchw_ ? tag::nchw : tag::nhwc;
-      const tag in_layout = blocked_ && !blocked_in ? tag::nchw : layout;
-      const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, in_layout);
-      const dnnl::memory::desc wei_md =
-          g.groups == 1
-              ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
-              : dnnl::memory::desc({g.groups, g.o / g.groups, g.cg, g.kh, g.kw}, dt, tag::goihw);
-      const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, layout);
-      // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]), unless
-      // loom's rule says channel blocks (Note [channel blocks]): the same primitive whatever
-      // the tensors' layout, so the same bits.
-      const nn_rules::conv_blocks in_blocks = nn_rules::conv_channel_blocks(g, type_);
-      const auto any = [](const dnnl::memory::desc& md) {
-        return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
-      };
-      const auto fixed = [](const dnnl::memory::desc& md, tag t) {
-        return dnnl::memory::desc(md.dims(), md.data_type(), t);
-      };
-      const dnnl::memory::desc src = in_blocks == nn_rules::conv_blocks::both     ? fixed(src_md, tag::nChw16c)
-                                     : in_blocks == nn_rules::conv_blocks::output ? fixed(src_md, tag::nchw)
-                                                                                  : any(src_md);
-      const dnnl::memory::desc dst =
-          in_blocks == nn_rules::conv_blocks::none ? any(dst_md) : fixed(dst_md, tag::nChw16c);
-      const auto primitive = [&](dnnl::algorithm algorithm) {
-        const dnnl::convolution_forward::desc desc(
-            dnnl::prop_kind::forward_inference, algorithm, src, any(wei_md), dst,
-            {g.stride[0], g.stride[1]}, {g.dilation[0] - 1, g.dilation[1] - 1},
-            {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
-        return dnnl::convolution_forward::primitive_desc(desc, onednn::user_scratchpad_attr(),
-                                                         onednn::engine());
-      };
-      // Note [Winograd convolutions]; the direct kernel where oneDNN has none.
-      const dnnl::convolution_forward::primitive_desc pd = [&] {
-        if (winograd_pays(g, type_, constant_filter_)) {
-          try {
-            return primitive(dnnl::algorithm::convolution_winograd);
-          } catch (const dnnl::error&) {
-          }
-        }
-        return primitive(dnnl::algorithm::convolution_direct);
-      }();
-      return onednn::make_plan<dnnl::convolution_forward>(
-          pd, {{DNNL_ARG_SRC, src_md, pd.src_desc()},
-               {DNNL_ARG_WEIGHTS, wei_md, pd.weights_desc()},
-               {DNNL_ARG_DST, dst_md, pd.dst_desc(), true}});
+    onednn::primitive_cache::key key{static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w, g.o, g.kh,
+                                     g.kw, std::int64_t{bias}};
+    if (clip == nullptr) return cache_.get(key, [&] { return build_plan(threads, g, dt, blocked_in, bias, nullptr); });
+    const auto plain = plan_for(ctx, g, dt, blocked_in, bias, nullptr);
+    key.push_back(std::bit_cast<std::int64_t>(clip->lo));
+    key.push_back(std::bit_cast<std::int64_t>(clip->hi));
+    return clip_cache_.get(key, [&] {
+      onednn::plan p = build_plan(threads, g, dt, blocked_in, bias, clip);
+      if (!plain->primitive || p.implementation != plain->implementation || p.reorders.at(2)) {
+        throw dnnl::error(dnnl_unimplemented, "not the plain convolution's implementation");
+      }
+      return p;
     });
+  }
+
+  onednn::plan build_plan(int threads, const conv_geometry& g, dnnl::memory::data_type dt, bool blocked_in,
+                          bool bias, const in_core* clip) const {
+    using tag = dnnl::memory::format_tag;
+    onednn::use_threads(threads);
+    // oneDNN's dims are NCHW whatever the layout.
+    const tag layout = blocked_ ? tag::nChw16c : nchw_ ? tag::nchw : tag::nhwc;
+    const tag in_layout = blocked_ && !blocked_in ? tag::nchw : layout;
+    const dnnl::memory::desc src_md({g.n, g.c, g.h, g.w}, dt, in_layout);
+    const dnnl::memory::desc wei_md =
+        g.groups == 1
+            ? dnnl::memory::desc({g.o, g.cg, g.kh, g.kw}, dt, tag::oihw)
+            : dnnl::memory::desc({g.groups, g.o / g.groups, g.cg, g.kh, g.kw}, dt, tag::goihw);
+    const dnnl::memory::desc dst_md({g.n, g.o, g.oh, g.ow}, dt, layout);
+    // oneDNN picks the layouts it computes fastest in (Note [blocked layouts]), unless
+    // loom's rule says channel blocks (Note [channel blocks]): the same primitive whatever
+    // the tensors' layout, so the same bits.
+    const nn_rules::conv_blocks in_blocks = nn_rules::conv_channel_blocks(g, type_);
+    const auto any = [](const dnnl::memory::desc& md) {
+      return dnnl::memory::desc(md.dims(), md.data_type(), tag::any);
+    };
+    const auto fixed = [](const dnnl::memory::desc& md, tag t) {
+      return dnnl::memory::desc(md.dims(), md.data_type(), t);
+    };
+    const dnnl::memory::desc src = in_blocks == nn_rules::conv_blocks::both     ? fixed(src_md, tag::nChw16c)
+                                   : in_blocks == nn_rules::conv_blocks::output ? fixed(src_md, tag::nchw)
+                                                                                : any(src_md);
+    const dnnl::memory::desc dst =
+        in_blocks == nn_rules::conv_blocks::none ? any(dst_md) : fixed(dst_md, tag::nChw16c);
+    // The bias in the sum (oneDNN's bias argument), the clip as an eltwise post-op.
+    const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({g.o}, dt, tag::a) : dnnl::memory::desc();
+    dnnl::primitive_attr attr = onednn::user_scratchpad_attr();
+    if (clip != nullptr) {
+      dnnl::post_ops ops;
+      ops.append_eltwise(1.0F, dnnl::algorithm::eltwise_clip, static_cast<float>(clip->lo),
+                         static_cast<float>(clip->hi));
+      attr.set_post_ops(ops);
+    }
+    const auto primitive = [&](dnnl::algorithm algorithm) {
+      const dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference, algorithm, src, any(wei_md), bias_md, dst,
+          {g.stride[0], g.stride[1]}, {g.dilation[0] - 1, g.dilation[1] - 1},
+          {g.pad[0], g.pad[2]}, {g.pad[1], g.pad[3]});
+      return dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine());
+    };
+    // Note [Winograd convolutions]; the direct kernel where oneDNN has none.
+    const dnnl::convolution_forward::primitive_desc pd = [&] {
+      if (winograd_pays(g, type_, constant_filter_)) {
+        try {
+          return primitive(dnnl::algorithm::convolution_winograd);
+        } catch (const dnnl::error&) {
+        }
+      }
+      return primitive(dnnl::algorithm::convolution_direct);
+    }();
+    std::vector<onednn::arg_desc> args{{DNNL_ARG_SRC, src_md, pd.src_desc()},
+                                       {DNNL_ARG_WEIGHTS, wei_md, pd.weights_desc()},
+                                       {DNNL_ARG_DST, dst_md, pd.dst_desc(), true}};
+    if (bias) args.push_back({DNNL_ARG_BIAS, bias_md, pd.bias_desc()});
+    return onednn::make_plan<dnnl::convolution_forward>(pd, std::move(args));
   }
 
   dtype type_;
@@ -307,7 +455,11 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   bool blocked_;
   bool constant_filter_;
   onednn::primitive_cache cache_;
+  onednn::primitive_cache clip_cache_;  // the plans with the clip as a post-op
   onednn::constant_reorders constants_;
+  std::mutex filter_mutex_;  // filter_magnitude's value, for the constant filter
+  const void* filter_handle_ = nullptr;
+  double filter_magnitude_ = 0.0;
 };
 
 }  // namespace

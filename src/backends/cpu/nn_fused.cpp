@@ -303,12 +303,17 @@ class fused_kernel : public op_kernel {
             c, [&] { return nn_rules::activation_of(c.attr<std::string>("activation")); })),
         clip_min_(c.attr<double>("clip_min")),
         clip_max_(c.attr<double>("clip_max")),
+        bias_in_sum_(plain_op == "conv2d" && c.attr<bool>("bias_in_sum")),
         channel_axis_(channel_axis),
         plain_(plain_kernel(c, plain_op)) {
     common::apply_rule(c, [&] {
       nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
       nn_rules::check_clip_bounds(act_, clip_min_, clip_max_);
     });
+    if (bias_in_sum_ && !has_bias_) c.fail("bias_in_sum = true needs a bias (has_bias = false)");
+    if (bias_in_sum_ && dynamic_cast<chunked_kernel*>(plain_.get()) == nullptr) {
+      c.fail("the CPU kernel of conv2d cannot take the bias into its sum (bias_in_sum)");
+    }
   }
 
  public:
@@ -320,16 +325,24 @@ class fused_kernel : public op_kernel {
   void compute(kernel_context& ctx) override {
     const bool epilogue = has_bias_ || has_residual_ || act_ != activation::none;
     // A convolution runs in batch chunks, each chunk's epilogue right after it, while its
-    // output is in cache (Note [convolutions in chunks] in nn_conv.cpp).
+    // output is in cache (Note [convolutions in chunks] in nn_conv.cpp); its own bias (in the
+    // sum) and, where that gives the same bits, the clip, inside the primitive (Note [bias and
+    // clip in the primitive] there).
     if (auto* chunked = dynamic_cast<chunked_kernel*>(plain_.get()); chunked != nullptr && epilogue) {
-      bool checked = false;
-      chunked->compute_in_chunks(ctx, [&](std::int64_t lo, std::int64_t hi, std::int64_t n) {
-        const tensor out = ctx.output(0);
-        if (!checked) check_args(ctx, out.shape());
-        checked = true;
-        apply_epilogue(ctx, out, lo, hi, n);
-      });
-      if (!checked) check_args(ctx, ctx.output(0).shape());
+      chunked_kernel::in_core core;
+      if (bias_in_sum_) core.bias_input = 2;
+      core.clip = act_ == activation::clip && !has_residual_ && !epilogue_bias();
+      core.lo = clip_min_;
+      core.hi = clip_max_;
+      core.check = [&](const tensor& out) { check_args(ctx, out.shape()); };
+      const bool rest = epilogue_bias() || has_residual_ || act_ != activation::none;
+      chunked->compute_in_chunks(
+          ctx,
+          rest ? chunked_kernel::chunk_done([&](std::int64_t lo, std::int64_t hi, std::int64_t n) {
+            apply_epilogue(ctx, ctx.output(0), lo, hi, n);
+          })
+               : chunked_kernel::chunk_done(),
+          &core);
       return;
     }
     plain_->compute(ctx);
@@ -351,14 +364,14 @@ class fused_kernel : public op_kernel {
     const std::int64_t channels = s[axis];
     const std::int64_t unit = inner == 1 ? channels : inner;  // a row, or a plane
     const double per_element = act_ == activation::none ? 1.0 : 4.0;
-    const tensor bias = has_bias_ ? ctx.input_contiguous(2) : tensor();
+    const tensor bias = epilogue_bias() ? ctx.input_contiguous(2) : tensor();
     const tensor residual = has_residual_ ? ctx.input_contiguous(residual_input()) : tensor();
     const std::int64_t per_part = out.num_elements() / unit / parts;
     const auto run = [&](auto tag) {
       using T = decltype(tag);
       visit_activation<T>(act_, clip_min_, clip_max_, [&](auto act) {
         const auto units = [&](std::int64_t a, std::int64_t b) {
-          epilogue_units_widest<T>(out.data<T>(), has_bias_ ? bias.data<T>() : nullptr,
+          epilogue_units_widest<T>(out.data<T>(), epilogue_bias() ? bias.data<T>() : nullptr,
                                    has_residual_ ? residual.data<T>() : nullptr, lo * per_part + a,
                                    lo * per_part + b, channels, inner, act);
         };
@@ -385,7 +398,7 @@ class fused_kernel : public op_kernel {
     const std::int64_t blocks = s[1];
     const std::int64_t pixels = s[2] * s[3];
     const std::int64_t block = nn_rules::channel_block;
-    const tensor bias = has_bias_ ? ctx.input_contiguous(2) : tensor();
+    const tensor bias = epilogue_bias() ? ctx.input_contiguous(2) : tensor();
     const tensor residual = has_residual_ ? ctx.input_contiguous(residual_input()) : tensor();
     const double per_element = act_ == activation::none ? 1.0 : 4.0;
     const std::int64_t per_part = s[0] * blocks / parts;
@@ -396,7 +409,7 @@ class fused_kernel : public op_kernel {
           for (std::int64_t k = lo * per_part + a; k < lo * per_part + b; ++k) {
             const std::int64_t first = (k % blocks) * block;  // the block's first channel
             const std::int64_t at = k * pixels * block;
-            epilogue_block_widest<T>(out.data<T>() + at, has_bias_ ? bias.data<T>() + first : nullptr,
+            epilogue_block_widest<T>(out.data<T>() + at, epilogue_bias() ? bias.data<T>() + first : nullptr,
                                      has_residual_ ? residual.data<T>() + at : nullptr,
                                      std::min(block, channels - first), pixels, act);
           }
@@ -413,6 +426,8 @@ class fused_kernel : public op_kernel {
   }
 
   [[nodiscard]] std::size_t residual_input() const noexcept { return has_bias_ ? 3 : 2; }
+  // Whether the epilogue adds the bias (not the convolution, in its sum: bias_in_sum).
+  [[nodiscard]] bool epilogue_bias() const noexcept { return has_bias_ && !bias_in_sum_; }
 
   [[nodiscard]] std::size_t channel(const shape& out) const noexcept {
     return channel_axis_ < 0 ? out.rank() - 1 : static_cast<std::size_t>(channel_axis_);
@@ -433,6 +448,7 @@ class fused_kernel : public op_kernel {
   activation act_;
   double clip_min_;  // activation clip's bounds
   double clip_max_;
+  bool bias_in_sum_;  // fused_conv2d's bias is the convolution's own, in its sum
   int channel_axis_;
   std::unique_ptr<op_kernel> plain_;
 };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -41,8 +42,24 @@ void register_nn_channel_block_kernels(kernel_registry& registry);
 class chunked_kernel {
  public:
   using chunk_done = std::function<void(std::int64_t lo, std::int64_t hi, std::int64_t n)>;
+
+  /// What a fused node asks of the convolution itself (Note [bias and clip in the
+  /// primitive] in nn_conv.cpp): its bias as a term of the sum (fused_conv2d's
+  /// bias_in_sum; the node's input `bias_input`), and the activation clip(lo, hi), which the
+  /// kernel applies only where that gives the unfused graph's bits. `check` is the fused
+  /// node's check of its inputs against the output, called before they are read.
+  struct in_core {
+    std::optional<std::size_t> bias_input;
+    bool clip = false;
+    double lo = 0.0;
+    double hi = 0.0;
+    std::function<void(const tensor& out)> check;
+  };
+
   virtual ~chunked_kernel() = default;
-  virtual void compute_in_chunks(kernel_context& ctx, const chunk_done& after) = 0;
+  /// Computes the output in chunks, calling `after` for each, with what `core` asks (when
+  /// given); returns whether the clip was applied (then `after` is not called).
+  virtual bool compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) = 0;
 };
 
 /// Copies the dense NCHW (or, nhwc, NHWC) tensor `plain` into the dense NCHW16c tensor

@@ -238,6 +238,11 @@ bool input_is_constant(const kernel_construction& c, std::size_t i) {
 
 void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data,
              constant_reorders& constants, std::uint32_t constant_mask) {
+  execute(ctx, p, std::span<const void* const>(data.begin(), data.size()), constants, constant_mask);
+}
+
+void execute(kernel_context& ctx, const plan& p, std::span<const void* const> data,
+             constant_reorders& constants, std::uint32_t constant_mask) {
   use_threads(ctx.num_threads());
   tensor scratch;
   std::vector<tensor> staged;  // the temporaries of reordered arguments, alive until the end

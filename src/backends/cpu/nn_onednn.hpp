@@ -216,6 +216,9 @@ class constant_reorders {
 /// never change: their reorders come from `constants`.
 void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data,
              constant_reorders& constants, std::uint32_t constant_mask);
+/// The same with the arguments' data in a span (a list whose length varies).
+void execute(kernel_context& ctx, const plan& p, std::span<const void* const> data,
+             constant_reorders& constants, std::uint32_t constant_mask);
 
 /// True when input `i` of the node being made comes straight from a `const` node.
 bool input_is_constant(const kernel_construction& c, std::size_t i);

@@ -158,7 +158,12 @@ void register_nn_fused_ops(op_registry& r) {
     d.summary = "act(conv2d(input, filter) + bias + residual): conv2d with a fused epilogue";
     d.inputs.push_back(typed_list("args", "num_args"));
     for (auto& a : epilogue_attr_defs()) d.attrs.push_back(std::move(a));
+    // The bias as a term of the convolution's sum (ops::epilogue::bias_in_sum).
+    d.attrs.push_back(attr("bias_in_sum", attr_type::boolean, false));
     d.infer = [conv2d](inference_context& c) {
+      if (c.attr<bool>("bias_in_sum") && !c.attr<bool>("has_bias")) {
+        c.fail("bias_in_sum = true needs a bias (has_bias = false)");
+      }
       attr_map attrs;
       for (const auto& a : conv2d->attrs) attrs.emplace(a.name, c.attr_value_of(a.name));
       const tensor_type out = infer_core(c, *conv2d, attrs);
@@ -189,6 +194,9 @@ void add_epilogue(const epilogue& e, std::vector<output>& inputs, attr_map& attr
 
 output fused_matmul(output a, output b, const epilogue& e, bool transpose_a, bool transpose_b,
                     const node_options& o) {
+  if (e.bias_in_sum) {
+    throw invalid_argument("fused_matmul: bias_in_sum is a convolution's (fused_conv2d); a matmul's bias is added to its product");
+  }
   std::vector<output> inputs{a, b};
   attr_map attrs{{"transpose_a", transpose_a}, {"transpose_b", transpose_b}};
   add_epilogue(e, inputs, attrs);
@@ -202,7 +210,8 @@ output fused_conv2d(output x, output w, const epilogue& e, const conv2d_options&
                  {"padding", options.padding},
                  {"dilations", options.dilations},
                  {"groups", options.groups},
-                 {"data_format", options.data_format}};
+                 {"data_format", options.data_format},
+                 {"bias_in_sum", e.bias_in_sum}};
   add_epilogue(e, inputs, attrs);
   return x.builder().add1("fused_conv2d", inputs, std::move(attrs), o);
 }

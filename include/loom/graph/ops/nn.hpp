@@ -246,6 +246,11 @@ struct epilogue {
   /// only these defaults.
   double clip_min = -std::numeric_limits<double>::infinity();
   double clip_max = std::numeric_limits<double>::infinity();
+  /// fused_conv2d only: the bias is a term of the convolution's own sum (ONNX's Conv B,
+  /// PyTorch's conv2d bias), added where the convolution's kernel adds it (oneDNN starts
+  /// the sum from it), not to the rounded convolution as a bias_add after it: the same
+  /// value but for rounding. The residual and the activation follow as always.
+  bool bias_in_sum = false;
 };
 
 /// activation(matmul(a, b, transpose_a, transpose_b) + bias + residual) as one node
@@ -255,15 +260,16 @@ struct epilogue {
 /// has_bias, has_residual, activation, clip_min, clip_max, and num_args = has_bias +
 /// has_residual. Throws loom::invalid_argument naming the shapes for what matmul rejects, a
 /// bias that is not [N], a residual that is not the product's shape, an unknown activation,
-/// and clip bounds with an activation other than "clip".
+/// clip bounds with an activation other than "clip", and bias_in_sum (a convolution's).
 output fused_matmul(output a, output b, const epilogue& e, bool transpose_a = false,
                     bool transpose_b = false, const node_options& o = {});
 
 /// activation(conv2d(x, w, options) + bias + residual) as one node (`fused_conv2d`). Shapes
 /// and dtypes as conv2d (NCHW or NHWC); the bias is [C_out], the residual the output's
 /// shape. The node:
-/// inputs input, filter, then `args` as fused_matmul's; conv2d's attributes and the
-/// epilogue's. Errors as conv2d's, and as fused_matmul's for the epilogue.
+/// inputs input, filter, then `args` as fused_matmul's; conv2d's attributes, the
+/// epilogue's, and bias_in_sum (which needs a bias). Errors as conv2d's, and as
+/// fused_matmul's for the epilogue.
 output fused_conv2d(output x, output w, const epilogue& e, const conv2d_options& options = {},
                     const node_options& o = {});
 
