@@ -1,0 +1,258 @@
+// fused_conv2d with bias_in_sum: a convolution whose bias is a term of its own sum, the form
+// an imported ONNX Conv with B takes. Checked against a float64 convolution plus the bias;
+// and the passes keep its bits when they fuse the clip after it (ReLU6), for inputs that let
+// the primitive apply the clip and for NaN, infinities and values large enough to overflow
+// that do not (Note [bias and clip in the primitive] in src/backends/cpu/nn_conv.cpp).
+// oneDNN's verbose log says which runs put the clip into the primitive.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel_test_support.hpp"
+#include "loom/graph/ops/array.hpp"
+#include "loom/graph/ops/math.hpp"
+#include "loom/graph/ops/nn.hpp"
+#include "loom/graph/ops/nn_rules.hpp"
+#include "loom/graph/ops/state.hpp"
+#include "loom/passes/pass.hpp"
+#include "loom/runtime/session.hpp"
+
+namespace loom::testing {
+namespace {
+
+struct layer {
+  const char* name;
+  shape xs;
+  shape ws;
+  std::int64_t groups;
+  std::vector<std::int64_t> strides;
+  std::vector<std::int64_t> padding;
+};
+
+// mobilenet_v2's kinds of layer: the first (3 channels, stride 2), an expansion (1x1, six
+// times the channels), a depthwise one, a projection; and a 3x3 layer of 32 channels.
+const layer layers[] = {
+    {"first", {2, 3, 16, 16}, {32, 3, 3, 3}, 1, {2, 2}, {1, 1, 1, 1}},
+    {"expansion", {2, 16, 12, 12}, {96, 16, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}},
+    {"depthwise", {2, 96, 12, 12}, {96, 1, 3, 3}, 96, {1, 1}, {1, 1, 1, 1}},
+    {"projection", {2, 96, 6, 6}, {24, 96, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}},
+    {"3x3", {1, 32, 10, 10}, {32, 32, 3, 3}, 1, {1, 1}, {1, 1, 1, 1}},
+};
+
+ops::conv2d_options options_of(const layer& l, const std::string& format = "NCHW") {
+  return {.strides = l.strides, .padding = l.padding, .dilations = {1, 1}, .groups = l.groups, .data_format = format};
+}
+
+// x -> fused_conv2d(x, w, b, bias_in_sum) "core" -> [maximum(., 0) -> minimum(., 6)] "y".
+graph clip_graph(const layer& l, dtype t, const tensor& w, const tensor& b, bool clip) {
+  graph g;
+  graph_builder gb(g);
+  auto x = ops::placeholder(gb, "x", t, l.xs);
+  const ops::epilogue e{.bias = ops::constant(gb, b, {.name = "b", .device = {}}), .bias_in_sum = true};
+  auto core = ops::fused_conv2d(x, ops::constant(gb, w, {.name = "w", .device = {}}), e, options_of(l),
+                                {.name = clip ? "core" : "y", .device = {}});
+  if (clip) {
+    (void)ops::minimum(ops::maximum(core, ops::scalar(gb, 0.0, t)), ops::scalar(gb, 6.0, t),
+                       {.name = "y", .device = {}});
+  }
+  return g;
+}
+
+void expect_same_bits(const tensor& a, const tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+}
+
+TEST(ConvBiasInSum, MatchesAFloat64ConvolutionPlusTheBias) {
+  for (const dtype t : {dtype::f32, dtype::f64, dtype::bf16}) {
+    for (const layer& l : layers) {
+      for (const std::string format : {"NCHW", "NHWC"}) {
+        SCOPED_TRACE(std::string(l.name) + " " + to_string(t) + " " + format);
+        const tensor w = random(t, l.ws, 3, -0.5, 0.5);
+        const tensor b = random(t, shape{l.ws[0]}, 4);
+        const tensor x = random(t, l.xs, 5);
+        graph g;
+        {
+          graph_builder gb(g);
+          auto xin = ops::placeholder(gb, "x", t, l.xs);
+          if (format == "NHWC") xin = ops::transpose(xin, {0, 2, 3, 1});
+          const ops::epilogue e{.bias = ops::constant(gb, b), .bias_in_sum = true};
+          auto y = ops::fused_conv2d(xin, ops::constant(gb, w), e, options_of(l, format));
+          if (format == "NHWC") y = ops::transpose(y, {0, 3, 1, 2});
+          (void)ops::identity(y, {.name = "y", .device = {}});
+        }
+        session s(std::move(g));
+        const auto got = values(s.run({{"x", x}}, {"y"}).at(0));
+        const conv2d_reference want = conv2d_float64(x, w, l.strides, l.padding, {1, 1}, l.groups);
+        const auto bias = values(b);
+        const std::int64_t plane = want.s[2] * want.s[3];
+        ASSERT_EQ(got.size(), want.value.size());
+        // conv2d's own tolerances (tests/kernels/nn_conv_test.cpp) on the sum's scale.
+        const double rel = t == dtype::f64 ? 1e-12 : t == dtype::f32 ? 1e-5 : 2e-2;
+        int reported = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          const double bi = bias[static_cast<std::size_t>(static_cast<std::int64_t>(i) / plane % want.s[1])];
+          const double expected = want.value[i] + bi;
+          if (!(std::fabs(got[i] - expected) <= rel * (want.magnitude[i] + std::fabs(bi))) && reported++ < 5) {
+            ADD_FAILURE() << "element " << i << ": " << got[i] << ", float64 " << expected;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Runs `s` with oneDNN's verbose log captured; whether a convolution ran with the clip as
+// its post-op.
+bool ran_with_clip_post_op(session& s, const tensor& x, std::vector<tensor>& out) {
+  dnnl::set_verbose(1);
+  ::testing::internal::CaptureStdout();
+  out = s.run({{"x", x}}, {"y"});
+  std::fflush(stdout);
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  dnnl::set_verbose(0);
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("exec,cpu,convolution") != std::string::npos && line.find("eltwise_clip") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST(ConvBiasInSum, TheFusedClipKeepsTheBitsNaNAndInfinitiesIncluded) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  for (const layer& l : layers) {
+    SCOPED_TRACE(l.name);
+    const tensor w = random(dtype::f32, l.ws, 3, -0.5, 0.5);
+    const tensor b = random(dtype::f32, shape{l.ws[0]}, 4);
+    session_options bare;
+    bare.passes.enabled = false;
+    session unfused(clip_graph(l, dtype::f32, w, b, true), bare);
+    session fused(clip_graph(l, dtype::f32, w, b, true), session_options{});
+    // The clip can go into the primitive where oneDNN computes in channel blocks (the
+    // passes' layout there) and reading the input to prove it finite costs at most half of
+    // what the epilogue would: the first layer's and the expansion's.
+    const bool may = nn_rules::cpu_computes_in_channel_blocks() &&
+                     l.xs.num_elements() <= nn_rules::conv2d_geometry(l.xs, l.ws, nn_rules::conv_window_of(l.groups, l.strides, {1, 1}, l.padding))
+                                                 .output_shape()
+                                                 .num_elements() /
+                                             2;
+    struct input {
+      const char* what;
+      double value;  // put at element 5; 0: none
+      bool clip_in_primitive;
+    };
+    for (const input& in : {input{"finite", 0.0, may}, input{"NaN", nan, false}, input{"inf", inf, false},
+                            input{"-inf", -inf, false}, input{"1e35, finite but may overflow", 1e35, false}}) {
+      SCOPED_TRACE(in.what);
+      tensor x = random(dtype::f32, l.xs, 5, -3.0, 3.0);
+      if (in.value != 0.0) x.data<float>()[5] = static_cast<float>(in.value);
+      std::vector<tensor> got;
+      EXPECT_EQ(ran_with_clip_post_op(fused, x, got), in.clip_in_primitive);
+      const tensor want = unfused.run({{"x", x}}, {"y"}).at(0);
+      expect_same_bits(got.at(0), want);
+      const auto v = values(want);
+      const bool any_nan = std::any_of(v.begin(), v.end(), [](double d) { return std::isnan(d); });
+      // NaN at element 5 reaches the outputs whose window covers it; so does inf times a
+      // filter tap of the other sign plus one of the same (the 1x1 layers: all 96 or 24
+      // channels of that pixel, some of opposite signs), and 1e35 stays finite or clips.
+      if (std::isnan(in.value)) {
+        EXPECT_TRUE(any_nan);
+      }
+      if (in.value == 0.0 || in.value == 1e35) {
+        EXPECT_FALSE(any_nan);
+      }
+      for (const double d : v) {
+        if (!std::isnan(d)) {
+          EXPECT_TRUE(d >= 0.0 && d <= 6.0) << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(ConvBiasInSum, AResidualAndAnActivationJoinItsNodeWithTheSameBits) {
+  const layer& l = layers[3];  // the projection: 96 -> 24 channels, a residual of its output
+  const tensor w = random(dtype::f32, l.ws, 3, -0.5, 0.5);
+  const tensor b = random(dtype::f32, shape{l.ws[0]}, 4);
+  const shape ys{l.xs[0], l.ws[0], l.xs[2], l.xs[3]};
+  const auto make_graph = [&] {
+    graph g;
+    graph_builder gb(g);
+    auto x = ops::placeholder(gb, "x", dtype::f32, l.xs);
+    auto r = ops::placeholder(gb, "r", dtype::f32, ys);
+    const ops::epilogue e{.bias = ops::constant(gb, b), .bias_in_sum = true};
+    auto core = ops::fused_conv2d(x, ops::constant(gb, w), e, options_of(l));
+    (void)ops::relu(ops::add(core, r), {.name = "y", .device = {}});
+    return g;
+  };
+  session_options bare;
+  bare.passes.enabled = false;
+  session unfused(make_graph(), bare);
+  session fused(make_graph(), session_options{});
+  tensor x = random(dtype::f32, l.xs, 5);
+  tensor r = random(dtype::f32, ys, 6);
+  r.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+  r.data<float>()[9] = -0.0F;
+  const auto a = unfused.run({{"x", x}, {"r", r}}, {"y"}).at(0);
+  const auto c = fused.run({{"x", x}, {"r", r}}, {"y"}).at(0);
+  expect_same_bits(a, c);
+  EXPECT_TRUE(std::isnan(values(c)[7]));
+  // One fused node: the conv, its bias in the sum, the residual and the relu.
+  std::string log;
+  for (const auto& record : fused.explain_passes({"x", "r"}, {"y"})) log += passes::to_string(record) + "\n";
+  EXPECT_NE(log.find("(in the sum), residual 'r', relu"), std::string::npos) << log;
+}
+
+TEST(ConvBiasInSum, AnOutputWhoseWindowsAllLieInThePaddingIsTheBias) {
+  // An input of width 0 padded by 1 on each side: a 1x1 filter sees only padding.
+  const shape xs{1, 4, 3, 0};
+  const tensor w = random(dtype::f32, {8, 4, 1, 1}, 3);
+  const tensor b = random(dtype::f32, shape{8}, 4);
+  for (const std::string format : {"NCHW", "NHWC"}) {
+    SCOPED_TRACE(format);
+    graph g;
+    {
+      graph_builder gb(g);
+      auto x = ops::placeholder(gb, "x", dtype::f32, xs);
+      if (format == "NHWC") x = ops::transpose(x, {0, 2, 3, 1});
+      const ops::epilogue e{.bias = ops::constant(gb, b), .bias_in_sum = true};
+      auto y = ops::fused_conv2d(x, ops::constant(gb, w), e,
+                                 {.strides = {1, 1}, .padding = {0, 0, 1, 1}, .dilations = {1, 1}, .groups = 1,
+                                  .data_format = format});
+      if (format == "NHWC") y = ops::transpose(y, {0, 3, 1, 2});
+      (void)ops::identity(y, {.name = "y", .device = {}});
+    }
+    session s(std::move(g));
+    const tensor y = s.run({{"x", make(dtype::f32, xs, {})}}, {"y"}).at(0);
+    ASSERT_EQ(y.shape(), (shape{1, 8, 3, 2}));
+    const auto v = values(y);
+    const auto bias = values(b);
+    for (std::size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], bias[i / 6]) << i;
+  }
+}
+
+TEST(ConvBiasInSum, NeedsABiasAndIsAConvolutions) {
+  graph g;
+  graph_builder gb(g);
+  auto x = ops::placeholder(gb, "x", dtype::f32, {1, 4, 5, 5});
+  auto w = ops::constant(gb, random(dtype::f32, {8, 4, 1, 1}, 3));
+  EXPECT_THROW((void)ops::fused_conv2d(x, w, ops::epilogue{.bias_in_sum = true}), invalid_argument);
+  auto a = ops::placeholder(gb, "a", dtype::f32, {2, 3});
+  auto m = ops::placeholder(gb, "m", dtype::f32, {3, 4});
+  auto bias = ops::placeholder(gb, "bias", dtype::f32, {4});
+  EXPECT_THROW((void)ops::fused_matmul(a, m, ops::epilogue{.bias = bias, .bias_in_sum = true}), invalid_argument);
+}
+
+}  // namespace
+}  // namespace loom::testing
