@@ -222,6 +222,63 @@ TEST(OnnxImport, MaxPoolIndicesMatchFloat64) {
 
 // Shape -> Gather -> Unsqueeze -> Concat -> Reshape over a symbolic batch: the import knows
 // every element but the batch, so the Reshape is loom's static reshape with -1.
+// ONNX's Conv B is a term of the convolution's sum: one fused_conv2d with bias_in_sum (the
+// bias where the kernel adds it, as ONNX Runtime and PyTorch have it), which the session's
+// epilogue fusion then extends with the Relu after it. 2-D and 1-D.
+TEST(OnnxImport, ConvBiasIsATermOfTheConvolutionsSum) {
+  for (const bool one_d : {false, true}) {
+    SCOPED_TRACE(one_d ? "1-D" : "2-D");
+    const std::int64_t n = 2, c = 3, o = 4, h = one_d ? 1 : 5, w = 6, k = 3;
+    model_builder mb;
+    mb.input("x", one_d ? std::vector<std::int64_t>{n, c, w} : std::vector<std::int64_t>{n, c, h, w});
+    const auto wv = random_floats(static_cast<std::size_t>(o * c * (one_d ? 1 : k) * k), 21);
+    const auto bv = random_floats(static_cast<std::size_t>(o), 22);
+    mb.init_floats("w", one_d ? std::vector<std::int64_t>{o, c, k} : std::vector<std::int64_t>{o, c, k, k}, wv);
+    mb.init_floats("b", {o}, bv);
+    auto* conv = mb.node("Conv", {"x", "w", "b"}, {"c"}, "conv");
+    auto* pads = conv->add_attribute();
+    pads->set_name("pads");
+    pads->set_type(::onnx::AttributeProto::INTS);
+    for (int i = 0; i < (one_d ? 2 : 4); ++i) pads->add_ints(1);
+    mb.node("Relu", {"c"}, {"y"}, "act");
+    mb.output("y");
+    auto m = onnx::import_bytes(mb.bytes());
+    const node* fused = m.graph.find(one_d ? "conv/conv" : "conv");
+    ASSERT_NE(fused, nullptr);
+    EXPECT_EQ(fused->op(), "fused_conv2d");
+    EXPECT_TRUE(fused->attr<bool>("bias_in_sum"));
+    const auto x = random_floats(static_cast<std::size_t>(n * c * h * w), 23);
+    const std::vector<std::int64_t> xdims = one_d ? std::vector<std::int64_t>{n, c, w} : std::vector<std::int64_t>{n, c, h, w};
+    const auto y = run1(m, {{"x", memory::host_tensor<float>(shape(xdims), x)}});
+    ASSERT_EQ(y.size(), static_cast<std::size_t>(n * o * h * w));
+    const std::int64_t kh = one_d ? 1 : k, ph = one_d ? 0 : 1;
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (std::int64_t oc = 0; oc < o; ++oc) {
+        for (std::int64_t r = 0; r < h; ++r) {
+          for (std::int64_t q = 0; q < w; ++q) {
+            double sum = bv[static_cast<std::size_t>(oc)];
+            double scale = std::fabs(sum);
+            for (std::int64_t ch = 0; ch < c; ++ch) {
+              for (std::int64_t u = 0; u < kh; ++u) {
+                for (std::int64_t v = 0; v < k; ++v) {
+                  const std::int64_t yy = r + u - ph, xx = q + v - 1;
+                  if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+                  const double p = double(x[static_cast<std::size_t>(((i * c + ch) * h + yy) * w + xx)]) *
+                                   wv[static_cast<std::size_t>(((oc * c + ch) * kh + u) * k + v)];
+                  sum += p;
+                  scale += std::fabs(p);
+                }
+              }
+            }
+            const double got = y[static_cast<std::size_t>(((i * o + oc) * h + r) * w + q)];
+            EXPECT_NEAR(got, std::max(sum, 0.0), 1e-5 * scale) << i << "," << oc << "," << r << "," << q;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(OnnxImport, BatchNormalizationAfterGemmIsFoldedIntoItsWeights) {
   model_builder mb;
   mb.input("x", {-1, 3});

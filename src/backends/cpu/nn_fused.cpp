@@ -15,8 +15,9 @@
 //   step). The unfused graph reads and writes the output once per step (bias_add, add,
 //   the activation); the fused node once in all.
 // oneDNN can apply the same epilogue inside the primitive (bias argument, `sum` and
-// `eltwise` post-ops), saving that one pass, but not with the same answers, so loom does
-// not use it:
+// `eltwise` post-ops), saving that one pass, but not with the same answers, so loom uses it
+// only where it gives them (a convolution's own bias, fused_conv2d's bias_in_sum, and a
+// clip where no sum can be NaN: Note [bias and clip in the primitive] in nn_conv.cpp):
 // - its eltwise relu is max(x, 0) on vmaxps, which gives 0 for NaN (and +0 for -0), where
 //   relu keeps NaN (as NumPy and PyTorch do); its clip is min/max instructions too, not the
 //   NaN and tie rules of the maximum and minimum nodes (Note [NaN rules]); its logistic,
