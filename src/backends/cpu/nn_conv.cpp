@@ -102,18 +102,18 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // An imported Conv's bias is the convolution's own (fused_conv2d's bias_in_sum: a term of
 // its sum, as ONNX Runtime and PyTorch compute it): oneDNN's bias argument, which adds it
 // within the sum (the 1x1 kernel starts the sum from it), and the reference loop, which
-// starts from it. The epilogue pass (Note [fused epilogue] in
-// nn_fused.cpp) then has no bias to add, and a fused node whose epilogue is only a clip
-// (mobilenet's ReLU6) may leave the clip to the primitive too, as an eltwise post-op, where
-// that gives the unfused graph's bits. oneDNN's clip is max and min instructions, which
-// give the bound for NaN where the clip node keeps NaN; so the post-op runs only where no
-// sum can be NaN, which clip_in_primitive proves before the run: every input finite, and the
-// largest input times the filter's largest sum of magnitudes (kept for the constant filter)
-// plus the largest bias below 2^100, far from float's overflow even after Winograd's
-// transforms. The proof reads the input, so it is asked only where the input is at most
-// half the output (the expansions of an inverted residual block, first layers: for a
-// sixfold expansion it reads a twelfth of the bytes the epilogue pass moves); on other inputs, or values that fail it, the clip
-// stays loom's epilogue pass. A tie gives the bound in both (vmaxps(x, lo) returns lo for
+// starts from it. The epilogue pass (Note [fused epilogue] in nn_fused.cpp) then has no
+// bias to add, and a fused node whose epilogue is only a clip (mobilenet's ReLU6) may leave
+// the clip to the primitive too, as an eltwise post-op, where that gives the unfused
+// graph's bits. oneDNN's clip is max and min instructions, which give the bound for NaN
+// where the clip node keeps NaN; so the post-op runs only where no sum can be NaN, which
+// clip_in_primitive proves before the run: every input finite, and the largest input times
+// the filter's largest sum of magnitudes (kept for the constant filter) plus the largest
+// bias below 2^100, far from float's overflow even after Winograd's transforms. The proof
+// reads the input, so it is asked only where the input is at most half the output (the
+// expansions of an inverted residual block, first layers: for a sixfold expansion it reads
+// a twelfth of the bytes the epilogue pass moves); on other inputs, or values that fail
+// it, the clip stays loom's epilogue pass. A tie gives the bound in both (vmaxps(x, lo) returns lo for
 // x == lo, as maximum(x, lo) does), and the post-op primitive must be the implementation
 // the plain one is, writing loom's buffer itself (plan_for), so its sums are the plain
 // primitive's. Measured on mobilenet_v2's layers (oneDNN 2.6, 1 thread, median of 40):
@@ -356,15 +356,15 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   }
 
   // Whether the primitive may apply `clip` (Note [bias and clip in the primitive]): float32 in
-  // channel blocks, a constant filter, numeric bounds in order, an input no more than half
+  // channel blocks, a constant filter (its own buffer), numeric bounds in order, an input no more than half
   // the output's size (the check below reads it), and no sum of the convolution able to
   // reach an infinity, and so a NaN: every input finite, and the largest input times the
   // largest sum of a filter's magnitudes, with room for rounding and Winograd's transforms,
   // plus the largest bias, below 2^100.
   bool clip_in_primitive(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias,
                          const tensor& out, const conv_geometry& g, const in_core& clip) {
-    if (type_ != dtype::f32 || !blocked_ || !constant_filter_ || !(clip.lo <= clip.hi) ||
-        x.num_elements() > out.num_elements() / 2) {
+    if (type_ != dtype::f32 || !blocked_ || !constant_filter_ || w.raw_data() != ctx.input(1).raw_data() ||
+        !(clip.lo <= clip.hi) || x.num_elements() > out.num_elements() / 2) {
       return false;
     }
     double total = 2.0 * filter_magnitude(w, g) * largest_magnitude(ctx, x);
@@ -373,10 +373,11 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   }
 
   // The largest sum over an output channel of its filter's magnitudes (inf when the filter
-  // is not finite); computed once, for the constant filter.
+  // is not finite); computed once for the constant filter's buffer (`w` is that buffer, not
+  // a copy: a const node's tensor is dense).
   double filter_magnitude(const tensor& w, const conv_geometry& g) {
     const std::lock_guard lock(filter_mutex_);
-    if (filter_handle_ == w.raw_data()) return filter_magnitude_;
+    if (filter_handle_ != nullptr && filter_handle_ == w.raw_data()) return filter_magnitude_;
     const float* p = w.data<float>();
     const std::int64_t per = g.cg * g.kh * g.kw;
     double largest = 0.0;

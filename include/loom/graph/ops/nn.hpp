@@ -247,9 +247,9 @@ struct epilogue {
   double clip_min = -std::numeric_limits<double>::infinity();
   double clip_max = std::numeric_limits<double>::infinity();
   /// fused_conv2d only: the bias is a term of the convolution's own sum (ONNX's Conv B,
-  /// PyTorch's conv2d bias), added where the convolution's kernel adds it (oneDNN starts
-  /// the sum from it), not to the rounded convolution as a bias_add after it: the same
-  /// value but for rounding. The residual and the activation follow as always.
+  /// PyTorch's conv2d bias), added where the convolution's kernel adds it (within the sum:
+  /// oneDNN's bias argument), not to the rounded convolution as a bias_add after it: the
+  /// same value but for rounding. The residual and the activation follow as always.
   bool bias_in_sum = false;
 };
 
