@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "kernels/kernel_test_support.hpp"
+#include "loom/graph/gradients.hpp"
 #include "loom/graph/ops/array.hpp"
 #include "loom/graph/ops/math.hpp"
 #include "loom/graph/ops/nn.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
+#include "loom/graph/ops/reduction.hpp"
 #include "loom/graph/ops/state.hpp"
 #include "loom/passes/pass.hpp"
 #include "loom/runtime/session.hpp"
@@ -212,6 +214,42 @@ TEST(ConvBiasInSum, AResidualAndAnActivationJoinItsNodeWithTheSameBits) {
   std::string log;
   for (const auto& record : fused.explain_passes({"x", "r"}, {"y"})) log += passes::to_string(record) + "\n";
   EXPECT_NE(log.find("(in the sum), residual 'r', relu"), std::string::npos) << log;
+}
+
+// The gradients of a bias in the sum are a bias_add's: those of conv2d + bias_add, to
+// float32's rounding (the forward sums differ in rounding only).
+TEST(ConvBiasInSum, ItsGradientsAreThoseOfConvolutionPlusBias) {
+  const layer& l = layers[4];  // 3x3, 32 channels
+  const tensor w = random(dtype::f32, l.ws, 3, -0.5, 0.5);
+  const tensor b = random(dtype::f32, shape{l.ws[0]}, 4);
+  const tensor x = random(dtype::f32, l.xs, 5);
+  const auto graph_of = [&](bool in_sum) {
+    graph g;
+    graph_builder gb(g);
+    auto xin = ops::placeholder(gb, "x", dtype::f32, l.xs);
+    auto win = ops::placeholder(gb, "w", dtype::f32, l.ws);
+    auto bin = ops::placeholder(gb, "b", dtype::f32, shape{l.ws[0]});
+    const output y = in_sum ? ops::fused_conv2d(xin, win, ops::epilogue{.bias = bin, .bias_in_sum = true}, options_of(l))
+                            : ops::bias_add(ops::conv2d(xin, win, options_of(l)), bin, "NCHW");
+    const auto d = gradients(ops::reduce_sum(y * y), {xin, win, bin});
+    (void)ops::identity(d[0], {.name = "dx", .device = {}});
+    (void)ops::identity(d[1], {.name = "dw", .device = {}});
+    (void)ops::identity(d[2], {.name = "db", .device = {}});
+    return g;
+  };
+  session in_sum(graph_of(true));
+  session after(graph_of(false));
+  const auto a = in_sum.run({{"x", x}, {"w", w}, {"b", b}}, {"dx", "dw", "db"});
+  const auto c = after.run({{"x", x}, {"w", w}, {"b", b}}, {"dx", "dw", "db"});
+  for (std::size_t k = 0; k < 3; ++k) {
+    SCOPED_TRACE(k);
+    const auto u = values(a.at(k));
+    const auto v = values(c.at(k));
+    ASSERT_EQ(u.size(), v.size());
+    double scale = 0.0;
+    for (const double e : v) scale = std::max(scale, std::fabs(e));
+    for (std::size_t i = 0; i < u.size(); ++i) EXPECT_NEAR(u[i], v[i], 1e-5 * scale) << i;
+  }
 }
 
 TEST(ConvBiasInSum, AnOutputWhoseWindowsAllLieInThePaddingIsTheBias) {
