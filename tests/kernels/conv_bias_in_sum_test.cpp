@@ -144,11 +144,9 @@ TEST(ConvBiasInSum, TheFusedClipKeepsTheBitsNaNAndInfinitiesIncluded) {
     // The clip can go into the primitive where oneDNN computes in channel blocks (the
     // passes' layout there) and reading the input to prove it finite costs at most half of
     // what the epilogue would: the first layer's and the expansion's.
-    const bool may = nn_rules::cpu_computes_in_channel_blocks() &&
-                     l.xs.num_elements() <= nn_rules::conv2d_geometry(l.xs, l.ws, nn_rules::conv_window_of(l.groups, l.strides, {1, 1}, l.padding))
-                                                 .output_shape()
-                                                 .num_elements() /
-                                             2;
+    const shape ys = nn_rules::conv2d_geometry(l.xs, l.ws, nn_rules::conv_window_of(l.groups, l.strides, {1, 1}, l.padding))
+                         .output_shape();
+    const bool may = nn_rules::cpu_computes_in_channel_blocks() && l.xs.num_elements() <= ys.num_elements() / 2;
     struct input {
       const char* what;
       double value;  // put at element 5; 0: none
@@ -180,6 +178,33 @@ TEST(ConvBiasInSum, TheFusedClipKeepsTheBitsNaNAndInfinitiesIncluded) {
         }
       }
     }
+  }
+}
+
+// A batch in several chunks (Note [convolutions in chunks]): each chunk's clip goes into
+// the primitive or not on its own input; a NaN in one image keeps its chunk's clip loom's,
+// and the whole output is the unfused graph's, bit for bit.
+TEST(ConvBiasInSum, EachChunkDecidesWhereItsClipRuns) {
+  const layer l{"expansion at 56x56", {7, 16, 56, 56}, {96, 16, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}};
+  const tensor w = random(dtype::f32, l.ws, 3, -0.5, 0.5);
+  const tensor b = random(dtype::f32, shape{l.ws[0]}, 4);
+  session_options bare;
+  bare.passes.enabled = false;
+  session unfused(clip_graph(l, dtype::f32, w, b, true), bare);
+  session fused(clip_graph(l, dtype::f32, w, b, true), session_options{});
+  tensor x = random(dtype::f32, l.xs, 5, -3.0, 3.0);
+  const std::int64_t image = l.xs.num_elements() / l.xs[0];
+  x.data<float>()[4 * image + 100] = std::numeric_limits<float>::quiet_NaN();  // image 4
+  std::vector<tensor> got;
+  EXPECT_EQ(ran_with_clip_post_op(fused, x, got), nn_rules::cpu_computes_in_channel_blocks());
+  const tensor want = unfused.run({{"x", x}}, {"y"}).at(0);
+  expect_same_bits(got.at(0), want);
+  const auto v = values(want);
+  const std::int64_t out_image = static_cast<std::int64_t>(v.size()) / l.xs[0];
+  for (std::int64_t i = 0; i < l.xs[0]; ++i) {
+    const bool nan = std::any_of(v.begin() + i * out_image, v.begin() + (i + 1) * out_image,
+                                 [](double d) { return std::isnan(d); });
+    EXPECT_EQ(nan, i == 4) << "image " << i;
   }
 }
 

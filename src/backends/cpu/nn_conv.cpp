@@ -106,23 +106,27 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // bias to add, and a fused node whose epilogue is only a clip (mobilenet's ReLU6) may leave
 // the clip to the primitive too, as an eltwise post-op, where that gives the unfused
 // graph's bits. oneDNN's clip is max and min instructions, which give the bound for NaN
-// where the clip node keeps NaN; so the post-op runs only where no sum can be NaN, which
-// clip_in_primitive proves before the run: every input finite, and the largest input times
-// the filter's largest sum of magnitudes (kept for the constant filter) plus the largest
-// bias below 2^100, far from float's overflow even after Winograd's transforms. The proof
-// reads the input, so it is asked only where the input is at most half the output (the
-// expansions of an inverted residual block, first layers: for a sixfold expansion it reads
-// a twelfth of the bytes the epilogue pass moves); on other inputs, or values that fail
-// it, the clip stays loom's epilogue pass. A tie gives the bound in both (vmaxps(x, lo) returns lo for
-// x == lo, as maximum(x, lo) does), and the post-op primitive must be the implementation
-// the plain one is, writing loom's buffer itself (plan_for), so its sums are the plain
-// primitive's. Measured on mobilenet_v2's layers (oneDNN 2.6, 1 thread, median of 40):
-// 4 images of 16 -> 96 channels at 112x112, 1x1: the convolution 1.12 ms, with its bias
-// 1.22, with bias and clip 1.25, where loom's epilogue pass after it took 0.81 ms (oneDNN's
-// 1x1 kernel writes its output past the cache, so the pass reads it from memory); the
-// epilogue's bias as a binary post-op instead (the bits of a bias_add after the sum) took
-// 2.49 ms, slower than the pass. So an imported mobilenet_v2 at batch 32 went from 257-267
-// to 230-238 ms on 1 thread in A/B runs of the same build on a busy machine.
+// where the clip node keeps NaN; so the post-op runs on a chunk of images (Note
+// [convolutions in chunks]) only where none of its sums can be NaN, which run_onednn proves
+// just before the primitive runs on it: every input finite, and twice the filter's largest
+// sum of magnitudes (kept for the constant filter) times the chunk's largest input, plus the
+// largest bias, below 2^100, far from float's overflow even after Winograd's transforms.
+// Other chunks (a NaN, an infinity, a huge value) run the plain primitive and loom's clip
+// pass: the same bits either way. The proof reads the input, so it is made only where the
+// input is at most half the output (the expansions of an inverted residual block, first
+// layers: a sixfold expansion reads a twelfth of the bytes the pass would move); reading the
+// depthwise layers' inputs as well (as large as their outputs) made mobilenet_v2 slower,
+// 249-259 against 220-237 ms at batch 32 on 1 thread in interleaved runs. A tie gives the
+// bound in both (vmaxps(x, lo) returns lo for x == lo, as maximum(x, lo) does), and the
+// post-op primitive must be the implementation the plain one is, writing loom's buffer
+// itself (plan_for), so its sums are the plain primitive's. Measured on mobilenet_v2's
+// layers (oneDNN 2.6, 1 thread, median of 40): 4 images of 16 -> 96 channels at 112x112,
+// 1x1: the convolution 1.12 ms, with its bias 1.22, with bias and clip 1.25, where loom's
+// epilogue pass after it took 0.81 ms (oneDNN's 1x1 kernel writes its output past the
+// cache, so the pass reads it from memory); the epilogue's bias as a binary post-op instead
+// (the bits of a bias_add after the sum) took 2.49 ms, slower than the pass. So an imported
+// mobilenet_v2 at batch 32 went from 257-267 to 230-238 ms on 1 thread in A/B runs of the
+// same build on a busy machine.
 //
 // Note [Winograd convolutions]
 // A 3x3 convolution of stride 1 can compute each tile of outputs from a tile of inputs with
@@ -182,12 +186,11 @@ LOOM_ISA_AVX512 std::uint32_t largest_magnitude_bits_avx512(const float* p, std:
 }
 #endif
 
-// The largest magnitude of a float32 tensor's elements, inf when one is NaN or infinite (on
-// oneDNN's threads: Note [work after a primitive]).
-double largest_magnitude(kernel_context& ctx, const tensor& t) {
-  const float* p = t.data<float>();
+// The largest magnitude of p[0, n), inf when one is NaN or infinite (on oneDNN's threads:
+// Note [work after a primitive]).
+double largest_magnitude(kernel_context& ctx, const float* p, std::int64_t n) {
   std::atomic<std::uint32_t> largest{0};
-  onednn::parallel_for(ctx.num_threads(), t.num_elements(), 0.05, [&](std::int64_t lo, std::int64_t hi) {
+  onednn::parallel_for(ctx.num_threads(), n, 0.05, [&](std::int64_t lo, std::int64_t hi) {
 #if LOOM_ISA_HAS_AVX512
     const std::uint32_t m = widest_cpu_isa() == isa_cap::avx512 ? largest_magnitude_bits_avx512(p + lo, hi - lo)
                                                                  : largest_magnitude_bits_baseline(p + lo, hi - lo);
@@ -223,7 +226,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
 
   void compute(kernel_context& ctx) override { compute_in_chunks(ctx, nullptr, nullptr); }
 
-  bool compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) override {
+  void compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) override {
     const tensor& xin = ctx.input(0);
     const tensor& win = ctx.input(1);
     if (win.rank() != 4) ctx.fail("conv2d needs an OIHW filter of rank 4, got {}", win.describe());
@@ -242,25 +245,20 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     tensor& out = ctx.allocate_output(0, nn_rules::conv_output_in(g.output_shape(), format_));
     if (core != nullptr && core->check) core->check(out);
     const tensor bias = core != nullptr && core->bias_input ? ctx.input_contiguous(*core->bias_input) : tensor();
-    if (out.num_elements() == 0) return false;
+    if (out.num_elements() == 0) return;
     if (g.cg == 0 || g.h == 0 || g.w == 0) {  // every window lies in the padding: the bias alone
       fill_with_bias(ctx, out, bias, g);
       if (after) after(0, g.n, g.n);
-      return false;
+      return;
     }
     const tensor x = ctx.input_contiguous(0);
     const tensor w = ctx.input_contiguous(1);
     if (const auto dt = onednn::data_type_of(type_)) {
-      const in_core* clip = core != nullptr && core->clip ? core : nullptr;
-      if (clip != nullptr && clip_in_primitive(ctx, x, w, bias, out, g, *clip) &&
-          run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, nullptr, clip)) {
-        return true;
-      }
-      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, nullptr)) return false;
+      const in_core* clip = core != nullptr && core->clip && clip_may_run_inside(ctx, x, w, out, *core) ? core : nullptr;
+      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, clip)) return;
     }
     run_reference(ctx, x, w, bias, out, g, view, blocked_in);
     if (after) after(0, g.n, g.n);
-    return false;
   }
 
  private:
@@ -323,65 +321,77 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     if (!nchw_) relayout(yr, true, out.raw_data());
   }
 
-  // Runs the primitive on chunks of images (Note [convolutions in chunks]), calling `after`
-  // for each, with the bias in the sum when given and the clip `clip` as a post-op when
-  // given; false, having run nothing, when oneDNN has no implementation (or, with the clip,
-  // none that is the plain primitive's: Note [bias and clip in the primitive]).
+  // Runs the primitive on chunks of images (Note [convolutions in chunks]), with the bias in
+  // the sum when given, calling `after` for each chunk, except those whose clip `clip` (when
+  // given) the primitive applied (Note [bias and clip in the primitive]); false, having run
+  // nothing, when oneDNN has no implementation.
   bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias, tensor& out,
                   const conv_geometry& whole, dnnl::memory::data_type dt, bool blocked_in,
                   const chunk_done& after, const in_core* clip) {
     const std::int64_t chunk = images_per_chunk(whole, type_);
-    // The plans of both chunk sizes first (they differ in the batch only).
+    // The plans of both chunk sizes first (they differ in the batch only); those with the
+    // clip where oneDNN's is the plain primitive's implementation.
     std::shared_ptr<const onednn::plan> plans[2];
+    std::shared_ptr<const onednn::plan> clipped[2];
     for (int k = 0; k < 2; ++k) {
       conv_geometry g = whole;
       g.n = k == 0 ? std::min(chunk, whole.n) : whole.n % chunk;
       if (g.n == 0) continue;
-      plans[k] = plan_for(ctx, g, dt, blocked_in, bias.defined(), clip);
+      plans[k] = plan_for(ctx, g, dt, blocked_in, bias.defined(), nullptr);
       if (!plans[k]->primitive) return false;
+      if (clip != nullptr) clipped[k] = plan_for(ctx, g, dt, blocked_in, bias.defined(), clip);
+      if (clipped[k] && !clipped[k]->primitive) clip = nullptr;
     }
+    // No sum can reach an infinity, and so a NaN, where twice the filter's largest sum of
+    // magnitudes (room for rounding and Winograd's transforms) times the largest input, plus
+    // the largest bias, is below 2^100 (false for inf and NaN).
+    const double filter = clip != nullptr ? 2.0 * filter_magnitude(w) : HUGE_VAL;
+    const double largest_bias =
+        clip != nullptr && bias.defined() ? largest_magnitude(ctx, bias.data<float>(), bias.num_elements()) : 0.0;
     const auto x_image = static_cast<std::int64_t>(x.nbytes()) / whole.n;
     const auto out_image = static_cast<std::int64_t>(out.nbytes()) / whole.n;
     for (std::int64_t lo = 0; lo < whole.n; lo += chunk) {
-      const onednn::plan& plan = *plans[lo + chunk <= whole.n ? 0 : 1];
-      const void* data[] = {static_cast<const std::byte*>(x.raw_data()) + lo * x_image, w.raw_data(),
-                            static_cast<std::byte*>(out.raw_data()) + lo * out_image,
+      const std::int64_t n = std::min(chunk, whole.n - lo);
+      const auto* in = reinterpret_cast<const std::byte*>(x.raw_data()) + lo * x_image;
+      // The clip in the primitive where this chunk's sums cannot be NaN: its input read just
+      // before the primitive reads it again, from the cache.
+      const bool inside =
+          clip != nullptr &&
+          filter * largest_magnitude(ctx, reinterpret_cast<const float*>(in),
+                                     n * x_image / static_cast<std::int64_t>(sizeof(float))) +
+                  largest_bias <
+              std::ldexp(1.0, 100);
+      const onednn::plan& plan = *(inside ? clipped : plans)[n == chunk || n == whole.n ? 0 : 1];
+      const void* data[] = {in, w.raw_data(), static_cast<std::byte*>(out.raw_data()) + lo * out_image,
                             bias.defined() ? bias.raw_data() : nullptr};
       // The filter is argument 1 (Note [constant reorders]).
       onednn::execute(ctx, plan, std::span<const void* const>(data, bias.defined() ? 4 : 3), constants_,
                       constant_filter_ ? 0b010U : 0U);
-      if (after) after(lo, lo + std::min(chunk, whole.n - lo), whole.n);
+      if (after && !inside) after(lo, lo + n, whole.n);
     }
     return true;
   }
 
-  // Whether the primitive may apply `clip` (Note [bias and clip in the primitive]): float32 in
-  // channel blocks, a constant filter (its own buffer), numeric bounds in order, an input no more than half
-  // the output's size (the check below reads it), and no sum of the convolution able to
-  // reach an infinity, and so a NaN: every input finite, and the largest input times the
-  // largest sum of a filter's magnitudes, with room for rounding and Winograd's transforms,
-  // plus the largest bias, below 2^100.
-  bool clip_in_primitive(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias,
-                         const tensor& out, const conv_geometry& g, const in_core& clip) {
-    if (type_ != dtype::f32 || !blocked_ || !constant_filter_ || w.raw_data() != ctx.input(1).raw_data() ||
-        !(clip.lo <= clip.hi) || x.num_elements() > out.num_elements() / 2) {
-      return false;
-    }
-    double total = 2.0 * filter_magnitude(w, g) * largest_magnitude(ctx, x);
-    if (bias.defined()) total += largest_magnitude(ctx, bias);
-    return total < std::ldexp(1.0, 100);  // false for inf and NaN
+  // Whether the primitive may apply `clip` at all (Note [bias and clip in the primitive]):
+  // float32 in channel blocks, a constant filter (its own buffer), numeric bounds in order,
+  // and an input at most half the output (the proof reads it).
+  bool clip_may_run_inside(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& out,
+                           const in_core& clip) const {
+    return type_ == dtype::f32 && blocked_ && constant_filter_ && w.raw_data() == ctx.input(1).raw_data() &&
+           clip.lo <= clip.hi && x.num_elements() <= out.num_elements() / 2;
   }
 
   // The largest sum over an output channel of its filter's magnitudes (inf when the filter
   // is not finite); computed once for the constant filter's buffer (`w` is that buffer, not
   // a copy: a const node's tensor is dense).
-  double filter_magnitude(const tensor& w, const conv_geometry& g) {
+  double filter_magnitude(const tensor& w) {
     const std::lock_guard lock(filter_mutex_);
     if (filter_handle_ != nullptr && filter_handle_ == w.raw_data()) return filter_magnitude_;
     const float* p = w.data<float>();
-    const std::int64_t per = g.cg * g.kh * g.kw;
+    const std::int64_t outputs = w.dim(0);
+    const std::int64_t per = outputs > 0 ? w.num_elements() / outputs : 0;  // [o, c / groups, kh, kw]
     double largest = 0.0;
-    for (std::int64_t o = 0; o < g.o && std::isfinite(largest); ++o) {
+    for (std::int64_t o = 0; o < outputs && std::isfinite(largest); ++o) {
       double sum = 0.0;
       for (std::int64_t i = 0; i < per; ++i) sum += std::fabs(static_cast<double>(p[o * per + i]));
       largest = std::isfinite(sum) ? std::max(largest, sum) : HUGE_VAL;

@@ -57,9 +57,9 @@ class chunked_kernel {
   };
 
   virtual ~chunked_kernel() = default;
-  /// Computes the output in chunks, calling `after` for each, with what `core` asks (when
-  /// given); returns whether the clip was applied (then `after` is not called).
-  virtual bool compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) = 0;
+  /// Computes the output in chunks, with what `core` asks (when given), calling `after` for
+  /// each chunk whose clip the primitive did not apply.
+  virtual void compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) = 0;
 };
 
 /// Copies the dense NCHW (or, nhwc, NHWC) tensor `plain` into the dense NCHW16c tensor
