@@ -352,7 +352,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     const auto out_image = static_cast<std::int64_t>(out.nbytes()) / whole.n;
     for (std::int64_t lo = 0; lo < whole.n; lo += chunk) {
       const std::int64_t n = std::min(chunk, whole.n - lo);
-      const auto* in = reinterpret_cast<const std::byte*>(x.raw_data()) + lo * x_image;
+      const auto* in = static_cast<const std::byte*>(x.raw_data()) + lo * x_image;
       // The clip in the primitive where this chunk's sums cannot be NaN: its input read just
       // before the primitive reads it again, from the cache.
       const bool inside =
