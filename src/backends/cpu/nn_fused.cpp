@@ -310,8 +310,8 @@ class fused_kernel : public op_kernel {
     common::apply_rule(c, [&] {
       nn_rules::check_epilogue_inputs(c.node().inputs.size(), has_bias_, has_residual_);
       nn_rules::check_clip_bounds(act_, clip_min_, clip_max_);
+      nn_rules::check_bias_in_sum(bias_in_sum_, has_bias_);
     });
-    if (bias_in_sum_ && !has_bias_) c.fail("bias_in_sum = true needs a bias (has_bias = false)");
     if (bias_in_sum_ && dynamic_cast<chunked_kernel*>(plain_.get()) == nullptr) {
       c.fail("the CPU kernel of conv2d cannot take the bias into its sum (bias_in_sum)");
     }

@@ -161,8 +161,10 @@ void register_nn_fused_ops(op_registry& r) {
     // The bias as a term of the convolution's sum (ops::epilogue::bias_in_sum).
     d.attrs.push_back(attr("bias_in_sum", attr_type::boolean, false));
     d.infer = [conv2d](inference_context& c) {
-      if (c.attr<bool>("bias_in_sum") && !c.attr<bool>("has_bias")) {
-        c.fail("bias_in_sum = true needs a bias (has_bias = false)");
+      try {
+        nn_rules::check_bias_in_sum(c.attr<bool>("bias_in_sum"), c.attr<bool>("has_bias"));
+      } catch (const invalid_argument& e) {
+        c.fail(e.what());
       }
       attr_map attrs;
       for (const auto& a : conv2d->attrs) attrs.emplace(a.name, c.attr_value_of(a.name));

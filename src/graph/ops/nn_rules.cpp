@@ -246,6 +246,10 @@ activation activation_of(std::string_view name) {
   return static_cast<activation>(it - activation_names.begin());
 }
 
+void check_bias_in_sum(bool bias_in_sum, bool has_bias) {
+  if (bias_in_sum && !has_bias) throw invalid_argument("bias_in_sum = true needs a bias (has_bias = false)");
+}
+
 void check_clip_bounds(activation a, double lo, double hi) {
   if (a == activation::clip) return;
   constexpr double inf = std::numeric_limits<double>::infinity();

@@ -451,6 +451,9 @@ activation activation_of(std::string_view name);
 /// activation]): any values for clip; for another activation, lo must be -inf and hi +inf.
 /// Throws invalid_argument naming the attribute.
 void check_clip_bounds(activation a, double lo, double hi);
+/// fused_conv2d's bias_in_sum (the bias a term of the convolution's sum) needs a bias.
+/// Throws loom::invalid_argument otherwise.
+void check_bias_in_sum(bool bias_in_sum, bool has_bias);
 
 /// A fused node's input count against its attributes: 2 (the core's) + has_bias +
 /// has_residual. Throws invalid_argument.
