@@ -68,6 +68,19 @@ graph clip_graph(const layer& l, dtype t, const tensor& w, const tensor& b, bool
   return g;
 }
 
+// The layer with its clip, run with the passes (the clip fused) and without (as written).
+struct clip_sessions {
+  clip_sessions(const layer& l, const tensor& w, const tensor& b)
+      : unfused(clip_graph(l, dtype::f32, w, b, true), bare()), fused(clip_graph(l, dtype::f32, w, b, true)) {}
+  static session_options bare() {
+    session_options o;
+    o.passes.enabled = false;
+    return o;
+  }
+  session unfused;
+  session fused;
+};
+
 void expect_same_bits(const tensor& a, const tensor& b) {
   ASSERT_EQ(a.shape(), b.shape());
   EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
@@ -137,10 +150,7 @@ TEST(ConvBiasInSum, TheFusedClipKeepsTheBitsNaNAndInfinitiesIncluded) {
     SCOPED_TRACE(l.name);
     const tensor w = random(dtype::f32, l.ws, 3, -0.5, 0.5);
     const tensor b = random(dtype::f32, shape{l.ws[0]}, 4);
-    session_options bare;
-    bare.passes.enabled = false;
-    session unfused(clip_graph(l, dtype::f32, w, b, true), bare);
-    session fused(clip_graph(l, dtype::f32, w, b, true), session_options{});
+    clip_sessions s(l, w, b);
     // The clip can go into the primitive where oneDNN computes in channel blocks (the
     // passes' layout there) and reading the input to prove it finite costs at most half of
     // what the epilogue would: the first layer's and the expansion's.
@@ -158,8 +168,8 @@ TEST(ConvBiasInSum, TheFusedClipKeepsTheBitsNaNAndInfinitiesIncluded) {
       tensor x = random(dtype::f32, l.xs, 5, -3.0, 3.0);
       if (in.value != 0.0) x.data<float>()[5] = static_cast<float>(in.value);
       std::vector<tensor> got;
-      EXPECT_EQ(ran_with_clip_post_op(fused, x, got), in.clip_in_primitive);
-      const tensor want = unfused.run({{"x", x}}, {"y"}).at(0);
+      EXPECT_EQ(ran_with_clip_post_op(s.fused, x, got), in.clip_in_primitive);
+      const tensor want = s.unfused.run({{"x", x}}, {"y"}).at(0);
       expect_same_bits(got.at(0), want);
       const auto v = values(want);
       const bool any_nan = std::any_of(v.begin(), v.end(), [](double d) { return std::isnan(d); });
@@ -188,16 +198,13 @@ TEST(ConvBiasInSum, EachChunkDecidesWhereItsClipRuns) {
   const layer l{"expansion at 56x56", {7, 16, 56, 56}, {96, 16, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}};
   const tensor w = random(dtype::f32, l.ws, 3, -0.5, 0.5);
   const tensor b = random(dtype::f32, shape{l.ws[0]}, 4);
-  session_options bare;
-  bare.passes.enabled = false;
-  session unfused(clip_graph(l, dtype::f32, w, b, true), bare);
-  session fused(clip_graph(l, dtype::f32, w, b, true), session_options{});
+  clip_sessions s(l, w, b);
   tensor x = random(dtype::f32, l.xs, 5, -3.0, 3.0);
   const std::int64_t image = l.xs.num_elements() / l.xs[0];
   x.data<float>()[4 * image + 100] = std::numeric_limits<float>::quiet_NaN();  // image 4
   std::vector<tensor> got;
-  EXPECT_EQ(ran_with_clip_post_op(fused, x, got), nn_rules::cpu_computes_in_channel_blocks());
-  const tensor want = unfused.run({{"x", x}}, {"y"}).at(0);
+  EXPECT_EQ(ran_with_clip_post_op(s.fused, x, got), nn_rules::cpu_computes_in_channel_blocks());
+  const tensor want = s.unfused.run({{"x", x}}, {"y"}).at(0);
   expect_same_bits(got.at(0), want);
   const auto v = values(want);
   const std::int64_t out_image = static_cast<std::int64_t>(v.size()) / l.xs[0];
