@@ -119,7 +119,7 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // 249-259 against 220-237 ms at batch 32 on 1 thread in interleaved runs. A tie gives the
 // bound in both (vmaxps(x, lo) returns lo for x == lo, as maximum(x, lo) does), and the
 // post-op primitive must be the implementation the plain one is, writing loom's buffer
-// itself (plan_for), so its sums are the plain primitive's. Measured on mobilenet_v2's
+// itself (clip_plan_for), so its sums are the plain primitive's. Measured on mobilenet_v2's
 // layers (oneDNN 2.6, 1 thread, median of 40): 4 images of 16 -> 96 channels at 112x112,
 // 1x1: the convolution 1.12 ms, with its bias 1.22, with bias and clip 1.25, where loom's
 // epilogue pass after it took 0.81 ms (oneDNN's 1x1 kernel writes its output past the
@@ -337,9 +337,9 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
       conv_geometry g = whole;
       g.n = k == 0 ? std::min(chunk, whole.n) : whole.n % chunk;
       if (g.n == 0) continue;
-      plans[k] = plan_for(ctx, g, dt, blocked_in, bias.defined(), nullptr);
+      plans[k] = plan_for(ctx, g, dt, blocked_in, bias.defined());
       if (!plans[k]->primitive) return false;
-      if (clip != nullptr) clipped[k] = plan_for(ctx, g, dt, blocked_in, bias.defined(), clip);
+      if (clip != nullptr) clipped[k] = clip_plan_for(ctx, g, dt, blocked_in, bias.defined(), *clip, *plans[k]);
       if (clipped[k] && !clipped[k]->primitive) clip = nullptr;
     }
     // No sum can reach an infinity, and so a NaN, where twice the filter's largest sum of
@@ -361,7 +361,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
                                      n * x_image / static_cast<std::int64_t>(sizeof(float))) +
                   largest_bias <
               std::ldexp(1.0, 100);
-      const onednn::plan& plan = *(inside ? clipped : plans)[n == chunk || n == whole.n ? 0 : 1];
+      const onednn::plan& plan = *(inside ? clipped : plans)[n == std::min(chunk, whole.n) ? 0 : 1];
       const void* data[] = {in, w.raw_data(), static_cast<std::byte*>(out.raw_data()) + lo * out_image,
                             bias.defined() ? bias.raw_data() : nullptr};
       // The filter is argument 1 (Note [constant reorders]).
@@ -401,27 +401,33 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     return largest;
   }
 
-  // The plan of the primitive for `g`, with the bias in the sum when `bias`, and with the
-  // clip `clip` as a post-op when given: then no primitive unless it is the implementation
-  // the plan without it has, writing loom's buffer itself (Note [bias and clip in the
-  // primitive]).
+  // The plan of the primitive for `g`, with the bias in the sum when `bias`.
   std::shared_ptr<const onednn::plan> plan_for(kernel_context& ctx, const conv_geometry& g,
-                                               dnnl::memory::data_type dt, bool blocked_in, bool bias,
-                                               const in_core* clip) {
+                                               dnnl::memory::data_type dt, bool blocked_in, bool bias) {
     const int threads = ctx.num_threads();
-    onednn::primitive_cache::key key{static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w, g.o, g.kh,
-                                     g.kw, std::int64_t{bias}};
-    if (clip == nullptr) return cache_.get(key, [&] { return build_plan(threads, g, dt, blocked_in, bias, nullptr); });
-    const auto plain = plan_for(ctx, g, dt, blocked_in, bias, nullptr);
-    key.push_back(std::bit_cast<std::int64_t>(clip->lo));
-    key.push_back(std::bit_cast<std::int64_t>(clip->hi));
+    return cache_.get(plan_key(threads, g, bias), [&] { return build_plan(threads, g, dt, blocked_in, bias, nullptr); });
+  }
+
+  // The same with the clip `clip` as a post-op: no primitive unless it is `plain`'s
+  // implementation, writing loom's buffer itself (Note [bias and clip in the primitive]).
+  std::shared_ptr<const onednn::plan> clip_plan_for(kernel_context& ctx, const conv_geometry& g,
+                                                    dnnl::memory::data_type dt, bool blocked_in, bool bias,
+                                                    const in_core& clip, const onednn::plan& plain) {
+    const int threads = ctx.num_threads();
+    onednn::primitive_cache::key key = plan_key(threads, g, bias);
+    key.push_back(std::bit_cast<std::int64_t>(clip.lo));
+    key.push_back(std::bit_cast<std::int64_t>(clip.hi));
     return clip_cache_.get(key, [&] {
-      onednn::plan p = build_plan(threads, g, dt, blocked_in, bias, clip);
-      if (!plain->primitive || p.implementation != plain->implementation || p.reorders.at(2)) {
+      onednn::plan p = build_plan(threads, g, dt, blocked_in, bias, &clip);
+      if (p.implementation != plain.implementation || p.reorders.at(2)) {
         throw dnnl::error(dnnl_unimplemented, "not the plain convolution's implementation");
       }
       return p;
     });
+  }
+
+  [[nodiscard]] onednn::primitive_cache::key plan_key(int threads, const conv_geometry& g, bool bias) const {
+    return {static_cast<std::int64_t>(type_), threads, g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, std::int64_t{bias}};
   }
 
   onednn::plan build_plan(int threads, const conv_geometry& g, dnnl::memory::data_type dt, bool blocked_in,
