@@ -125,9 +125,10 @@ TEST(ConvBiasInSum, MatchesAFloat64ConvolutionPlusTheBias) {
   }
 }
 
-// Runs `s` with oneDNN's verbose log captured; whether a convolution ran with the clip as
-// its post-op.
-bool ran_with_clip_post_op(session& s, const tensor& x, std::vector<tensor>& out) {
+// Runs `s` with oneDNN's verbose log captured; how many convolution primitives ran with the
+// clip as their post-op (one per chunk of images), of those whose line has `problem` (oneDNN's
+// description of the convolution, "g96mb2_ic96oc96...").
+int clip_post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& problem = "") {
   dnnl::set_verbose(1);
   ::testing::internal::CaptureStdout();
   out = s.run({{"x", x}}, {"y"});
@@ -135,12 +136,17 @@ bool ran_with_clip_post_op(session& s, const tensor& x, std::vector<tensor>& out
   const std::string log = ::testing::internal::GetCapturedStdout();
   dnnl::set_verbose(0);
   std::istringstream lines(log);
+  int count = 0;
   for (std::string line; std::getline(lines, line);) {
-    if (line.find("exec,cpu,convolution") != std::string::npos && line.find("eltwise_clip") != std::string::npos) {
-      return true;
-    }
+    count += static_cast<int>(line.find("exec,cpu,convolution") != std::string::npos &&
+                              line.find("eltwise_clip") != std::string::npos &&
+                              line.find(problem) != std::string::npos);
   }
-  return false;
+  return count;
+}
+
+bool ran_with_clip_post_op(session& s, const tensor& x, std::vector<tensor>& out) {
+  return clip_post_ops_run(s, x, out) > 0;
 }
 
 TEST(ConvBiasInSum, TheFusedClipKeepsTheBitsNaNAndInfinitiesIncluded) {
@@ -212,6 +218,84 @@ TEST(ConvBiasInSum, EachChunkDecidesWhereItsClipRuns) {
     const bool nan = std::any_of(v.begin() + i * out_image, v.begin() + (i + 1) * out_image,
                                  [](double d) { return std::isnan(d); });
     EXPECT_EQ(nan, i == 4) << "image " << i;
+  }
+}
+
+// An inverted residual block's expansion and depthwise layer, each with its ReLU6. Where the
+// expansion's clip ran in the primitive on every chunk its output is known to lie in
+// [0, 6] (Note [known bounds] in loom/core/tensor.hpp), so the depthwise layer's clip goes
+// into its primitive too without reading its input; where any chunk of the expansion kept
+// loom's clip (a NaN, an infinity, a huge value), the depthwise layer keeps its own. The
+// bits are the unfused graph's either way.
+TEST(ConvBiasInSum, ADepthwiseLayerAfterAClippedExpansionClipsInItsPrimitive) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const layer& expansion = layers[1];
+  const layer& depthwise = layers[2];
+  const tensor w1 = random(dtype::f32, expansion.ws, 3, -0.5, 0.5);
+  const tensor b1 = random(dtype::f32, shape{expansion.ws[0]}, 4);
+  const tensor w2 = random(dtype::f32, depthwise.ws, 7, -0.5, 0.5);
+  const tensor b2 = random(dtype::f32, shape{depthwise.ws[0]}, 8);
+  const auto make_graph = [&](const shape& xs) {
+    graph g;
+    graph_builder gb(g);
+    const auto relu6 = [&](output v, const char* name) {
+      return ops::minimum(ops::maximum(v, ops::scalar(gb, 0.0, dtype::f32)), ops::scalar(gb, 6.0, dtype::f32),
+                          {.name = name, .device = {}});
+    };
+    auto x = ops::placeholder(gb, "x", dtype::f32, xs);
+    const ops::epilogue e1{.bias = ops::constant(gb, b1), .bias_in_sum = true};
+    auto e = relu6(ops::fused_conv2d(x, ops::constant(gb, w1), e1, options_of(expansion)), "e");
+    const ops::epilogue e2{.bias = ops::constant(gb, b2), .bias_in_sum = true};
+    (void)relu6(ops::fused_conv2d(e, ops::constant(gb, w2), e2, options_of(depthwise)), "y");
+    return g;
+  };
+  const int both = nn_rules::cpu_computes_in_channel_blocks() ? 2 : 0;
+  session_options bare;
+  bare.passes.enabled = false;
+  {
+    session unfused(make_graph(expansion.xs), bare);
+    session fused(make_graph(expansion.xs));
+    struct input {
+      const char* what;
+      double value;  // put at element 5; 0: none
+      int clips_in_primitives;
+    };
+    for (const input& in : {input{"finite", 0.0, both}, input{"NaN", nan, 0}, input{"inf", inf, 0},
+                            input{"-inf", -inf, 0}, input{"1e35", 1e35, 0}}) {
+      SCOPED_TRACE(in.what);
+      tensor x = random(dtype::f32, expansion.xs, 5, -3.0, 3.0);
+      if (in.value != 0.0) x.data<float>()[5] = static_cast<float>(in.value);
+      std::vector<tensor> got;
+      EXPECT_EQ(clip_post_ops_run(fused, x, got), in.clips_in_primitives);
+      const tensor want = unfused.run({{"x", x}}, {"y"}).at(0);
+      expect_same_bits(got.at(0), want);
+      if (std::isnan(in.value)) {
+        const auto v = values(want);
+        EXPECT_TRUE(std::any_of(v.begin(), v.end(), [](double d) { return std::isnan(d); }));
+      }
+    }
+  }
+  // Seven images in chunks, a NaN in image 4: that chunk's expansion keeps loom's clip, so
+  // nothing is known of the expansion's output and the depthwise layer keeps its own.
+  const shape xs{7, 16, 56, 56};
+  session unfused(make_graph(xs), bare);
+  session fused(make_graph(xs));
+  tensor x = random(dtype::f32, xs, 5, -3.0, 3.0);
+  float& in_image_4 = x.data<float>()[4 * (xs.num_elements() / 7) + 100];
+  for (const bool with_nan : {true, false}) {
+    SCOPED_TRACE(with_nan ? "a NaN in image 4" : "finite");
+    in_image_4 = with_nan ? std::numeric_limits<float>::quiet_NaN() : 1.0F;
+    std::vector<tensor> got;
+    const int expansion_clips = clip_post_ops_run(fused, x, got, "_ic16oc96_");
+    const int depthwise_clips = clip_post_ops_run(fused, x, got, "g96mb");
+    expect_same_bits(got.at(0), unfused.run({{"x", x}}, {"y"}).at(0));
+    if (both != 0) {
+      EXPECT_GE(expansion_clips, with_nan ? 1 : 2);  // the chunks without the NaN
+      EXPECT_EQ(depthwise_clips > 0, !with_nan);
+    } else {
+      EXPECT_EQ(expansion_clips + depthwise_clips, 0);
+    }
   }
 }
 
