@@ -4,6 +4,8 @@
 // error naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cmath>
 #include <cstring>
 
@@ -26,28 +28,33 @@ double at(const tensor& t, std::int64_t i) {
 }
 
 TEST(ChannelBlocks, ToAndFromFollowTheLayoutsDefinition) {
+  // Pixels and channels in whole 4x4 tiles and not (float32 moves in 4x4 tiles).
   for (const dtype t : {dtype::f32, dtype::f64, dtype::bf16, dtype::f16}) {
     for (const std::int64_t c : {1, 16, 20, 33}) {
-      SCOPED_TRACE(std::string(to_string(t)) + " channels " + std::to_string(c));
-      const shape s{2, c, 3, 5};
-      const tensor x = random(t, s, 3);
-      const tensor b = run_op1("to_channel_blocks", {x});
-      const std::int64_t blocks = (c + 15) / 16;
-      ASSERT_EQ(b.shape(), (shape{2, blocks, 3, 5, 16}));
-      for (std::int64_t n = 0; n < 2; ++n) {
-        for (std::int64_t k = 0; k < blocks; ++k) {
-          for (std::int64_t p = 0; p < 15; ++p) {
-            for (std::int64_t l = 0; l < 16; ++l) {
-              const std::int64_t ch = k * 16 + l;
-              const double want = ch < c ? at(x, (n * c + ch) * 15 + p) : 0.0;
-              ASSERT_EQ(at(b, (((n * blocks + k) * 15) + p) * 16 + l), want) << n << " " << ch << " " << p;
+      for (const std::array<std::int64_t, 2> hw : {std::array<std::int64_t, 2>{3, 5}, {4, 4}, {7, 7}}) {
+        SCOPED_TRACE(std::string(to_string(t)) + " channels " + std::to_string(c) + " pixels " +
+                     std::to_string(hw[0] * hw[1]));
+        const shape s{2, c, hw[0], hw[1]};
+        const std::int64_t pixels = hw[0] * hw[1];
+        const tensor x = random(t, s, 3);
+        const tensor b = run_op1("to_channel_blocks", {x});
+        const std::int64_t blocks = (c + 15) / 16;
+        ASSERT_EQ(b.shape(), (shape{2, blocks, hw[0], hw[1], 16}));
+        for (std::int64_t n = 0; n < 2; ++n) {
+          for (std::int64_t k = 0; k < blocks; ++k) {
+            for (std::int64_t p = 0; p < pixels; ++p) {
+              for (std::int64_t l = 0; l < 16; ++l) {
+                const std::int64_t ch = k * 16 + l;
+                const double want = ch < c ? at(x, (n * c + ch) * pixels + p) : 0.0;
+                ASSERT_EQ(at(b, (((n * blocks + k) * pixels) + p) * 16 + l), want) << n << " " << ch << " " << p;
+              }
             }
           }
         }
+        const tensor back = run_op1("from_channel_blocks", {b}, {{"channels", c}});
+        ASSERT_EQ(back.shape(), s);
+        EXPECT_EQ(std::memcmp(back.raw_data(), x.raw_data(), x.nbytes()), 0);
       }
-      const tensor back = run_op1("from_channel_blocks", {b}, {{"channels", c}});
-      ASSERT_EQ(back.shape(), s);
-      EXPECT_EQ(std::memcmp(back.raw_data(), x.raw_data(), x.nbytes()), 0);
     }
   }
 }
