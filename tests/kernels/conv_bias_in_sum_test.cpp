@@ -126,9 +126,10 @@ TEST(ConvBiasInSum, MatchesAFloat64ConvolutionPlusTheBias) {
 }
 
 // Runs `s` with oneDNN's verbose log captured; how many convolution primitives ran with the
-// clip as their post-op (one per chunk of images), of those whose line has `problem` (oneDNN's
-// description of the convolution, "g96mb2_ic96oc96...").
-int clip_post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& problem = "") {
+// post-op `post_op` ("eltwise_clip", "binary_add"; one per chunk of images), of those whose line
+// has `problem` (oneDNN's description of the convolution, "g96mb2_ic96oc96...").
+int post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& post_op,
+                 const std::string& problem = "") {
   dnnl::set_verbose(1);
   ::testing::internal::CaptureStdout();
   out = s.run({{"x", x}}, {"y"});
@@ -139,10 +140,13 @@ int clip_post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, con
   int count = 0;
   for (std::string line; std::getline(lines, line);) {
     count += static_cast<int>(line.find("exec,cpu,convolution") != std::string::npos &&
-                              line.find("eltwise_clip") != std::string::npos &&
-                              line.find(problem) != std::string::npos);
+                              line.find(post_op) != std::string::npos && line.find(problem) != std::string::npos);
   }
   return count;
+}
+
+int clip_post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& problem = "") {
+  return post_ops_run(s, x, out, "eltwise_clip", problem);
 }
 
 bool ran_with_clip_post_op(session& s, const tensor& x, std::vector<tensor>& out) {
@@ -295,6 +299,66 @@ TEST(ConvBiasInSum, ADepthwiseLayerAfterAClippedExpansionClipsInItsPrimitive) {
       EXPECT_EQ(depthwise_clips > 0, !with_nan);
     } else {
       EXPECT_EQ(expansion_clips + depthwise_clips, 0);
+    }
+  }
+}
+
+// An inverted residual block's projection: its residual, when nothing follows it, is added
+// by the primitive (Note [the residual in the primitive] in src/backends/cpu/nn_conv.cpp)
+// with the unfused graph's bits: NaN from the input, NaN made in the sums (inf - inf), -0 in
+// the residual, a residual made in the graph or fed; and a larger batch, whose chunks keep
+// loom's pass.
+TEST(ConvBiasInSum, TheResidualIsAddedByThePrimitiveWithTheSameBits) {
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const layer& expansion = layers[1];                                                 // 16 -> 96
+  const layer projection{"projection", {}, {16, 96, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}};  // 96 -> 16
+  const tensor w1 = random(dtype::f32, expansion.ws, 3, -0.5, 0.5);
+  const tensor b1 = random(dtype::f32, shape{expansion.ws[0]}, 4);
+  const tensor w2 = random(dtype::f32, projection.ws, 7, -0.5, 0.5);
+  const tensor b2 = random(dtype::f32, shape{projection.ws[0]}, 8);
+  // y = projection(relu6(expansion(r))) + r, r = -x made in the graph (or x, fed).
+  const auto make_graph = [&](const shape& xs, bool fed_r) {
+    graph g;
+    graph_builder gb(g);
+    auto x = ops::placeholder(gb, "x", dtype::f32, xs);
+    auto r = fed_r ? x : ops::neg(x);
+    const ops::epilogue e1{.bias = ops::constant(gb, b1), .bias_in_sum = true};
+    auto e = ops::minimum(ops::maximum(ops::fused_conv2d(r, ops::constant(gb, w1), e1, options_of(expansion)),
+                                       ops::scalar(gb, 0.0, dtype::f32)),
+                          ops::scalar(gb, 6.0, dtype::f32));
+    const ops::epilogue e2{.bias = ops::constant(gb, b2), .bias_in_sum = true};
+    (void)ops::add(ops::fused_conv2d(e, ops::constant(gb, w2), e2, options_of(projection)), r,
+                   {.name = "y", .device = {}});
+    return g;
+  };
+  session_options bare;
+  bare.passes.enabled = false;
+  for (const shape& xs : {expansion.xs, shape{7, 16, 56, 56}}) {
+    for (const bool fed_r : {false, true}) {
+      SCOPED_TRACE(to_string(xs) + (fed_r ? " fed residual" : " residual made in the graph"));
+      session unfused(make_graph(xs, fed_r), bare);
+      session fused(make_graph(xs, fed_r));
+      for (const std::string what : {"finite", "NaN", "inf", "-0"}) {
+        SCOPED_TRACE(what);
+        tensor x = random(dtype::f32, xs, 5, -3.0, 3.0);
+        float* v = x.data<float>();
+        const std::int64_t last = xs.num_elements() - 1;
+        if (what == "NaN") v[5] = v[last] = nan;
+        // Two channels of pixel 5 infinite: sums of inf times taps of both signs, NaN.
+        if (what == "inf") v[5] = v[5 + xs[2] * xs[3]] = v[last] = inf;
+        if (what == "-0") v[5] = v[last] = fed_r ? -0.0F : 0.0F;  // r = -0
+        std::vector<tensor> got;
+        const int added = post_ops_run(fused, x, got, "binary_add");
+        const tensor want = unfused.run({{"x", x}}, {"y"}).at(0);
+        expect_same_bits(got.at(0), want);
+        // Up to 1 MiB of output a chunk (seven 56x56 images are 1.4 MiB: loom's pass).
+        EXPECT_EQ(added > 0, nn_rules::cpu_computes_in_channel_blocks() && xs[0] == 2);
+        if (what != "finite" && what != "-0") {
+          const auto values_of = values(want);
+          EXPECT_TRUE(std::any_of(values_of.begin(), values_of.end(), [](double d) { return std::isnan(d); }));
+        }
+      }
     }
   }
 }

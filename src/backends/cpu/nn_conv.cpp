@@ -134,6 +134,23 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // mobilenet_v2 at batch 32 went from 257-267 to 230-238 ms on 1 thread in A/B runs of the
 // same build on a busy machine.
 //
+// Note [the residual in the primitive]
+// A fused_conv2d whose epilogue is a residual alone (its bias in the sum, no activation: an
+// inverted residual block's projection) may have the primitive add the residual, a binary
+// add post-op reading it in the output's layout: oneDNN adds it to each finished float32 sum,
+// round(sum + r), which is what the epilogue pass computes, NaN and -0 included
+// (ConvBiasInSum.TheResidualIsAddedByThePrimitiveWithTheSameBits; the post-op primitive must
+// be the plain one's implementation writing loom's buffer, as for the clip). oneDNN's sum
+// post-op, which would add the output buffer's contents, is not: it starts a split
+// reduction from them (other roundings, Note [fused epilogue] in nn_fused.cpp). float32 only
+// (a 16-bit output rounds the sum, then the addition). Measured with oneDNN 2.6 on
+// mobilenet_v2's projections (1 image, median of 40): the post-op costs 0 to 5% of the
+// convolution where loom's pass cost 5 to 25%; at batch 1 on 2 threads, interleaved runs of
+// the model took 3.38-3.65 ms (median 3.41) against 3.45-3.62 (3.50) without. On the 4 MiB
+// chunks of a large batch it was mixed (10 images of 144 -> 24 channels at 56x56 on one thread:
+// 2.73 against 1.88 ms plus the pass; 40 of 192 -> 32 at 28x28: 2.79 against 2.70 plus the
+// pass) and batch 32 measured 0 to 3% slower, so only chunks of up to 1 MiB of output.
+//
 // Note [Winograd convolutions]
 // A 3x3 convolution of stride 1 can compute each tile of outputs from a tile of inputs with
 // fewer products than the direct sum (Winograd's minimal filtering: F(2x2, 3x3) takes 16
@@ -270,7 +287,11 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     const tensor w = ctx.input_contiguous(1);
     if (const auto dt = onednn::data_type_of(type_)) {
       const in_core* clip = core != nullptr && core->clip && clip_may_run_inside(ctx, x, w, out, *core) ? core : nullptr;
-      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, clip)) return;
+      // The residual added by the primitive: float32 (a 16-bit one rounds the sum twice).
+      const tensor residual = core != nullptr && core->residual_input && type_ == dtype::f32
+                                  ? ctx.input_contiguous(*core->residual_input)
+                                  : tensor();
+      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, clip, residual)) return;
     }
     run_reference(ctx, x, w, bias, out, g, view, blocked_in);
     if (after) after(0, g.n, g.n);
@@ -338,24 +359,30 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
 
   // Runs the primitive on chunks of images (Note [convolutions in chunks]), with the bias in
   // the sum when given, calling `after` for each chunk, except those whose clip `clip` (when
-  // given) the primitive applied (Note [bias and clip in the primitive]); false, having run
-  // nothing, when oneDNN has no implementation.
+  // given; Note [bias and clip in the primitive]) or residual `residual` (when defined; Note
+  // [the residual in the primitive]) the primitive applied; false, having run nothing, when
+  // oneDNN has no implementation.
   bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias, tensor& out,
                   const conv_geometry& whole, dnnl::memory::data_type dt, bool blocked_in,
-                  const chunk_done& after, const in_core* clip) {
+                  const chunk_done& after, const in_core* clip, const tensor& residual) {
     const std::int64_t chunk = images_per_chunk(whole, type_);
     // The plans of both chunk sizes first (they differ in the batch only); those with the
-    // clip where oneDNN's is the plain primitive's implementation.
+    // clip or the residual where oneDNN's is the plain primitive's implementation.
     std::shared_ptr<const onednn::plan> plans[2];
     std::shared_ptr<const onednn::plan> clipped[2];
+    std::shared_ptr<const onednn::plan> added[2];
+    bool adds = residual.defined() && residual.shape() == out.shape() &&
+                static_cast<std::int64_t>(out.nbytes()) / whole.n * std::min(chunk, whole.n) <= residual_pays_up_to;
     for (int k = 0; k < 2; ++k) {
       conv_geometry g = whole;
       g.n = k == 0 ? std::min(chunk, whole.n) : whole.n % chunk;
       if (g.n == 0) continue;
       plans[k] = plan_for(ctx, g, dt, blocked_in, bias.defined());
       if (!plans[k]->primitive) return false;
-      if (clip != nullptr) clipped[k] = clip_plan_for(ctx, g, dt, blocked_in, bias.defined(), *clip, *plans[k]);
+      if (clip != nullptr) clipped[k] = post_op_plan_for(ctx, g, dt, blocked_in, bias.defined(), clip, *plans[k]);
       if (clipped[k] && !clipped[k]->primitive) clip = nullptr;
+      if (adds) added[k] = post_op_plan_for(ctx, g, dt, blocked_in, bias.defined(), nullptr, *plans[k]);
+      adds = adds && added[k]->primitive;
     }
     // No sum can reach an infinity, and so a NaN, where twice the filter's largest sum of
     // magnitudes (room for rounding and Winograd's transforms) times the largest input, plus
@@ -380,13 +407,16 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
                   largest_bias <
               std::ldexp(1.0, 100);
       every_chunk_inside = every_chunk_inside && inside;
-      const onednn::plan& plan = *(inside ? clipped : plans)[n == std::min(chunk, whole.n) ? 0 : 1];
-      const void* data[] = {in, w.raw_data(), static_cast<std::byte*>(out.raw_data()) + lo * out_image,
-                            bias.defined() ? bias.raw_data() : nullptr};
+      const onednn::plan& plan = *(adds ? added : inside ? clipped : plans)[n == std::min(chunk, whole.n) ? 0 : 1];
+      // The arguments in the plan's order: input, filter, output, [bias], [residual].
+      std::array<const void*, 5> data{in, w.raw_data(), static_cast<std::byte*>(out.raw_data()) + lo * out_image};
+      std::size_t args = 3;
+      if (bias.defined()) data.at(args++) = bias.raw_data();
+      if (adds) data.at(args++) = static_cast<const std::byte*>(residual.raw_data()) + lo * out_image;
       // The filter is argument 1 (Note [constant reorders]).
-      onednn::execute(ctx, plan, std::span<const void* const>(data, bias.defined() ? 4 : 3), constants_,
+      onednn::execute(ctx, plan, std::span<const void* const>(data.data(), args), constants_,
                       constant_filter_ ? 0b010U : 0U);
-      if (after && !inside) after(lo, lo + n, whole.n);
+      if (after && !inside && !adds) after(lo, lo + n, whole.n);
     }
     // Every sum finite and clipped: the output lies within the clip's bounds (Note [known
     // bounds]), which spares the next convolution its proof's reading.
@@ -395,6 +425,11 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     }
     return true;
   }
+
+  // The largest chunk of output (bytes) whose residual the primitive adds: beyond, at the 4
+  // MiB chunks of a large batch, the epilogue's pass measured as fast or faster (Note [the
+  // residual in the primitive]).
+  static constexpr std::int64_t residual_pays_up_to = std::int64_t{1} << 20;
 
   // Whether the primitive may apply `clip` at all (Note [bias and clip in the primitive]):
   // float32 in channel blocks, a constant filter (its own buffer), numeric bounds in order,
@@ -436,20 +471,24 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   std::shared_ptr<const onednn::plan> plan_for(kernel_context& ctx, const conv_geometry& g,
                                                dnnl::memory::data_type dt, bool blocked_in, bool bias) {
     const int threads = ctx.num_threads();
-    return cache_.get(plan_key(threads, g, bias), [&] { return build_plan(threads, g, dt, blocked_in, bias, nullptr); });
+    return cache_.get(plan_key(threads, g, bias), [&] { return build_plan(threads, g, dt, blocked_in, bias, nullptr, false); });
   }
 
-  // The same with the clip `clip` as a post-op: no primitive unless it is `plain`'s
-  // implementation, writing loom's buffer itself (Note [bias and clip in the primitive]).
-  std::shared_ptr<const onednn::plan> clip_plan_for(kernel_context& ctx, const conv_geometry& g,
-                                                    dnnl::memory::data_type dt, bool blocked_in, bool bias,
-                                                    const in_core& clip, const onednn::plan& plain) {
+  // The same with a post-op, the clip `clip` or (null) the addition of a residual of the
+  // output's layout: no primitive unless it is `plain`'s implementation, writing loom's
+  // buffer itself (Notes [bias and clip in the primitive], [the residual in the primitive]).
+  std::shared_ptr<const onednn::plan> post_op_plan_for(kernel_context& ctx, const conv_geometry& g,
+                                                       dnnl::memory::data_type dt, bool blocked_in, bool bias,
+                                                       const in_core* clip, const onednn::plan& plain) {
     const int threads = ctx.num_threads();
     onednn::primitive_cache::key key = plan_key(threads, g, bias);
-    key.push_back(std::bit_cast<std::int64_t>(clip.lo));
-    key.push_back(std::bit_cast<std::int64_t>(clip.hi));
-    return clip_cache_.get(key, [&] {
-      onednn::plan p = build_plan(threads, g, dt, blocked_in, bias, &clip);
+    key.push_back(std::int64_t{clip != nullptr});
+    if (clip != nullptr) {
+      key.push_back(std::bit_cast<std::int64_t>(clip->lo));
+      key.push_back(std::bit_cast<std::int64_t>(clip->hi));
+    }
+    return post_op_cache_.get(key, [&] {
+      onednn::plan p = build_plan(threads, g, dt, blocked_in, bias, clip, clip == nullptr);
       if (p.implementation != plain.implementation || p.reorders.at(2)) {
         throw dnnl::error(dnnl_unimplemented, "not the plain convolution's implementation");
       }
@@ -462,7 +501,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   }
 
   onednn::plan build_plan(int threads, const conv_geometry& g, dnnl::memory::data_type dt, bool blocked_in,
-                          bool bias, const in_core* clip) const {
+                          bool bias, const in_core* clip, bool residual) const {
     using tag = dnnl::memory::format_tag;
     onednn::use_threads(threads);
     // oneDNN's dims are NCHW whatever the layout.
@@ -489,13 +528,18 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
                                                                                 : any(src_md);
     const dnnl::memory::desc dst =
         in_blocks == nn_rules::conv_blocks::none ? any(dst_md) : fixed(dst_md, tag::nChw16c);
-    // The bias in the sum (oneDNN's bias argument), the clip as an eltwise post-op.
+    // The bias in the sum (oneDNN's bias argument); the clip as an eltwise post-op, or a
+    // residual in the output's layout as a binary one.
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({g.o}, dt, tag::a) : dnnl::memory::desc();
     dnnl::primitive_attr attr = onednn::user_scratchpad_attr();
-    if (clip != nullptr) {
+    constexpr int residual_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1;
+    if (clip != nullptr || residual) {
       dnnl::post_ops ops;
-      ops.append_eltwise(1.0F, dnnl::algorithm::eltwise_clip, static_cast<float>(clip->lo),
-                         static_cast<float>(clip->hi));
+      if (clip != nullptr) {
+        ops.append_eltwise(1.0F, dnnl::algorithm::eltwise_clip, static_cast<float>(clip->lo),
+                           static_cast<float>(clip->hi));
+      }
+      if (residual) ops.append_binary(dnnl::algorithm::binary_add, dst_md);
       attr.set_post_ops(ops);
     }
     const auto primitive = [&](dnnl::algorithm algorithm) {
@@ -519,6 +563,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
                                        {DNNL_ARG_WEIGHTS, wei_md, pd.weights_desc()},
                                        {DNNL_ARG_DST, dst_md, pd.dst_desc(), true}};
     if (bias) args.push_back({DNNL_ARG_BIAS, bias_md, pd.bias_desc()});
+    if (residual) args.push_back({residual_arg, dst_md, pd.query_md(dnnl::query::exec_arg_md, residual_arg)});
     return onednn::make_plan<dnnl::convolution_forward>(pd, std::move(args));
   }
 
@@ -530,7 +575,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
   bool constant_filter_;
   bool input_from_conv_;  // input 0 is a convolution node's output (Note [known bounds])
   onednn::primitive_cache cache_;
-  onednn::primitive_cache clip_cache_;  // the plans with the clip as a post-op
+  onednn::primitive_cache post_op_cache_;  // the plans with the clip or the residual as a post-op
   onednn::constant_reorders constants_;
   std::mutex filter_mutex_;  // filter_magnitude's value, for the constant filter
   const void* filter_handle_ = nullptr;

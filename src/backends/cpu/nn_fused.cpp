@@ -16,8 +16,9 @@
 //   the activation); the fused node once in all.
 // oneDNN can apply the same epilogue inside the primitive (bias argument, `sum` and
 // `eltwise` post-ops), saving that one pass, but not with the same answers, so loom uses it
-// only where it gives them (a convolution's own bias, fused_conv2d's bias_in_sum, and a
-// clip where no sum can be NaN: Note [bias and clip in the primitive] in nn_conv.cpp):
+// only where it gives them (a convolution's own bias, fused_conv2d's bias_in_sum, a clip
+// where no sum can be NaN: Note [bias and clip in the primitive] in nn_conv.cpp, and a
+// float32 residual with nothing after it: Note [the residual in the primitive] there):
 // - its eltwise relu is max(x, 0) on vmaxps, which gives 0 for NaN (and +0 for -0), where
 //   relu keeps NaN (as NumPy and PyTorch do); its clip is min/max instructions too, not the
 //   NaN and tie rules of the maximum and minimum nodes (Note [NaN rules]); its logistic,
@@ -29,9 +30,10 @@
 //   the core in another order: other roundings, and with values near the largest finite,
 //   an overflow (inf, later NaN) in one order and not in the other;
 // - its sum post-op (the residual, already in the output buffer) is not always added last:
-//   the same 1x1 kernel, 96 -> 16 channels at 12x12, gave other roundings than the plain
-//   primitive plus the residual, where it splits its reduction over the input channels
-//   (measured with oneDNN 2.6; mobilenet_v2 at batch 1 on 2 threads gained 0.5 to 3%).
+//   the 1x1 kernel, 96 -> 16 channels at 12x12, gave other roundings than the plain
+//   primitive plus the residual (it adds the output's contents to the first part of a
+//   reduction it splits), so a residual with nothing after it goes in as a binary add post-op
+//   instead (Note [the residual in the primitive] in nn_conv.cpp).
 #include <cmath>
 #include <memory>
 #include <string_view>
@@ -337,6 +339,7 @@ class fused_kernel : public op_kernel {
       chunked_kernel::in_core core;
       if (bias_in_sum_) core.bias_input = 2;
       core.clip = act_ == activation::clip && !has_residual_ && !epilogue_bias();
+      if (has_residual_ && act_ == activation::none && !epilogue_bias()) core.residual_input = residual_input();
       core.lo = clip_min_;
       core.hi = clip_max_;
       core.check = [&](const tensor& out) { check_args(ctx, out.shape()); };

@@ -43,13 +43,15 @@ class chunked_kernel {
  public:
   using chunk_done = std::function<void(std::int64_t lo, std::int64_t hi, std::int64_t n)>;
 
-  /// What a fused node asks of the convolution itself (Note [bias and clip in the
-  /// primitive] in nn_conv.cpp): its bias as a term of the sum (fused_conv2d's
-  /// bias_in_sum; the node's input `bias_input`), and the activation clip(lo, hi), which the
-  /// kernel applies only where that gives the unfused graph's bits. `check` is the fused
+  /// What a fused node asks of the convolution itself (Notes [bias and clip in the
+  /// primitive], [the residual in the primitive] in nn_conv.cpp): its bias as a term of the
+  /// sum (fused_conv2d's bias_in_sum; the node's input `bias_input`); the activation
+  /// clip(lo, hi), or the residual (input `residual_input`) where nothing follows it, which
+  /// the kernel applies only where that gives the unfused graph's bits. `check` is the fused
   /// node's check of its inputs against the output, called before they are read.
   struct in_core {
     std::optional<std::size_t> bias_input;
+    std::optional<std::size_t> residual_input;
     bool clip = false;
     double lo = 0.0;
     double hi = 0.0;
@@ -58,7 +60,7 @@ class chunked_kernel {
 
   virtual ~chunked_kernel() = default;
   /// Computes the output in chunks, with what `core` asks (when given), calling `after` for
-  /// each chunk whose clip the primitive did not apply.
+  /// each chunk whose clip or residual the primitive did not apply.
   virtual void compute_in_chunks(kernel_context& ctx, const chunk_done& after, const in_core* core) = 0;
 };
 
