@@ -144,9 +144,11 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // post-op, which would add the output buffer's contents, is not: it starts a split
 // reduction from them (other roundings, Note [fused epilogue] in nn_fused.cpp). float32 only
 // (a 16-bit output rounds the sum, then the addition). Measured with oneDNN 2.6 on
-// mobilenet_v2's projections (1 image, median of 40): the post-op costs 0 to 5% of the
-// convolution where loom's pass cost 5 to 25%; at batch 1 on 2 threads, interleaved runs of
-// the model took 3.38-3.65 ms (median 3.41) against 3.45-3.62 (3.50) without. On the 4 MiB
+// mobilenet_v2's projections (1 image, median of 40): the post-op cost 0 to 5% of the
+// convolution on the 28x28 and smaller layers, 2 to 5% on the 56x56 one (144 -> 24) on 2
+// threads and 22 to 37% on 1, about what loom's pass costs there (43 of 229 us in the
+// model); at batch 1 on 2 threads, interleaved runs of the model took 3.38-3.65 ms (median
+// 3.41) against 3.45-3.62 (3.50) without, on 1 thread 6.11-6.44 against 6.06-6.49. On the 4 MiB
 // chunks of a large batch it was mixed (10 images of 144 -> 24 channels at 56x56 on one thread:
 // 2.73 against 1.88 ms plus the pass; 40 of 192 -> 32 at 28x28: 2.79 against 2.70 plus the
 // pass) and batch 32 measured 0 to 3% slower, so only chunks of up to 1 MiB of output.
