@@ -46,7 +46,6 @@ tensor* kernel_context::forward_input(std::size_t input, std::size_t i, const sh
     // The same view: a copy of the tensor (the buffer stays this node's alone: the input
     // is released when the node finishes).
     outputs_[i] = in;
-    outputs_[i].forget_known_bound();  // the node writes over it (Note [known bounds])
   } else {
     outputs_[i] = tensor(in.buf(), t, s);
   }

@@ -315,7 +315,6 @@ std::vector<tensor> session::run(const std::vector<feed>& feeds,
   for (std::size_t i = 0; i < feeds.size(); ++i) {
     check_feed(impl_->g, feeds[i].first, p->feed_endpoints[i], feeds[i].second);
     values.push_back(feeds[i].second);
-    values.back().forget_known_bound();  // the caller owns its memory (Note [known bounds])
   }
 
   // This run's cancel flag: set by cancel(), or mirrored from the caller's.

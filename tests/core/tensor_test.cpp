@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -172,24 +171,6 @@ TEST(Tensor, HighRankViewsCopyToDenseLikeIndexMath) {
   const tensor copy = t;  // NOLINT(performance-unnecessary-copy-initialization)
   EXPECT_EQ(copy.strides(), t.strides());
   EXPECT_EQ(dense(copy), dense(t));
-}
-
-// Note [known bounds]: a bound travels with copies and reshapes of the tensor its kernel
-// wrote, not with views made anew, and is forgotten on request.
-TEST(Tensor, AKnownBoundTravelsWithCopiesAndReshapesOnly) {
-  auto storage = iota(6);
-  tensor t(borrow(storage), dtype::f32, shape{2, 3});
-  EXPECT_EQ(t.known_bound(), std::numeric_limits<float>::infinity());
-  t.set_known_bound(6.0F);
-  const tensor copy = t;
-  EXPECT_EQ(copy.known_bound(), 6.0F);
-  EXPECT_EQ(t.reshaped(shape{3, 2}).known_bound(), 6.0F);
-  EXPECT_EQ(tensor::strided(t.buf(), dtype::f32, shape{3}, shape{2}, 0).known_bound(),
-            std::numeric_limits<float>::infinity());
-  EXPECT_EQ(tensor(t.buf(), dtype::f32, shape{6}).known_bound(), std::numeric_limits<float>::infinity());
-  t.forget_known_bound();
-  EXPECT_EQ(t.known_bound(), std::numeric_limits<float>::infinity());
-  EXPECT_EQ(copy.known_bound(), 6.0F);
 }
 
 }  // namespace

@@ -125,17 +125,22 @@ TEST(ConvBiasInSum, MatchesAFloat64ConvolutionPlusTheBias) {
   }
 }
 
-// Runs `s` with oneDNN's verbose log captured; how many convolution primitives ran with the
-// post-op `post_op` ("eltwise_clip", "binary_add"; one per chunk of images), of those whose line
-// has `problem` (oneDNN's description of the convolution, "g96mb2_ic96oc96...").
-int post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& post_op,
-                 const std::string& problem = "") {
+// oneDNN's verbose log of what f() runs.
+template <class F>
+std::string verbose_log_of(F&& f) {
   dnnl::set_verbose(1);
   ::testing::internal::CaptureStdout();
-  out = s.run({{"x", x}}, {"y"});
+  f();
   std::fflush(stdout);
-  const std::string log = ::testing::internal::GetCapturedStdout();
+  std::string log = ::testing::internal::GetCapturedStdout();
   dnnl::set_verbose(0);
+  return log;
+}
+
+// How many convolution primitives `log` says ran with the post-op `post_op` ("eltwise_clip",
+// "binary_add"; one per chunk of images), of those whose line has `problem` (oneDNN's
+// description of the convolution, "g96mb2_ic96oc96...").
+int post_op_runs(const std::string& log, const std::string& post_op, const std::string& problem = "") {
   std::istringstream lines(log);
   int count = 0;
   for (std::string line; std::getline(lines, line);) {
@@ -143,6 +148,12 @@ int post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const st
                               line.find(post_op) != std::string::npos && line.find(problem) != std::string::npos);
   }
   return count;
+}
+
+// Runs `s` on x (fetching y) and counts as post_op_runs does.
+int post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& post_op,
+                 const std::string& problem = "") {
+  return post_op_runs(verbose_log_of([&] { out = s.run({{"x", x}}, {"y"}); }), post_op, problem);
 }
 
 int clip_post_ops_run(session& s, const tensor& x, std::vector<tensor>& out, const std::string& problem = "") {
@@ -301,6 +312,43 @@ TEST(ConvBiasInSum, ADepthwiseLayerAfterAClippedExpansionClipsInItsPrimitive) {
       EXPECT_EQ(expansion_clips + depthwise_clips, 0);
     }
   }
+}
+
+// Note [known bounds] (src/kernel/known_bounds.hpp): what a convolution proved of its output
+// is not trusted for a tensor the caller feeds, even one that convolution wrote (fetched,
+// changed, fed back where that output goes). A graph in channel blocks as written (no passes):
+// x -> to_channel_blocks -> expansion with its clip "e" -> depthwise with its clip -> "y".
+TEST(ConvBiasInSum, AFedTensorIsNotTrustedForWhatItsConvolutionProved) {
+  if (!nn_rules::cpu_computes_in_channel_blocks()) GTEST_SKIP() << "no channel blocks on this CPU";
+  const layer& expansion = layers[1];
+  const layer& depthwise = layers[2];
+  graph g;
+  {
+    graph_builder gb(g);
+    ops::conv2d_options in_blocks = options_of(expansion, "NCHW16c");
+    const ops::epilogue e1{.bias = ops::constant(gb, random(dtype::f32, shape{expansion.ws[0]}, 4)),
+                           .activation = "clip", .clip_min = 0.0, .clip_max = 6.0, .bias_in_sum = true};
+    auto x = gb.add1("to_channel_blocks", {ops::placeholder(gb, "x", dtype::f32, expansion.xs)});
+    auto e = ops::fused_conv2d(x, ops::constant(gb, random(dtype::f32, expansion.ws, 3, -0.5, 0.5)), e1, in_blocks,
+                               {.name = "e", .device = {}});
+    const ops::epilogue e2{.bias = ops::constant(gb, random(dtype::f32, shape{depthwise.ws[0]}, 8)),
+                           .activation = "clip", .clip_min = 0.0, .clip_max = 6.0, .bias_in_sum = true};
+    (void)ops::fused_conv2d(e, ops::constant(gb, random(dtype::f32, depthwise.ws, 7, -0.5, 0.5)), e2,
+                            options_of(depthwise, "NCHW16c"), {.name = "y", .device = {}});
+  }
+  session_options bare;
+  bare.passes.enabled = false;
+  session s(std::move(g), bare);
+  const tensor x = random(dtype::f32, expansion.xs, 5, -3.0, 3.0);
+  std::vector<tensor> out;
+  // Both clips run inside: the expansion proved its output within [0, 6].
+  EXPECT_EQ(post_op_runs(verbose_log_of([&] { out = s.run({{"x", x}}, {"y", "e"}); }), "eltwise_clip"), 2);
+  tensor e = out.at(1);  // shares the buffer the expansion wrote
+  e.data<float>()[16 * 7] = std::numeric_limits<float>::quiet_NaN();  // channel 0 of pixel 7
+  const tensor y = s.run({{"e", e}}, {"y"}).at(0);
+  const auto v = values(y);
+  // The NaN reaches channel 0 of the pixels whose window covers pixel 7 (the clip keeps it).
+  EXPECT_TRUE(std::any_of(v.begin(), v.end(), [](double d) { return std::isnan(d); }));
 }
 
 // An inverted residual block's projection: its residual, when nothing follows it, is added

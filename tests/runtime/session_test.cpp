@@ -2,8 +2,6 @@
 // and every bad-input error, with the session still usable afterwards.
 #include <gtest/gtest.h>
 
-#include <limits>
-
 #include "loom/graph/ops/state.hpp"
 #include "loom/memory/tensor_allocation.hpp"
 #include "loom/runtime/session.hpp"
@@ -30,21 +28,6 @@ TEST(Session, FeedsFlowToFetches) {
   EXPECT_EQ(floats(out[0]), (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(floats(out[1]), (std::vector<float>{1, 2, 3, 4}));
   EXPECT_EQ(out[0].shape(), (shape{2, 2}));
-}
-
-// Note [known bounds]: the caller owns a feed's memory, so a bound it carries is forgotten.
-TEST(Session, FeedsForgetTheirKnownBounds) {
-  graph g;
-  graph_builder b(g);
-  auto x = ops::placeholder(b, "x", dtype::f32, {2});
-  ops::identity(x, {.name = "y"});
-  session s(std::move(g));
-  tensor fed = host_tensor({2}, {1, 2});
-  fed.set_known_bound(2.0F);
-  const auto out = s.run({{"x", fed}}, {"y", "x"});
-  EXPECT_EQ(out.at(0).known_bound(), std::numeric_limits<float>::infinity());
-  EXPECT_EQ(out.at(1).known_bound(), std::numeric_limits<float>::infinity());
-  EXPECT_EQ(fed.known_bound(), 2.0F);  // the caller's tensor is its own
 }
 
 TEST(Session, HostValuesOfHostTensorsAreThemselves) {

@@ -5,22 +5,10 @@
 // the view and shares the buffer. A default-constructed tensor is undefined (`defined()` is
 // false). Kernels accept any strides; those that need dense memory ask the kernel context
 // for a contiguous input.
-//
-// Note [known bounds]
-// A kernel may record what it knows of the values it wrote: known_bound() B says every
-// element is finite and |x| <= B (a clip applied to sums proven finite, Note [bias and clip
-// in the primitive] in src/backends/cpu/nn_conv.cpp, knows its bounds). A kernel reading the
-// tensor may then skip proving that for itself. Copies and reshapes keep the bound; views
-// made anew (tensor::strided) and copies into new buffers start without one. Whatever writes
-// into a buffer other than the kernel that made the tensor forgets it first: a node that
-// writes its output over its input's buffer (kernel_context::forward_input), and a session's
-// feeds, whose memory the caller owns. Kernels trust a bound only on an input that comes
-// straight from the kind of node that records one (a variable's value is updated in place).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <string>
 
@@ -54,13 +42,6 @@ class tensor {
     return static_cast<std::size_t>(num_elements()) * size_of(dtype_);
   }
   [[nodiscard]] bool is_contiguous() const noexcept { return contiguous_; }
-  /// What the kernel that wrote this tensor knows of its values (Note [known bounds]): every
-  /// element finite and at most this in magnitude; +inf (the default) when nothing is known.
-  [[nodiscard]] float known_bound() const noexcept { return known_bound_; }
-  /// Records known_bound(); only the kernel that wrote the values, about what it wrote.
-  void set_known_bound(float bound) noexcept { known_bound_ = bound; }
-  /// Forgets known_bound() (before the buffer is written other ways).
-  void forget_known_bound() noexcept { known_bound_ = unknown_bound; }
   [[nodiscard]] device_id device() const noexcept { return buf_ ? buf_->device() : device_id{}; }
   [[nodiscard]] const buffer_ptr& buf() const noexcept { return buf_; }
 
@@ -97,8 +78,6 @@ class tensor {
   loom::shape strides_;
   std::int64_t offset_ = 0;
   bool contiguous_ = true;
-  static constexpr float unknown_bound = std::numeric_limits<float>::infinity();
-  float known_bound_ = unknown_bound;
 };
 
 /// Copies the elements of `src`, in row-major order, to dense memory at `dst` (host memory

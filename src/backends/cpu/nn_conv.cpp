@@ -15,6 +15,7 @@
 
 #include "cpu_isa.hpp"
 #include "kernel/common/apply_rule.hpp"
+#include "kernel/known_bounds.hpp"
 #include "nn_kernels.hpp"
 #include "nn_onednn.hpp"
 
@@ -119,13 +120,13 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // 249-259 against 220-237 ms at batch 32 on 1 thread in interleaved runs. But a depthwise
 // layer's input is the expansion's output: where the expansion's clip ran in the primitive
 // on every chunk, every value of it is finite and within the clip's bounds, and the kernel
-// records that (Note [known bounds] in loom/core/tensor.hpp); a convolution reading a
+// records that (Note [known bounds] in src/kernel/known_bounds.hpp); a convolution reading a
 // convolution's output with a known bound makes the proof from the bound, reading nothing,
 // whatever the sizes. At batch 1 on 2 threads that took mobilenet_v2's 17 depthwise clip
 // passes away: 3.68-3.84 against 3.49-3.58 ms in alternating runs. A tie gives the
 // bound in both (vmaxps(x, lo) returns lo for x == lo, as maximum(x, lo) does), and the
 // post-op primitive must be the implementation the plain one is, writing loom's buffer
-// itself (clip_plan_for), so its sums are the plain primitive's. Measured on mobilenet_v2's
+// itself (post_op_plan_for), so its sums are the plain primitive's. Measured on mobilenet_v2's
 // layers (oneDNN 2.6, 1 thread, median of 40): 4 images of 16 -> 96 channels at 112x112,
 // 1x1: the convolution 1.12 ms, with its bias 1.22, with bias and clip 1.25, where loom's
 // epilogue pass after it took 0.81 ms (oneDNN's 1x1 kernel writes its output past the
@@ -138,8 +139,9 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // A fused_conv2d whose epilogue is a residual alone (its bias in the sum, no activation: an
 // inverted residual block's projection) may have the primitive add the residual, a binary
 // add post-op reading it in the output's layout: oneDNN adds it to each finished float32 sum,
-// round(sum + r), which is what the epilogue pass computes, NaN and -0 included
-// (ConvBiasInSum.TheResidualIsAddedByThePrimitiveWithTheSameBits; the post-op primitive must
+// round(sum + r), which is what the epilogue pass computes, NaN and -0 included (checked bit
+// for bit on mobilenet_v2's projection shapes with oneDNN 2.6, and by
+// ConvBiasInSum.TheResidualIsAddedByThePrimitiveWithTheSameBits; the post-op primitive must
 // be the plain one's implementation writing loom's buffer, as for the clip). oneDNN's sum
 // post-op, which would add the output buffer's contents, is not: it starts a split
 // reduction from them (other roundings, Note [fused epilogue] in nn_fused.cpp). float32 only
@@ -277,6 +279,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
       ctx.fail("the filter {} is larger than the padded input {}", win.describe(), xin.describe());
     }
     tensor& out = ctx.allocate_output(0, nn_rules::conv_output_in(g.output_shape(), format_));
+    known_bounds::record(out.buf().get(), HUGE_VALF);  // nothing known yet (Note [known bounds])
     if (core != nullptr && core->check) core->check(out);
     const tensor bias = core != nullptr && core->bias_input ? ctx.input_contiguous(*core->bias_input) : tensor();
     if (out.num_elements() == 0) return;
@@ -423,7 +426,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     // Every sum finite and clipped: the output lies within the clip's bounds (Note [known
     // bounds]), which spares the next convolution its proof's reading.
     if (every_chunk_inside) {
-      out.set_known_bound(static_cast<float>(std::max(std::fabs(clip->lo), std::fabs(clip->hi))));
+      known_bounds::record(out.buf().get(), static_cast<float>(std::max(std::fabs(clip->lo), std::fabs(clip->hi))));
     }
     return true;
   }
@@ -443,10 +446,10 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
            (std::isfinite(known_input_bound(x)) || x.num_elements() <= out.num_elements() / 2);
   }
 
-  // The input's known bound (Note [known bounds] in loom/core/tensor.hpp), trusted only
-  // from a convolution node (the only kind that records one); +inf otherwise.
-  [[nodiscard]] float known_input_bound(const tensor& x) const noexcept {
-    return input_from_conv_ ? x.known_bound() : HUGE_VALF;
+  // The input's known bound (Note [known bounds] in src/kernel/known_bounds.hpp), trusted
+  // only straight from a convolution node (the kind that records one); +inf otherwise.
+  [[nodiscard]] float known_input_bound(const tensor& x) const {
+    return input_from_conv_ ? known_bounds::of(x.buf().get()) : HUGE_VALF;
   }
 
   // The largest sum over an output channel of its filter's magnitudes (inf when the filter
