@@ -122,8 +122,11 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // on every chunk, every value of it is finite and within the clip's bounds, and the kernel
 // records that (Note [known bounds] in src/kernel/known_bounds.hpp); a convolution reading a
 // convolution's output with a known bound makes the proof from the bound, reading nothing,
-// whatever the sizes. At batch 1 on 2 threads that took mobilenet_v2's 17 depthwise clip
-// passes away: 3.68-3.84 against 3.49-3.58 ms in alternating runs. A tie gives the
+// whatever the sizes. That took mobilenet_v2's 17 depthwise clip passes away: a prototype
+// that assumed the bound ran batch 1 on 2 threads in 3.49-3.58 ms against 3.68-3.84 in
+// alternating runs; the kernel as written, on a busier machine, 3.75-4.25 (median 4.16)
+// against 3.99-4.67 (4.24) in ten alternating pairs, and batch 32 on 1 thread 256-266 ms
+// against 267-302 in three. A tie gives the
 // bound in both (vmaxps(x, lo) returns lo for x == lo, as maximum(x, lo) does), and the
 // post-op primitive must be the implementation the plain one is, writing loom's buffer
 // itself (post_op_plan_for), so its sums are the plain primitive's. Measured on mobilenet_v2's
@@ -146,14 +149,15 @@ std::int64_t images_per_chunk(const conv_geometry& g, dtype t) {
 // post-op, which would add the output buffer's contents, is not: it starts a split
 // reduction from them (other roundings, Note [fused epilogue] in nn_fused.cpp). float32 only
 // (a 16-bit output rounds the sum, then the addition). Measured with oneDNN 2.6 on
-// mobilenet_v2's projections (1 image, median of 40): the post-op cost 0 to 5% of the
+// mobilenet_v2's projections (1 image, median of 40): the post-op cost 0 to 6% of the
 // convolution on the 28x28 and smaller layers, 2 to 5% on the 56x56 one (144 -> 24) on 2
 // threads and 22 to 37% on 1, about what loom's pass costs there (43 of 229 us in the
 // model); at batch 1 on 2 threads, interleaved runs of the model took 3.38-3.65 ms (median
 // 3.41) against 3.45-3.62 (3.50) without, on 1 thread 6.11-6.44 against 6.06-6.49. On the 4 MiB
 // chunks of a large batch it was mixed (10 images of 144 -> 24 channels at 56x56 on one thread:
 // 2.73 against 1.88 ms plus the pass; 40 of 192 -> 32 at 28x28: 2.79 against 2.70 plus the
-// pass) and batch 32 measured 0 to 3% slower, so only chunks of up to 1 MiB of output.
+// pass), and in three interleaved pairs each on 1 and 2 threads batch 32 took up to 3.2%
+// longer in five and 3.5% less in one, so only chunks of up to 1 MiB of output.
 //
 // Note [Winograd convolutions]
 // A 3x3 convolution of stride 1 can compute each tile of outputs from a tile of inputs with
@@ -232,14 +236,6 @@ double largest_magnitude(kernel_context& ctx, const float* p, std::int64_t n) {
   return m >= 0x7f800000U ? HUGE_VAL : static_cast<double>(std::bit_cast<float>(m));
 }
 
-// Whether the node's input 0 is the output of a convolution node (conv2d, fused_conv2d).
-bool input_is_a_convolution(const kernel_construction& c) {
-  const graph* g = c.graph();
-  if (g == nullptr || c.node().inputs.empty()) return false;
-  const std::string& op = g->at(c.node().inputs[0].node).op();
-  return op == "conv2d" || op == "fused_conv2d";
-}
-
 class conv2d_kernel final : public op_kernel, public chunked_kernel {
  public:
   // oneDNN runs on its own (OpenMP) threads, all of the device's.
@@ -252,7 +248,7 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
         nchw_(nn_rules::is_nchw(format_)),
         blocked_(nn_rules::is_channel_blocked(format_)),
         constant_filter_(onednn::input_is_constant(c, 1)),
-        input_from_conv_(input_is_a_convolution(c)) {
+        input_from_conv_(onednn::input_op(c, 0) == "conv2d" || onednn::input_op(c, 0) == "fused_conv2d") {
     if (blocked_ && !onednn::data_type_of(type_)) {
       c.fail(fmt::format("a convolution in channel blocks (NCHW16c) computes through oneDNN, which "
                          "takes float32 or bfloat16, not {}",
@@ -291,12 +287,15 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
     const tensor x = ctx.input_contiguous(0);
     const tensor w = ctx.input_contiguous(1);
     if (const auto dt = onednn::data_type_of(type_)) {
-      const in_core* clip = core != nullptr && core->clip && clip_may_run_inside(ctx, x, w, out, *core) ? core : nullptr;
-      // The residual added by the primitive: float32 (a 16-bit one rounds the sum twice).
-      const tensor residual = core != nullptr && core->residual_input && type_ == dtype::f32
-                                  ? ctx.input_contiguous(*core->residual_input)
+      const float known = core != nullptr && core->clip ? known_input_bound(x) : HUGE_VALF;
+      const in_core* clip = core != nullptr && core->clip && clip_may_run_inside(ctx, x, w, out, *core, known) ? core : nullptr;
+      // The residual added by the primitive: float32 (a 16-bit one rounds the sum twice),
+      // dense (its shape is the output's: core->check), else the epilogue's pass adds it.
+      const tensor residual = core != nullptr && core->residual_input && type_ == dtype::f32 &&
+                                      ctx.input(*core->residual_input).is_contiguous()
+                                  ? ctx.input(*core->residual_input)
                                   : tensor();
-      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, clip, residual)) return;
+      if (run_onednn(ctx, x, w, bias, out, g, *dt, blocked_in, after, clip, known, residual)) return;
     }
     run_reference(ctx, x, w, bias, out, g, view, blocked_in);
     if (after) after(0, g.n, g.n);
@@ -364,19 +363,19 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
 
   // Runs the primitive on chunks of images (Note [convolutions in chunks]), with the bias in
   // the sum when given, calling `after` for each chunk, except those whose clip `clip` (when
-  // given; Note [bias and clip in the primitive]) or residual `residual` (when defined; Note
-  // [the residual in the primitive]) the primitive applied; false, having run nothing, when
-  // oneDNN has no implementation.
+  // given; Note [bias and clip in the primitive]; `known` the input's known bound) or
+  // residual `residual` (when defined; Note [the residual in the primitive]) the primitive
+  // applied; false, having run nothing, when oneDNN has no implementation.
   bool run_onednn(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& bias, tensor& out,
                   const conv_geometry& whole, dnnl::memory::data_type dt, bool blocked_in,
-                  const chunk_done& after, const in_core* clip, const tensor& residual) {
+                  const chunk_done& after, const in_core* clip, float known, const tensor& residual) {
     const std::int64_t chunk = images_per_chunk(whole, type_);
     // The plans of both chunk sizes first (they differ in the batch only); those with the
     // clip or the residual where oneDNN's is the plain primitive's implementation.
     std::shared_ptr<const onednn::plan> plans[2];
     std::shared_ptr<const onednn::plan> clipped[2];
     std::shared_ptr<const onednn::plan> added[2];
-    bool adds = residual.defined() && residual.shape() == out.shape() &&
+    bool adds = residual.defined() &&
                 static_cast<std::int64_t>(out.nbytes()) / whole.n * std::min(chunk, whole.n) <= residual_pays_up_to;
     for (int k = 0; k < 2; ++k) {
       conv_geometry g = whole;
@@ -397,13 +396,12 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
         clip != nullptr && bias.defined() ? largest_magnitude(ctx, bias.data<float>(), bias.num_elements()) : 0.0;
     const auto x_image = static_cast<std::int64_t>(x.nbytes()) / whole.n;
     const auto out_image = static_cast<std::int64_t>(out.nbytes()) / whole.n;
-    const float known = known_input_bound(x);
     bool every_chunk_inside = clip != nullptr;
     for (std::int64_t lo = 0; lo < whole.n; lo += chunk) {
       const std::int64_t n = std::min(chunk, whole.n - lo);
       const auto* in = static_cast<const std::byte*>(x.raw_data()) + lo * x_image;
       // The clip in the primitive where this chunk's sums cannot be NaN: the input's known
-      // bound, or its input read just before the primitive reads it again, from the cache.
+      // bound `known`, or its input read just before the primitive reads it again, from the cache.
       const bool inside =
           clip != nullptr &&
           filter * (std::isfinite(known) ? static_cast<double>(known)
@@ -438,12 +436,11 @@ class conv2d_kernel final : public op_kernel, public chunked_kernel {
 
   // Whether the primitive may apply `clip` at all (Note [bias and clip in the primitive]):
   // float32 in channel blocks, a constant filter (its own buffer), numeric bounds in order,
-  // and an input whose bound is known or at most half the output (the proof reads it).
+  // and an input whose bound is known (`known`) or at most half the output (the proof reads it).
   bool clip_may_run_inside(kernel_context& ctx, const tensor& x, const tensor& w, const tensor& out,
-                           const in_core& clip) const {
+                           const in_core& clip, float known) const {
     return type_ == dtype::f32 && blocked_ && constant_filter_ && w.raw_data() == ctx.input(1).raw_data() &&
-           clip.lo <= clip.hi &&
-           (std::isfinite(known_input_bound(x)) || x.num_elements() <= out.num_elements() / 2);
+           clip.lo <= clip.hi && (std::isfinite(known) || x.num_elements() <= out.num_elements() / 2);
   }
 
   // The input's known bound (Note [known bounds] in src/kernel/known_bounds.hpp), trusted

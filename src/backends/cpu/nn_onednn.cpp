@@ -230,10 +230,10 @@ const void* constant_reorders::get(const plan& p, std::size_t i, const void* han
   return copies_.back().data.raw_data();
 }
 
-bool input_is_constant(const kernel_construction& c, std::size_t i) {
+std::string_view input_op(const kernel_construction& c, std::size_t i) {
   const graph* g = c.graph();
-  if (g == nullptr || i >= c.node().inputs.size()) return false;
-  return g->at(c.node().inputs[i].node).op() == "const";
+  if (g == nullptr || i >= c.node().inputs.size()) return {};
+  return g->at(c.node().inputs[i].node).op();
 }
 
 void execute(kernel_context& ctx, const plan& p, std::initializer_list<const void*> data,

@@ -59,6 +59,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -220,8 +221,11 @@ void execute(kernel_context& ctx, const plan& p, std::initializer_list<const voi
 void execute(kernel_context& ctx, const plan& p, std::span<const void* const> data,
              constant_reorders& constants, std::uint32_t constant_mask);
 
+/// The op of the node that input `i` of the node being made comes straight from; empty
+/// when the node is made outside a graph.
+std::string_view input_op(const kernel_construction& c, std::size_t i);
 /// True when input `i` of the node being made comes straight from a `const` node.
-bool input_is_constant(const kernel_construction& c, std::size_t i);
+inline bool input_is_constant(const kernel_construction& c, std::size_t i) { return input_op(c, i) == "const"; }
 
 /// "oneDNN failed (status <n>): <message>", for error messages.
 std::string describe(const dnnl::error& e);
