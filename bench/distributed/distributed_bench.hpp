@@ -55,10 +55,14 @@ struct distributed_bench_row {
   double loom_us = 0;       // median time per all_reduce
   double unchecked_us = 0;  // the same with the communicator unchecked (set_checked(false))
   double mpi_us = 0;
+  // MPI_Allreduce after the checked communicator's agreement exchange, both made directly: the
+  // floor of a checked all_reduce (Note [agreeing ranks]).
+  double agreed_mpi_us = 0;
   double loom_busbw_gbs = 0;
   double mpi_busbw_gbs = 0;
   double ratio = 0;  // mpi_us / loom_us: loom's bandwidth as a fraction of direct MPI's
   double unchecked_ratio = 0;  // mpi_us / unchecked_us
+  double agreed_ratio = 0;     // agreed_mpi_us / loom_us
 };
 
 struct distributed_bench_result {
