@@ -24,7 +24,9 @@
 // (conv_blocks::output) reads its NCHW input as it is. A max or average pool between
 // convolutions in blocks pools the blocks (data_format "NCHW16c") where the CPU's rule says
 // it gives the same bits (nn_rules::cpu_pools_in_channel_blocks): the conversion out of the
-// blocks moves below it and meets the next convolution's.
+// blocks moves below it and meets the next convolution's. A float32 sum or mean over the
+// pixels (a global average pool) sums the blocks, which gives the same bits too (sink_mean),
+// and converts the [n, channels, 1, 1] result.
 //
 // Answers do not change: the converted node asks oneDNN for the same primitive as the NCHW
 // one (format_tag::any for the activations, or nChw16c where the rule says channel blocks,
@@ -39,6 +41,7 @@
 
 #include "loom/graph/fused_expr.hpp"
 #include "loom/graph/ops/nn_rules.hpp"
+#include "loom/graph/ops/reduction_rules.hpp"
 #include "loom/passes/pass_manager.hpp"
 #include "pass_util.hpp"
 
@@ -325,6 +328,52 @@ class conv_layout final : public graph_pass {
     return true;
   }
 
+  // A float32 sum or mean over the pixels of a from_channel_blocks (a global average pool
+  // after the last convolution) sums the blocks themselves, the conversion moving below it to
+  // the [n, channels, 1, 1] result: sum(from_channel_blocks(v), {2, 3}) ->
+  // from_channel_blocks(sum(v, {2, 3})). The CPU's float sums give each channel the same bits
+  // in either layout (Note [sums in any layout] in reduction_reduce.cpp): the pixels are one
+  // run in both, the outputs as many. The padding channels are summed and dropped.
+  static bool sink_mean(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& n = ed.at(id);
+    if ((n.op() != "reduce_mean" && n.op() != "reduce_sum") || !ctx.options().channel_blocks ||
+        !ed.control_inputs(id).empty() || ed.has_control_users(id) || ed.is_pinned(id) ||
+        n.outputs[0].type != dtype::f32 || !n.attr<bool>("keepdims")) {
+      return false;
+    }
+    const endpoint in = ed.inputs(id)[0];
+    const node& conversion = ed.at(in.node);
+    const auto& xs = ed.type_of(in).shape;
+    if (conversion.op() != "from_channel_blocks" || conversion.attr<std::string>("data_format") != "NCHW" ||
+        !same_request(conversion, n) || !xs || xs->rank() != 4) {
+      return false;
+    }
+    const reduction_rules::reduce_geometry g =
+        reduction_rules::reduce_geometry_of(*xs, n.attr<ints>("axes"), true, reduction_rules::rule_caller::inference);
+    if (g.reduced != std::vector<char>{0, 0, 1, 1}) return false;
+    // Copies: adding nodes may move the ones `n` and `conversion` refer to.
+    const std::string name = n.name;
+    const std::string op = n.op();
+    const std::string device = n.requested_device;
+    const std::int64_t channels = conversion.attr<std::int64_t>("channels");
+    const endpoint blocks = ed.inputs(in.node)[0];
+    attr_map attrs = n.attrs;
+    attrs.erase("T");
+    attrs["axes"] = ints{2, 3};  // h and w of [n, blocks, h, w, 16] too
+    const node_id summed = ed.add({.name = ed.g().unique_name(name + "/blocks"),
+                                   .op = op,
+                                   .inputs = {blocks},
+                                   .attrs = std::move(attrs),
+                                   .device = device,
+                                   .control_inputs = {}});
+    ed.replace_uses({id, 0},
+                    add1(ed, "from_channel_blocks", {summed, 0}, {{"channels", channels}}, name + "/nchw", device));
+    ed.erase(id);
+    ctx.rewrote({name}, fmt::format("'{}' sums the pixels in channel blocks: the conversion moved below it",
+                                    ed.at(summed).name));
+    return true;
+  }
+
   bool do_run(pass_context& ctx) override {
     graph_editor& ed = ctx.editor();
     bool changed = false;
@@ -337,8 +386,8 @@ class conv_layout final : public graph_pass {
     if (!changed) return false;
     // In topological order a moved transpose is met again below its new reader.
     for (node_id id : ed.topological_order()) {
-      if (ed.alive(id) && !sink(ed, ctx, id) && !sink_pool(ed, ctx, id) && !cancel(ed, ctx, id) &&
-          !cancel_blocks(ed, ctx, id)) {
+      if (ed.alive(id) && !sink(ed, ctx, id) && !sink_pool(ed, ctx, id) && !sink_mean(ed, ctx, id) &&
+          !cancel(ed, ctx, id) && !cancel_blocks(ed, ctx, id)) {
         merge_conversion(ed, ctx, id);
       }
     }

@@ -1,10 +1,12 @@
 // reduce_sum / mean / max / min / prod against float64 loops: every axes combination on
 // ranks 0..4 with and without keepdims, empty tensors, strided, transposed and broadcast
 // inputs, every dtype, large reductions along inner and outer axes, and bad input.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -261,6 +263,64 @@ TEST(ReduceTest, LargeReductionsAlongInnerAndOuterAxes) {
     const tensor x = random(dtype::f32, s, seed++, -4.0, 4.0);
     if (s.rank() >= 2) check(kind::sum, non_contiguous(x), axes, true);
     check(kind::max, strided_view(x), axes, false);
+  }
+}
+
+// Note [sums in any layout]: a float sum over elements lying along the contiguous axis (inner
+// mode) and over the same elements lying along a strided axis (outer mode) gives the same bits
+// (checked against float64 by the tests above; here the two layouts against each other):
+// counts around the 8-lane groups and 128-row blocks, outputs beyond one lane block (300 >
+// 256), every float sum kind, every float dtype, and several runs (a reduced dim that does not
+// merge with the innermost one). The mean over the pixels of a channel-blocked tensor is the
+// mean of the plain one, so the channel-blocks pass may take a global average in blocks.
+TEST(ReduceTest, AFloatSumHasTheSameBitsAlongAnyAxis) {
+  const auto same_bits = [](const tensor& a, const tensor& b, const std::string& what) {
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    ASSERT_EQ(a.type(), b.type()) << what;
+    EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), static_cast<std::size_t>(a.nbytes())), 0) << what;
+  };
+  std::uint64_t seed = 1300;
+  for (dtype t : {dtype::f32, dtype::f64, dtype::f16, dtype::bf16}) {
+    for (const std::int64_t outputs : {3, 37, 300}) {
+      for (const std::int64_t n : {1, 7, 8, 49, 127, 128, 136, 300, 1000}) {
+        const tensor x = random(t, {outputs, n}, seed++, -4.0, 4.0);
+        for (const char* op : {"reduce_sum", "reduce_mean", "reduce_l1", "reduce_l2", "reduce_sum_square"}) {
+          same_bits(run_op1(op, {x}, reduce_attrs({1}, false)), run_op1(op, {non_contiguous(x)}, reduce_attrs({1}, false)),
+                    fmt::format("{} of {}[{}, {}]", op, to_string(t), outputs, n));
+        }
+      }
+    }
+  }
+  // Three runs of 200: [37, 3, 200] over its last two axes as a view of [37, 3, 201] (inner
+  // mode) and of [3, 201, 37] (outer mode), so that the reduced dims merge in neither.
+  const tensor inner_store = random(dtype::f32, {37, 3, 201}, seed++, -4.0, 4.0);
+  std::vector<double> outer_values(static_cast<std::size_t>(inner_store.num_elements()));
+  const std::vector<double> iv = values(inner_store);
+  for (std::int64_t c = 0; c < 37; ++c) {
+    for (std::int64_t a = 0; a < 3; ++a) {
+      for (std::int64_t i = 0; i < 201; ++i) outer_values[static_cast<std::size_t>((a * 201 + i) * 37 + c)] = iv[(c * 3 + a) * 201 + i];
+    }
+  }
+  const tensor outer_store = make(dtype::f32, {3, 201, 37}, outer_values);
+  const tensor inner_view = tensor::strided(inner_store.buf(), dtype::f32, {37, 3, 200}, {603, 201, 1}, 0);
+  const tensor outer_view = tensor::strided(outer_store.buf(), dtype::f32, {37, 3, 200}, {1, 201 * 37, 37}, 0);
+  same_bits(run_op1("reduce_sum", {inner_view}, reduce_attrs({1, 2}, false)),
+            run_op1("reduce_sum", {outer_view}, reduce_attrs({1, 2}, false)), "reduce_sum of three runs of 200");
+  // A global average of [1, 40, 7, 7] and of the same values in 16-channel blocks
+  // [1, 3, 7, 7, 16] (the padding channels hold NaN: they are dropped, never mixed in).
+  const tensor plain = random(dtype::f32, {1, 40, 7, 7}, seed++, -4.0, 4.0);
+  std::vector<double> blocked(3 * 49 * 16, std::numeric_limits<double>::quiet_NaN());
+  const std::vector<double> v = values(plain);
+  for (std::int64_t c = 0; c < 40; ++c) {
+    for (std::int64_t p = 0; p < 49; ++p) blocked[static_cast<std::size_t>((c / 16 * 49 + p) * 16 + c % 16)] = v[c * 49 + p];
+  }
+  const tensor mean_plain = run_op1("reduce_mean", {plain}, reduce_attrs({2, 3}, true));
+  const tensor mean_blocked =
+      run_op1("reduce_mean", {make(dtype::f32, {1, 3, 7, 7, 16}, blocked)}, reduce_attrs({2, 3}, true));
+  for (std::int64_t c = 0; c < 40; ++c) {
+    const float a = mean_plain.data<float>()[c];
+    const float b = mean_blocked.data<float>()[c / 16 * 16 + c % 16];
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "channel " << c << ": " << a << " vs " << b;
   }
 }
 

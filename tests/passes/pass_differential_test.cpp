@@ -917,6 +917,45 @@ TEST(PassDifferential, ConvLayoutPoolsInChannelBlocks) {
   expect_all_same(r, fetches, bitwise, "conv_layout");
 }
 
+// Sums and means over the pixels after convolutions in channel blocks (a global average pool):
+// where they keep the pixels (keepdims) of float32 they sum the blocks, the conversion moving
+// below them (Note [sums in any layout] in reduction_reduce.cpp); 20 channels (a part-filled
+// last block) of 17x9 = 153 pixels (past one block of 128) holding NaN, infinities and zeros
+// of both signs. A mean that drops the pixel dims, or also reduces the channels, stays NCHW.
+// Bit for bit the NCHW graph's answers either way.
+TEST(PassDifferential, ConvLayoutSumsPixelsInChannelBlocks) {
+  const dtype t = dtype::f32;
+  std::mt19937 rng(15);
+  const shape xs{2, 20, 17, 9};
+  std::vector<feed> feeds{{"x", make(t, xs, sprinkled(t, rng, xs.num_elements(), 13, 4))}};
+  graph g;
+  graph_builder b(g);
+  auto x = ops::placeholder(b, "x", t, {-1, 20, 17, 9});
+  const auto ones = ops::constant(b, make(t, {20, 1, 1, 1}, std::vector<double>(20, 1.0)));
+  ops::conv2d_options depthwise;
+  depthwise.groups = 20;
+  auto c0 = ops::conv2d(x, ones, depthwise);  // passes x through, special values included
+  ops::identity(ops::global_avg_pool(c0, {.name = "gap"}), {.name = "y_gap"});
+  ops::identity(ops::reduce_sum(c0, {2, 3}, true, {.name = "sum"}), {.name = "y_sum"});
+  ops::identity(ops::reduce_mean(c0, {-1, -2}, true, {.name = "mean_negative_axes"}), {.name = "y_negative"});
+  ops::identity(ops::reduce_mean(c0, {2, 3}, false, {.name = "mean_dropped"}), {.name = "y_dropped"});
+  ops::identity(ops::reduce_mean(c0, {1, 2, 3}, true, {.name = "mean_all"}), {.name = "y_all"});
+  const std::vector<std::string> fetches{"y_gap", "y_sum", "y_negative", "y_dropped", "y_all"};
+  const auto r = run_off_on(g, feeds, fetches);
+  const std::string log = log_text(r.log);
+  std::size_t in_blocks = 0;
+  for (const auto& n : r.planned) {
+    if ((n.op == "reduce_mean" || n.op == "reduce_sum") && n.name.ends_with("/blocks")) ++in_blocks;
+  }
+  if (nn_rules::cpu_computes_in_channel_blocks()) {
+    EXPECT_EQ(in_blocks, 3u) << log;
+    EXPECT_NE(log.find("'gap/blocks' sums the pixels in channel blocks"), std::string::npos) << log;
+  } else {
+    EXPECT_EQ(in_blocks, 0u) << log;
+  }
+  expect_all_same(r, fetches, bitwise, "conv_layout");
+}
+
 // ---- layer_norm_fusion ---------------------------------------------------------------------
 
 // Rows of one kind of special value each, over n columns: ordinary; one NaN; one +inf; one

@@ -14,7 +14,7 @@
 //  - otherwise ("outer" mode: reduce over outer axes), each block of up to row_block
 //    neighbouring outputs along the innermost kept dim accumulates whole rows, one reduced
 //    index at a time, so the inner loop walks memory contiguously and vectorises across
-//    outputs. Float sums accumulate rows in double here.
+//    outputs. Float sums add the rows in the inner mode's order (Note [sums in any layout]).
 // parallel_for shares units of outputs (an output in inner mode, a row block in outer
 // mode). With fewer units than threads and much to reduce (a full reduction, or [N, 4]
 // over N), the outermost reduced dim is cut into chunks that are reduced in parallel, each
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "reduction_common.hpp"
+#include "vector_lanes.hpp"
 
 namespace loom::cpu {
 namespace {
@@ -300,6 +301,118 @@ class odometer {
 // Outputs one outer-mode row pass accumulates (its accumulators stay in L1/L2).
 constexpr std::int64_t row_block = 2048;
 
+// Note [sums in any layout]
+// A float sum in outer mode adds the n rows of a run (the innermost reduced dim) for a row of
+// outputs at once (their lanes in registers for a narrow row, else in memory, each input row
+// read whole) in Note [blocked summation]'s order: lane l of each group of eight rows takes
+// row l, blocks of 128 rows are combined as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+// and carried in double, the rows after the last full group are added to the tree's sum, and
+// the run's total joins the output's accumulator in double, as the inner mode's blocked_sum
+// does for a run along the contiguous axis. So an output gets the same bits whichever axis
+// its elements lie along: the mean over the pixels of a channel-blocked tensor (outer mode,
+// channels innermost) equals the mean over the pixels of the plain NCHW one (inner mode), bit
+// for bit, which lets the channel-blocks pass take a global average in blocks
+// (src/passes/conv_layout.cpp). Before, outer mode added every row in double. The same bits
+// need the same runs (reduced dims that merge alike in both layouts) and the same chunks when
+// few outputs share the threads: a float sum chooses chunks by its number of outputs in
+// either mode.
+
+// K neighbouring outputs (column q[0], q[col_stride], ...) of a run of n rows, their eight
+// lanes held in registers (K columns of C: one SSE register each).
+template <class R, bool Unit, int K, class T>
+void add_run_in_lanes(const T* q, std::int64_t n, std::int64_t row_stride, std::int64_t col_stride,
+                      typename R::A* __restrict acc) {
+  using C = typename R::C;
+  using V = vec<C, K>;
+  constexpr std::int64_t block = 128;
+  const auto row = [&](std::int64_t i) {
+    const T* p = q + i * row_stride;
+    C x[K];
+    for (int j = 0; j < K; ++j) x[j] = R::term(load(p[Unit ? j : j * col_stride]));
+    return vload<C, K>(x);
+  };
+  V r[8];
+  const auto clear = [&] {
+    for (V& lane : r) lane = V{};
+  };
+  // The lanes combined as blocked_sum combines them.
+  const auto tree = [&] { return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])); };
+  double run[K] = {};
+  C t[K];
+  std::int64_t i = 0;
+  for (; i + block <= n; i += block) {
+    clear();
+    for (std::int64_t k = 0; k < block; k += 8) {
+      for (int l = 0; l < 8; ++l) r[l] += row(i + k + l);
+    }
+    vstore<C, K>(t, tree());
+    for (int j = 0; j < K; ++j) run[j] += static_cast<double>(t[j]);
+  }
+  clear();
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) r[l] += row(i + l);
+  }
+  V sum = tree();
+  for (; i < n; ++i) sum += row(i);
+  vstore<C, K>(t, sum);
+  for (int j = 0; j < K; ++j) acc[j] = R::combine(acc[j], run[j] + static_cast<double>(t[j]));
+}
+
+// The w outputs of a row from column q[0] on, their lanes in memory (`lanes`: 8 * w of C, for
+// a wide row: each input row is read whole, once).
+template <class R, bool Unit, class T>
+void add_run_in_lane_rows(const T* q, std::int64_t n, std::int64_t row_stride, std::int64_t w,
+                          std::int64_t col_stride, typename R::C* __restrict lanes, double* __restrict run,
+                          typename R::A* __restrict acc) {
+  using C = typename R::C;
+  constexpr std::int64_t block = 128;
+  const auto add_row = [&](C* __restrict lane, std::int64_t i) {
+    const T* __restrict p = q + i * row_stride;
+    for (std::int64_t j = 0; j < w; ++j) lane[j] += R::term(load(p[Unit ? j : j * col_stride]));
+  };
+  const auto tree = [&](std::int64_t j) {
+    const C* r = lanes + j;
+    return ((r[0] + r[w]) + (r[2 * w] + r[3 * w])) + ((r[4 * w] + r[5 * w]) + (r[6 * w] + r[7 * w]));
+  };
+  std::fill_n(run, w, 0.0);
+  std::int64_t i = 0;
+  for (; i + block <= n; i += block) {
+    std::fill_n(lanes, 8 * w, C{});
+    for (std::int64_t k = 0; k < block; k += 8) {
+      for (int l = 0; l < 8; ++l) add_row(lanes + l * w, i + k + l);
+    }
+    for (std::int64_t j = 0; j < w; ++j) run[j] += static_cast<double>(tree(j));
+  }
+  std::fill_n(lanes, 8 * w, C{});
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) add_row(lanes + l * w, i + l);
+  }
+  for (std::int64_t j = 0; j < w; ++j) lanes[j] = tree(j);  // reads output j's lanes, then writes lane 0's
+  for (; i < n; ++i) add_row(lanes, i);
+  for (std::int64_t j = 0; j < w; ++j) acc[j] = R::combine(acc[j], run[j] + static_cast<double>(lanes[j]));
+}
+
+// Outputs whose lanes a float sum keeps in registers (a row no wider) or in memory, a tile of
+// this many at a time (8 KB of float lanes).
+constexpr std::int64_t lanes_in_registers = 32;
+constexpr std::int64_t lane_tile = 256;
+
+// The w outputs from column q[0] on (w <= lane_tile), in the same order either way.
+template <class R, bool Unit, class T>
+void add_run_in_lanes(const T* q, std::int64_t n, std::int64_t row_stride, std::int64_t w, std::int64_t col_stride,
+                      typename R::C* lanes, double* run, typename R::A* __restrict acc) {
+  if (w > lanes_in_registers) {
+    add_run_in_lane_rows<R, Unit>(q, n, row_stride, w, col_stride, lanes, run, acc);
+    return;
+  }
+  constexpr int K = std::max<int>(1, 16 / static_cast<int>(sizeof(typename R::C)));
+  std::int64_t j = 0;
+  for (; j + K <= w; j += K) {
+    add_run_in_lanes<R, Unit, K>(q + (Unit ? j : j * col_stride), n, row_stride, col_stride, acc + j);
+  }
+  for (; j < w; ++j) add_run_in_lanes<R, Unit, 1>(q + (Unit ? j : j * col_stride), n, row_stride, col_stride, acc + j);
+}
+
 // The accumulators of outputs [ob, oe) of `g` over `base`, into out[0, oe - ob).
 template <class R, class T, class A>
 void accumulate(const geometry& g, const T* base, std::int64_t ob, std::int64_t oe, A* out) {
@@ -335,21 +448,29 @@ void accumulate(const geometry& g, const T* base, std::int64_t ob, std::int64_t 
   const std::int64_t row_sets = g.num_red / rin.size;
   odometer qo(std::span<const rdim>(g.kept.data(), g.kept.size() - 1));
   odometer ro(std::span<const rdim>(g.red.data(), g.red.size() - 1));
-  std::vector<A> acc(static_cast<std::size_t>(std::min(row_block, col.size)));
+  constexpr bool float_sum = R::additive && R::floating;  // Note [sums in any layout]
+  const std::int64_t tile = float_sum ? lane_tile : row_block;
+  std::vector<A> acc(static_cast<std::size_t>(std::min(tile, col.size)));
+  std::vector<typename R::C> lanes(float_sum && std::ssize(acc) > lanes_in_registers ? 8 * acc.size() : 0);
+  std::vector<double> run(lanes.empty() ? 0 : acc.size());
   auto body = [&]<bool Unit>() {
     std::int64_t o = ob;
     while (o < oe) {
       const std::int64_t j0 = o % col.size;
       qo.seek(o / col.size);
       const std::int64_t j1 = std::min(col.size, j0 + (oe - o));
-      for (std::int64_t jb = j0; jb < j1; jb += row_block) {
-        const std::int64_t w = std::min(row_block, j1 - jb);
+      for (std::int64_t jb = j0; jb < j1; jb += tile) {
+        const std::int64_t w = std::min(tile, j1 - jb);
         std::fill_n(acc.data(), w, R::identity());
         const T* p = base + qo.offset() + jb * col.stride;
         for (std::int64_t rs = 0; rs < row_sets; ++rs) {
           const T* q = p + ro.offset();
-          for (std::int64_t r = 0; r < rin.size; ++r) {
-            R::template add_row<Unit>(acc.data(), q + r * rin.stride, w, col.stride);
+          if constexpr (float_sum) {
+            add_run_in_lanes<R, Unit>(q, rin.size, rin.stride, w, col.stride, lanes.data(), run.data(), acc.data());
+          } else {
+            for (std::int64_t r = 0; r < rin.size; ++r) {
+              R::template add_row<Unit>(acc.data(), q + r * rin.stride, w, col.stride);
+            }
           }
           ro.next();
         }
@@ -377,21 +498,22 @@ void reduce_into(kernel_context& ctx, const tensor& x, const std::vector<char>& 
   const std::int64_t count = g.num_red;
   const int threads = ctx.num_threads();
   // Units of parallel work over outputs: one output in inner mode, one row block of
-  // outputs in outer mode (consecutive units cover consecutive outputs).
+  // outputs in outer mode, or 64 of a float sum's (consecutive units cover consecutive
+  // outputs).
+  constexpr bool float_sum = R::additive && R::floating;
   const std::int64_t col = g.kept.back().size;
-  const std::int64_t blocks_per_col = g.inner ? col : (col + row_block - 1) / row_block;
+  const std::int64_t width = g.inner ? 1 : (float_sum ? 64 : row_block);
+  const std::int64_t blocks_per_col = (col + width - 1) / width;
   const std::int64_t units = g.num_out / col * blocks_per_col;
-  auto unit_start = [&](std::int64_t u) {
-    if (g.inner) return u;
-    return u / blocks_per_col * col + (u % blocks_per_col) * row_block;
-  };
+  auto unit_start = [&](std::int64_t u) { return u / blocks_per_col * col + (u % blocks_per_col) * width; };
   auto unit_end = [&](std::int64_t u) {  // one past unit u's last output
-    if (g.inner) return u + 1;
-    return u / blocks_per_col * col + std::min(col, (u % blocks_per_col + 1) * row_block);
+    return u / blocks_per_col * col + std::min(col, (u % blocks_per_col + 1) * width);
   };
   const std::int64_t red0 = g.red.front().size;
   const bool big = static_cast<double>(g.num_out) * static_cast<double>(g.num_red) >= 65536.0;
-  if (units < threads && threads > 1 && big && red0 > 1) {
+  // A float sum decides by its outputs, as the inner mode does whatever the layout, so that
+  // both modes cut the same chunks (Note [sums in any layout]).
+  if ((float_sum ? g.num_out : units) < threads && threads > 1 && big && red0 > 1) {
     // Too few units to share: reduce chunks of the outermost reduced dim in parallel, each
     // over every output, and combine their partial results.
     const std::int64_t chunks = std::min<std::int64_t>(red0, 4 * threads);
