@@ -153,7 +153,7 @@ struct run_state {
   run_state(const plan& pl, variable_store& v, cancel_flags c, run_metadata* t)
       : p(pl),
         buffers(pl.buffers.take()),
-        remaining(static_cast<std::int32_t>(pl.nodes.size())),
+        remaining(pl.nodes_to_run),
         variables(v),
         cancel(c),
         trace(t) {
@@ -173,6 +173,11 @@ struct run_state {
     }
     for (std::size_t s = 0; s < slot_count; ++s) {
       readers[s].store(pl.slot_readers[s], std::memory_order_relaxed);
+    }
+    // The constants' values (Note [constants bound with the plan] in partitioner.cpp).
+    for (std::int32_t k : pl.bound_constants) {
+      const exec_node& e = pl.nodes[static_cast<std::size_t>(k)];
+      slots[e.first_output] = e.constant;
     }
     if (trace != nullptr) records.resize(n);
     start = clock_type::now();
@@ -427,7 +432,7 @@ std::vector<tensor> execute_plan(const plan& p, std::vector<tensor> feeds,
     st.slots[p.feed_slots[i]] = std::move(feeds[i]);
   }
   feeds.clear();
-  if (!p.nodes.empty()) {
+  if (p.nodes_to_run > 0) {
     // The caller runs one root itself, the first expensive one (Note [the caller's root]),
     // and is one of that root's device's threads for the run (Note [caller helps]): it
     // runs the root and then the pool's queued work until the run ends.

@@ -49,6 +49,9 @@ struct exec_node {
   bool keeps_thread = false;
   /// The kernel waits for something outside the process (op_kernel::blocks).
   bool blocking = false;
+  /// A constant's value, made once with the plan (Note [constants bound with the plan] in
+  /// partitioner.cpp): the node never runs, every run finds the value in its output slot.
+  tensor constant;
 };
 
 /// The per-run memory of a plan (slots and counters), kept between runs so that a run
@@ -100,6 +103,10 @@ struct plan {
   std::vector<exec_node> nodes;
   /// Nodes ready at the start (nothing to wait for).
   std::vector<std::int32_t> roots;
+  /// Constants bound with the plan (exec_node::constant) whose value somebody reads, and
+  /// how many nodes the plan runs (the others).
+  std::vector<std::int32_t> bound_constants;
+  std::int32_t nodes_to_run = 0;
   std::int32_t slot_count = 0;
   /// For each slot: how many inputs read it (the last reader may take it).
   std::vector<std::int32_t> slot_readers;
