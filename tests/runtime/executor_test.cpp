@@ -118,6 +118,48 @@ TEST(Executor, NoForwardingIntoABufferSomeoneElseReads) {
             (std::vector<float>{0, 4, 0}));
 }
 
+// Note [constants bound with the plan]: a constant never runs (no trace record) and its value
+// is there on every run; the element-wise chain reading it may not write into its buffer
+// (three runs give the same answer and leave the constant's tensor as it was); a fetched
+// constant comes back; a node reading constants alone is a root; a constant with a control
+// input runs as a node.
+TEST(Executor, ConstantsAreBoundWithThePlanAndNeverRun) {
+  graph g;
+  graph_builder b(g);
+  const tensor value = host_tensor<float>({4}, {1, -2, 3, -4});
+  auto c = ops::constant(b, value, {.name = "c"});
+  auto y = ops::abs(ops::neg(c, {.name = "n"}), {.name = "y"});  // in place, were c's buffer free
+  auto x = ops::placeholder(b, "x", dtype::f32, {4});
+  ops::add(x, c, {.name = "sum"});
+  auto late = ops::constant(b, host_tensor<float>({1}, {7}), {.name = "late"});
+  g.add_control_input(late.ep().node, y.ep().node);  // runs after y
+  ops::neg(late, {.name = "late_neg"});
+  session_options o;
+  o.passes.enabled = false;  // no folding: every node as written
+  session s(std::move(g), o);
+  for (int run = 0; run < 3; ++run) {
+    run_metadata meta;
+    run_options ro;
+    ro.trace = true;
+    const auto out = s.run({{"x", host_tensor<float>({4}, {10, 10, 10, 10})}}, {"y", "sum", "c", "late_neg"}, {},
+                           &meta, ro);
+    EXPECT_EQ(std::vector<float>(out[0].span<float>().begin(), out[0].span<float>().end()),
+              (std::vector<float>{1, 2, 3, 4}));
+    EXPECT_EQ(std::vector<float>(out[1].span<float>().begin(), out[1].span<float>().end()),
+              (std::vector<float>{11, 8, 13, 6}));
+    EXPECT_EQ(std::vector<float>(out[2].span<float>().begin(), out[2].span<float>().end()),
+              (std::vector<float>{1, -2, 3, -4}));
+    EXPECT_EQ(out[3].span<float>()[0], -7.0f);
+    std::set<std::string> ran;
+    for (const auto& n : meta.nodes) ran.insert(n.node);
+    EXPECT_EQ(ran.count("c"), 0u) << "a constant ran";
+    EXPECT_EQ(ran.count("late"), 1u) << "a constant with a control input did not run";
+    EXPECT_EQ(ran.count("n"), 1u);
+  }
+  EXPECT_EQ(std::vector<float>(value.span<float>().begin(), value.span<float>().end()),
+            (std::vector<float>{1, -2, 3, -4}));
+}
+
 TEST(Executor, IntermediateBuffersReturnWhenTheirLastConsumerIsDone) {
   testing::tracked_devices devices(1);
   graph g;
