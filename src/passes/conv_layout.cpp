@@ -281,50 +281,69 @@ class conv_layout final : public graph_pass {
     return true;
   }
 
-  // A pool over from_channel_blocks pools the blocks themselves where the CPU's rule says the
-  // bits are the same (cpu_pools_in_channel_blocks: float32, oneDNN's one implementation for
-  // both layouts): pool(from_channel_blocks(v)) -> from_channel_blocks(pool_blocked(v)); the
-  // conversion moves below it, towards the next convolution's, which undoes it.
-  static bool sink_pool(graph_editor& ed, pass_context& ctx, node_id id) {
+  // The shape of node `id`'s input when that input is from_channel_blocks to NCHW (rank 4)
+  // and `id` may move above the conversion (no control edges, not pinned, the conversion's
+  // device request); else nothing.
+  static std::optional<shape> from_blocks_input(graph_editor& ed, pass_context& ctx, node_id id) {
     const node& n = ed.at(id);
-    const bool max = n.op() == "max_pool2d";
-    if ((!max && n.op() != "avg_pool2d") || !nn_rules::is_nchw(n.attr<std::string>("data_format")) ||
-        !ctx.options().channel_blocks || !ed.control_inputs(id).empty() || ed.has_control_users(id) ||
+    if (!ctx.options().channel_blocks || !ed.control_inputs(id).empty() || ed.has_control_users(id) ||
         ed.is_pinned(id)) {
-      return false;
+      return std::nullopt;
     }
     const endpoint in = ed.inputs(id)[0];
     const node& conversion = ed.at(in.node);
     const auto& xs = ed.type_of(in).shape;
     if (conversion.op() != "from_channel_blocks" || conversion.attr<std::string>("data_format") != "NCHW" ||
         !same_request(conversion, n) || !xs || xs->rank() != 4) {
-      return false;
+      return std::nullopt;
     }
+    return *xs;
+  }
+
+  // Node `id` (from_blocks_input) becomes its op over the blocks with `attrs`, and the
+  // conversion moves below it, towards the next convolution's (which undoes it) or to a small
+  // result; the log says `what` the node now does in the blocks.
+  static void move_into_blocks(graph_editor& ed, pass_context& ctx, node_id id, attr_map attrs,
+                               std::string_view what) {
+    // Copies: adding nodes may move the ones `n` and the conversion refer to.
+    const node& n = ed.at(id);
+    const std::string name = n.name;
+    const std::string op = n.op();
+    const std::string device = n.requested_device;
+    const endpoint in = ed.inputs(id)[0];
+    const std::int64_t channels = ed.at(in.node).attr<std::int64_t>("channels");
+    const endpoint blocks = ed.inputs(in.node)[0];
+    attrs.erase("T");
+    const node_id moved = ed.add({.name = ed.g().unique_name(name + "/blocks"),
+                                  .op = op,
+                                  .inputs = {blocks},
+                                  .attrs = std::move(attrs),
+                                  .device = device,
+                                  .control_inputs = {}});
+    ed.replace_uses({id, 0},
+                    add1(ed, "from_channel_blocks", {moved, 0}, {{"channels", channels}}, name + "/nchw", device));
+    ed.erase(id);
+    ctx.rewrote({name}, fmt::format("'{}' {} in channel blocks: the conversion moved below it", ed.at(moved).name,
+                                    what));
+  }
+
+  // A pool over from_channel_blocks pools the blocks themselves where the CPU's rule says the
+  // bits are the same (cpu_pools_in_channel_blocks: float32, oneDNN's one implementation for
+  // both layouts): pool(from_channel_blocks(v)) -> from_channel_blocks(pool_blocked(v)).
+  static bool sink_pool(graph_editor& ed, pass_context& ctx, node_id id) {
+    const node& n = ed.at(id);
+    const bool max = n.op() == "max_pool2d";
+    if ((!max && n.op() != "avg_pool2d") || !nn_rules::is_nchw(n.attr<std::string>("data_format"))) return false;
+    const std::optional<shape> xs = from_blocks_input(ed, ctx, id);
+    if (!xs) return false;
     const nn_rules::pool_geometry g = nn_rules::pool2d_geometry(
         *xs, nn_rules::pool_window_of(n.attr<ints>("kernel"), n.attr<ints>("strides"), n.attr<ints>("padding"),
                                       n.attr<bool>("ceil_mode"), n.attr<ints>("dilations")));
     const bool include_pad = !max && n.attr<bool>("count_include_pad");
     if (!nn_rules::cpu_pools_in_channel_blocks(g, n.outputs[0].type, max, include_pad)) return false;
-    // Copies: adding nodes may move the ones `n` and `conversion` refer to.
-    const std::string name = n.name;
-    const std::string op = n.op();
-    const std::string device = n.requested_device;
-    const std::int64_t channels = conversion.attr<std::int64_t>("channels");
-    const endpoint blocks = ed.inputs(in.node)[0];
     attr_map attrs = n.attrs;
-    attrs.erase("T");
     attrs["data_format"] = std::string("NCHW16c");
-    const node_id pooled = ed.add({.name = ed.g().unique_name(name + "/blocks"),
-                                   .op = op,
-                                   .inputs = {blocks},
-                                   .attrs = std::move(attrs),
-                                   .device = device,
-                                   .control_inputs = {}});
-    ed.replace_uses({id, 0},
-                    add1(ed, "from_channel_blocks", {pooled, 0}, {{"channels", channels}}, name + "/nchw", device));
-    ed.erase(id);
-    ctx.rewrote({name}, fmt::format("'{}' pools in channel blocks: the conversion moved below it",
-                                    ed.at(pooled).name));
+    move_into_blocks(ed, ctx, id, std::move(attrs), "pools");
     return true;
   }
 
@@ -336,41 +355,18 @@ class conv_layout final : public graph_pass {
   // run in both, the outputs as many. The padding channels are summed and dropped.
   static bool sink_mean(graph_editor& ed, pass_context& ctx, node_id id) {
     const node& n = ed.at(id);
-    if ((n.op() != "reduce_mean" && n.op() != "reduce_sum") || !ctx.options().channel_blocks ||
-        !ed.control_inputs(id).empty() || ed.has_control_users(id) || ed.is_pinned(id) ||
-        n.outputs[0].type != dtype::f32 || !n.attr<bool>("keepdims")) {
+    if ((n.op() != "reduce_mean" && n.op() != "reduce_sum") || n.outputs[0].type != dtype::f32 ||
+        !n.attr<bool>("keepdims")) {
       return false;
     }
-    const endpoint in = ed.inputs(id)[0];
-    const node& conversion = ed.at(in.node);
-    const auto& xs = ed.type_of(in).shape;
-    if (conversion.op() != "from_channel_blocks" || conversion.attr<std::string>("data_format") != "NCHW" ||
-        !same_request(conversion, n) || !xs || xs->rank() != 4) {
-      return false;
-    }
+    const std::optional<shape> xs = from_blocks_input(ed, ctx, id);
+    if (!xs) return false;
     const reduction_rules::reduce_geometry g =
         reduction_rules::reduce_geometry_of(*xs, n.attr<ints>("axes"), true, reduction_rules::rule_caller::inference);
     if (g.reduced != std::vector<char>{0, 0, 1, 1}) return false;
-    // Copies: adding nodes may move the ones `n` and `conversion` refer to.
-    const std::string name = n.name;
-    const std::string op = n.op();
-    const std::string device = n.requested_device;
-    const std::int64_t channels = conversion.attr<std::int64_t>("channels");
-    const endpoint blocks = ed.inputs(in.node)[0];
     attr_map attrs = n.attrs;
-    attrs.erase("T");
     attrs["axes"] = ints{2, 3};  // h and w of [n, blocks, h, w, 16] too
-    const node_id summed = ed.add({.name = ed.g().unique_name(name + "/blocks"),
-                                   .op = op,
-                                   .inputs = {blocks},
-                                   .attrs = std::move(attrs),
-                                   .device = device,
-                                   .control_inputs = {}});
-    ed.replace_uses({id, 0},
-                    add1(ed, "from_channel_blocks", {summed, 0}, {{"channels", channels}}, name + "/nchw", device));
-    ed.erase(id);
-    ctx.rewrote({name}, fmt::format("'{}' sums the pixels in channel blocks: the conversion moved below it",
-                                    ed.at(summed).name));
+    move_into_blocks(ed, ctx, id, std::move(attrs), "sums the pixels");
     return true;
   }
 
