@@ -329,9 +329,10 @@ std::string disagreement(const signature& mine, const std::vector<signature>& al
 
 using time_point = std::chrono::steady_clock::time_point;
 
-// The blocking MPI call a job makes, as a record rather than a closure: a 4 KB all_reduce
-// takes about 3 us here, and a closure holding its tensors (a heap allocation and a reference
-// count for each tensor, taken and dropped) cost a tenth of a microsecond of it.
+// The blocking MPI call a job makes, as a record rather than two closures holding the tensors
+// (a heap allocation each, and reference counts taken and dropped): a 4 KB all_reduce takes
+// about 3.5 us here, and loom's own part of a call, measured on one rank, went from 0.25-0.28
+// to 0.22-0.24 us with this and with no clock read for a job but its deadline's.
 struct mpi_call {
   collective kind{};
   void* send = nullptr;  // the input; the same address as `recv` for an all_reduce in place
