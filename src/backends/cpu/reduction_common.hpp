@@ -14,6 +14,7 @@
 #endif
 
 #include "cpu_kernels.hpp"
+#include "vector_lanes.hpp"
 #include "kernel/common/reduction_helpers.hpp"
 #include "loom/core/half.hpp"
 #include "loom/graph/ops/reduction_rules.hpp"
@@ -84,6 +85,34 @@ inline double blocked_sum(std::int64_t n, F&& f) {
   }
   C t = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
   for (; i < n; ++i) t += f(i);
+  return total + static_cast<double>(t);
+}
+
+/// blocked_sum of a dense row e[0, n): the same terms in the same order, so the same bits, with
+/// the eight lanes written as one vector. In a function compiled for AVX-512, GCC's code for
+/// blocked_sum's lane loop moves values between lanes (valignd, vextractf32x4): a softmax
+/// row of 128 floats summed 1024 times took 37 us, against 8 here; compiled for the baseline
+/// both take about 7.
+template <class C>
+[[gnu::always_inline]] inline double blocked_sum_dense(const C* e, std::int64_t n) noexcept {
+  using V = vec<C, 8>;
+  constexpr std::int64_t block = 128;
+  const auto tree = [](const V& r) {
+    C a[8];
+    std::memcpy(a, &r, sizeof r);
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+  };
+  double total = 0.0;
+  std::int64_t i = 0;
+  for (; i + block <= n; i += block) {
+    V r{};
+    for (std::int64_t k = 0; k < block; k += 8) r += vload<C, 8>(e + i + k);
+    total += static_cast<double>(tree(r));
+  }
+  V r{};
+  for (; i + 8 <= n; i += 8) r += vload<C, 8>(e + i);
+  C t = tree(r);
+  for (; i < n; ++i) t += e[i];
   return total + static_cast<double>(t);
 }
 

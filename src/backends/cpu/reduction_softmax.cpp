@@ -77,7 +77,7 @@ template <class T, bool Log>
       e = scratch;
     }
     for (std::int64_t i = 0; i < n; ++i) e[i] = exp_c(load(x[i]) - m);
-    const double sum = blocked_sum<C>(n, [e](std::int64_t i) { return e[i]; });
+    const double sum = blocked_sum_dense(e, n);
     const C inv = static_cast<C>(1.0 / sum);
     for (std::int64_t i = 0; i < n; ++i) y[i] = store<T>(e[i] * inv);
   }
@@ -312,7 +312,7 @@ void xent_into(kernel_context& ctx, const T* x, const L* labels, T* loss, T* bac
             ex = scratch.data();
           }
           for (std::int64_t i = 0; i < classes; ++i) ex[i] = exp_c(load(xr[i]) - m);
-          const double sum = blocked_sum<C>(classes, [ex](std::int64_t i) { return ex[i]; });
+          const double sum = blocked_sum_dense(ex, classes);
           const C inv = static_cast<C>(1.0 / sum);
           const C at_label_p = ex[l] * inv;  // ex may be br: read before the loop scales it
           for (std::int64_t i = 0; i < classes; ++i) br[i] = store<T>(ex[i] * inv);
