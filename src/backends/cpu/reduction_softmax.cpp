@@ -64,7 +64,9 @@ template <class T, bool Log>
   using C = compute_t<T>;
   const C m = row_max(x, n);
   if constexpr (Log) {
-    const double sum = blocked_sum<C>(n, [x, m](std::int64_t i) { return exp_c(load(x[i]) - m); });
+    // The exponentials go to the scratch row (y may be x), then their blocked sum.
+    for (std::int64_t i = 0; i < n; ++i) scratch[i] = exp_c(load(x[i]) - m);
+    const double sum = blocked_sum_dense(scratch, n);
     const C ls = static_cast<C>(std::log(sum));
     for (std::int64_t i = 0; i < n; ++i) y[i] = store<T>((load(x[i]) - m) - ls);
   } else {
@@ -230,7 +232,8 @@ softmax_task_fn<T> softmax_tasks(const axis_split& sp) {
 template <class T, bool Log>
 void softmax_into(kernel_context& ctx, const T* x, T* y, const axis_split& sp) {
   using C = compute_t<T>;
-  const bool scratch_needed = !std::is_same_v<T, C> && !Log;
+  // A row of exponentials: 16-bit types' softmax, and every log_softmax along rows.
+  const bool scratch_needed = sp.inner == 1 ? (!std::is_same_v<T, C> || Log) : (!std::is_same_v<T, C> && !Log);
   const bool rows = sp.inner == 1;
   const std::int64_t width = rows ? sp.n : sp.n * col_block;  // elements per task
   const std::int64_t tasks = rows ? sp.outer : sp.outer * ((sp.inner + col_block - 1) / col_block);
