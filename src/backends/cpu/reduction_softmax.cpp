@@ -5,7 +5,8 @@
 // (split_at, loom/graph/ops/reduction_rules.hpp). Softmax subtracts the maximum along the
 // axis before exponentiating, so any finite input gives finite output; sums of exponentials
 // are carried in double (Note [blocked summation]). 16-bit floats compute in float through a
-// per-task scratch row and round once, on the final store.
+// per-task scratch row and round once, on the final store; log_softmax along a row keeps its
+// exponentials there for their sum (its output may be its input's buffer).
 #include <fmt/format.h>
 
 #include <algorithm>
