@@ -263,6 +263,7 @@ void partition(const placed_graph& in, plan& p) {
   for (std::size_t i = 0; i < p.nodes.size(); ++i) {
     if (p.nodes[i].pending == 0) p.roots.push_back(static_cast<std::int32_t>(i));
   }
+  p.nodes_to_run = static_cast<std::int32_t>(p.nodes.size());  // until constants are bound
 }
 
 namespace {

@@ -32,7 +32,8 @@ struct placed_graph {
 };
 
 /// Cuts `in` into partitions, one per device, and fills `p`'s nodes (their kernels not yet
-/// made), transfer_nodes, slot_count, slot_readers, feed_slots, fetch_slots and roots;
+/// made), transfer_nodes, slot_count, slot_readers, feed_slots, fetch_slots, roots and
+/// nodes_to_run (all of them: instantiate_kernels binds the constants);
 /// leaves the rest of `p` alone (`p` holds no nodes before).
 ///
 /// - Plan nodes: the needed graph nodes in id order, then the _send/_recv nodes in the order

@@ -98,7 +98,7 @@ void to_channel_blocks(kernel_context& ctx, const tensor& plain, const tensor& b
     constexpr std::int64_t B = decltype(size)::value;
     each_block(ctx, p, [&](std::int64_t from, std::int64_t to, std::int64_t lanes) {
       if (B == 4 && p.pixel_stride == 1) {  // NCHW float32: the lanes' planes, transposed
-        for (std::int64_t q = 0; q < p.pixels; ++q) {
+        for (std::int64_t q = 0; lanes < channel_block && q < p.pixels; ++q) {  // the last block's tail
           std::memset(dst + (to + q * channel_block + lanes) * B, 0, static_cast<std::size_t>((channel_block - lanes) * B));
         }
         transpose_4byte(reinterpret_cast<const float*>(src) + from, p.channel_stride,

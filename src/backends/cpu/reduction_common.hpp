@@ -66,6 +66,14 @@ inline T store(V v) noexcept {
 // of a plain float loop. Reductions across rows (reduce over outer axes) accumulate in
 // double directly (reduction_reduce.cpp).
 
+/// The eight lanes of Note [blocked summation] combined in its one order: ((l0 + l1) + (l2 +
+/// l3)) + ((l4 + l5) + (l6 + l7)). V: the compute type, or a vector of it (several sums' lane
+/// l in each element). Every blocked sum combines its lanes here.
+template <class V>
+[[gnu::always_inline]] inline V combine_lanes(const V (&r)[8]) noexcept {
+  return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+}
+
 /// Σ f(i) for i in [0, n), where f returns C (float or double); see Note [blocked summation].
 template <class C, class F>
 inline double blocked_sum(std::int64_t n, F&& f) {
@@ -77,13 +85,13 @@ inline double blocked_sum(std::int64_t n, F&& f) {
     for (std::int64_t k = 0; k < block; k += 8) {
       for (int l = 0; l < 8; ++l) r[l] += f(i + k + l);
     }
-    total += static_cast<double>(((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])));
+    total += static_cast<double>(combine_lanes(r));
   }
   C r[8] = {};
   for (; i + 8 <= n; i += 8) {
     for (int l = 0; l < 8; ++l) r[l] += f(i + l);
   }
-  C t = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  C t = combine_lanes(r);
   for (; i < n; ++i) t += f(i);
   return total + static_cast<double>(t);
 }
@@ -100,7 +108,7 @@ template <class C>
   const auto tree = [](const V& r) {
     C a[8];
     std::memcpy(a, &r, sizeof r);
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    return combine_lanes(a);
   };
   double total = 0.0;
   std::int64_t i = 0;

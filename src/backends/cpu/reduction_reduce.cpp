@@ -335,8 +335,7 @@ void add_run_in_lanes(const T* q, std::int64_t n, std::int64_t row_stride, std::
   const auto clear = [&] {
     for (V& lane : r) lane = V{};
   };
-  // The lanes combined as blocked_sum combines them.
-  const auto tree = [&] { return ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7])); };
+  const auto tree = [&] { return combine_lanes(r); };
   double run[K] = {};
   C t[K];
   std::int64_t i = 0;
@@ -370,9 +369,10 @@ void add_run_in_lane_rows(const T* q, std::int64_t n, std::int64_t row_stride, s
     const T* __restrict p = q + i * row_stride;
     for (std::int64_t j = 0; j < w; ++j) lane[j] += R::term(load(p[Unit ? j : j * col_stride]));
   };
-  const auto tree = [&](std::int64_t j) {
-    const C* r = lanes + j;
-    return ((r[0] + r[w]) + (r[2 * w] + r[3 * w])) + ((r[4 * w] + r[5 * w]) + (r[6 * w] + r[7 * w]));
+  const auto tree = [&](std::int64_t j) {  // output j's lanes
+    C r[8];
+    for (int l = 0; l < 8; ++l) r[l] = lanes[l * w + j];
+    return combine_lanes(r);
   };
   std::fill_n(run, w, 0.0);
   std::int64_t i = 0;
